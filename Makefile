@@ -1,0 +1,47 @@
+# Ephemeral Sandbox. `make run` starts the service; `make test` runs every test.
+GO        ?= go
+BIN       := bin
+PKGS      := ./...
+FUZZTIME  ?= 10s
+export CGO_ENABLED ?= 1
+
+.PHONY: all build test test-unit fuzz bench lint run install clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/... 2>/dev/null || true
+	$(GO) build $(PKGS)
+
+# Every test, including the ones that need root (overlay mounts, mknod,
+# SIGKILLed child processes). CI runs as root.
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(MAKE) fuzz
+
+# Each fuzz target briefly (go test -fuzz takes one target per run).
+fuzz:
+	@set -e; for t in $$($(GO) test -list 'Fuzz.*' ./layerstack | grep ^Fuzz); do \
+		echo "fuzz $$t ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./layerstack >/dev/null; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m ./layerstack | tee bench/results/layerstack-latest.txt
+
+lint:
+	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+
+run: build
+	@echo "The gateway arrives with the gateway issue; today the project ships the layerstack library."
+	@echo "Try: make test"
+
+install: build
+	install -m 0755 $(BIN)/* /usr/local/bin/ 2>/dev/null || true
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,151 @@
+package layerstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+)
+
+// AmendRequest is a sessionless write: either the whole new Content of Path
+// or Edits applied to the head's version of it.
+type AmendRequest struct {
+	TxID    string
+	Path    string
+	Content []byte
+	Edits   []Edit
+	// Mode applies to a new file (default 0644); an existing file keeps its
+	// permission bits, the exec bit included.
+	Mode    fs.FileMode
+	Owner   string // operation:<request_id>
+	Agent   string
+	Message string
+}
+
+// AmendResult is the outcome of an Amend.
+type AmendResult struct {
+	PublishResult
+	Created      bool  `json:"created"`
+	Replacements int   `json:"replacements"`
+	EditsApplied int   `json:"edits_applied"`
+	BytesWritten int64 `json:"bytes_written"`
+}
+
+// Amend commits a one-file layer against the locked head: there is no base
+// to conflict with, so it always lands (or is a no-op when nothing changes).
+func (s *Store) Amend(ctx context.Context, req AmendRequest) (*AmendResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if req.TxID == "" {
+		return nil, fmt.Errorf("%w: txid is required", ErrBadRequest)
+	}
+	p, err := CleanPath(req.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckPublishable(p); err != nil {
+		return nil, err
+	}
+	if r, err := s.readTx(req.TxID); err == nil {
+		r.Replayed = true
+		return &AmendResult{PublishResult: *r}, nil
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	head := s.head.Load()
+	if head == nil {
+		return nil, ErrNoManifest
+	}
+	res := &AmendResult{}
+	content, mode, err := s.amendContent(p, req, res)
+	if err != nil {
+		return nil, err
+	}
+	pr := PublishRequest{TxID: req.TxID, Owner: req.Owner, Agent: req.Agent, Message: req.Message,
+		Changes: &ChangeSet{Changes: []Change{{Path: p, Kind: ChangeWrite, Mode: mode, Data: content}}}}
+	tx, err := s.newTxn(ctx, pr)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.cleanup()
+	res.BytesWritten = int64(len(content))
+	s.gcMu.RLock()
+	plan, _, err := tx.plan(head.Layers, head)
+	if err != nil {
+		s.gcMu.RUnlock()
+		return nil, err
+	}
+	if len(plan) == 0 {
+		s.gcMu.RUnlock()
+		res.PublishResult = PublishResult{TxID: req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: RouteSummary{SourceCount: 1}}
+		return res, s.writeTx(&res.PublishResult)
+	}
+	id := newID("L", head.Version+1)
+	stage := filepath.Join(tx.dir, "layer")
+	meta, err := s.buildLayer(ctx, stage, head, plan, pr, id, LayerAmend)
+	s.gcMu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	pres := tx.result(plan, head, id)
+	pres.Counts, pres.Bytes = meta.Counts, meta.Bytes
+	if err := s.commit(stage, head, meta, pres, pr); err != nil {
+		return nil, err
+	}
+	res.PublishResult = *pres
+	s.maybeAutoSquash()
+	return res, nil
+}
+
+func (s *Store) amendContent(p string, req AmendRequest, res *AmendResult) ([]byte, fs.FileMode, error) {
+	v := s.Head()
+	e, err := v.Stat(p)
+	exists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, err
+	}
+	if exists && e.Kind != KindFile {
+		return nil, 0, fmt.Errorf("%s is a %s, not a file", p, e.Kind)
+	}
+	for _, a := range ancestors(p) {
+		ae, err := v.Stat(a)
+		if err == nil && ae.Kind != KindDirectory {
+			return nil, 0, fmt.Errorf("parent %s of %s is a %s", a, p, ae.Kind)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, 0, err
+		}
+	}
+	mode := req.Mode.Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	if exists {
+		mode = e.Mode
+	}
+	res.Created = !exists
+	if req.Edits == nil {
+		if req.Content == nil {
+			req.Content = []byte{}
+		}
+		return req.Content, mode, nil
+	}
+	if !exists {
+		return nil, 0, fmt.Errorf("%s: %w", p, fs.ErrNotExist)
+	}
+	if e.Size > MaxEditBytes {
+		return nil, 0, &TooLargeError{Path: p, Size: e.Size, Max: MaxEditBytes}
+	}
+	old, _, err := v.ReadFile(p, MaxEditBytes)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, n, err := ApplyEdits(old, req.Edits)
+	if err != nil {
+		return nil, 0, err
+	}
+	res.Replacements, res.EditsApplied = n, len(req.Edits)
+	return out, mode, nil
+}

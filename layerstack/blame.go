@@ -1,0 +1,166 @@
+package layerstack
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// BlameRange says that Count lines from Start (1-based) belong to Owner.
+// The ranges of a file tile it exactly: in order, without gaps or overlap.
+type BlameRange struct {
+	Start int    `json:"start_line"`
+	Count int    `json:"line_count"`
+	Owner string `json:"owner"`
+}
+
+// Blame owners other than sessions and operations.
+const (
+	OwnerOriginal = "original" // base content never touched since
+	OwnerUnknown  = "unknown"  // no record (e.g. a layer from before blame)
+)
+
+// Blame returns the line owners of the head's version of p. Owners survive
+// merges: a line keeps the owner of the layer that wrote it.
+func (s *Store) Blame(p string) ([]BlameRange, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	var out []BlameRange
+	err = s.Head().with(func(st stack) error {
+		m := s.head.Load()
+		e, err := lookup(st, p)
+		if err != nil {
+			return err
+		}
+		if e.Kind != KindFile {
+			return fmt.Errorf("%s is a %s, not a file", p, e.Kind)
+		}
+		b, err := readFull(e.full)
+		if err != nil {
+			return err
+		}
+		owners, err := s.lineOwners(m, e, len(splitLines(b)))
+		if err != nil {
+			return err
+		}
+		out = compressOwners(owners)
+		return nil
+	})
+	return out, err
+}
+
+// lineOwners returns one owner per line of the file entry e of manifest m.
+func (s *Store) lineOwners(m *Manifest, e Entry, n int) ([]string, error) {
+	owners := make([]string, n)
+	layer := m.Layers[e.Layer]
+	meta, err := s.meta(layer.ID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	fill := func(o string) []string {
+		for i := range owners {
+			owners[i] = o
+		}
+		return owners
+	}
+	if meta == nil {
+		return fill(OwnerUnknown), nil
+	}
+	if meta.Kind == LayerBase {
+		return fill(OwnerOriginal), nil
+	}
+	ranges, ok := meta.Blame[e.Path]
+	if !ok || rangesLen(ranges) != n {
+		return fill(OwnerUnknown), nil
+	}
+	i := 0
+	for _, r := range ranges {
+		for k := 0; k < r.Count; k++ {
+			owners[i] = r.Owner
+			i++
+		}
+	}
+	return owners, nil
+}
+
+// blameWrite computes the line owners of a write about to be committed on
+// head: lines kept from the head's version keep their owners, the rest
+// belong to owner. Binary files get one owner for the whole file.
+func (s *Store) blameWrite(head *Manifest, headDirs stack, pl planned, owner string) ([]BlameRange, error) {
+	if owner == "" {
+		owner = OwnerUnknown
+	}
+	if pl.ch.Size > MergeMaxBytes {
+		return nil, nil
+	}
+	content, err := readChange(pl.ch)
+	if err != nil {
+		return nil, err
+	}
+	lines := splitLines(content)
+	owners := make([]string, len(lines))
+	for i := range owners {
+		owners[i] = owner
+	}
+	if !IsText(content) {
+		return compressOwners(owners), nil
+	}
+	e, err := lookup(headDirs, pl.ch.Path)
+	if err == nil && e.Kind == KindFile && e.Size <= MergeMaxBytes {
+		prev, err := readFull(e.full)
+		if err != nil {
+			return nil, err
+		}
+		if IsText(prev) {
+			prevLines := splitLines(prev)
+			prevOwners, err := s.lineOwners(head, e, len(prevLines))
+			if err != nil {
+				return nil, err
+			}
+			for i, o := range lineOrigins(prevLines, lines) {
+				if o >= 0 {
+					owners[i] = prevOwners[o]
+				}
+			}
+		}
+	}
+	return compressOwners(owners), nil
+}
+
+func compressOwners(owners []string) []BlameRange {
+	var out []BlameRange
+	for i, o := range owners {
+		if n := len(out); n > 0 && out[n-1].Owner == o {
+			out[n-1].Count++
+			continue
+		}
+		out = append(out, BlameRange{Start: i + 1, Count: 1, Owner: o})
+	}
+	return out
+}
+
+func rangesLen(rs []BlameRange) int {
+	n := 0
+	for _, r := range rs {
+		n += r.Count
+	}
+	return n
+}
+
+// CheckTiling verifies the tiling invariant of blame ranges over n lines.
+func CheckTiling(rs []BlameRange, n int) error {
+	next := 1
+	for _, r := range rs {
+		if r.Start != next || r.Count < 1 || strings.TrimSpace(r.Owner) == "" {
+			return fmt.Errorf("blame range %+v breaks the tiling at line %d", r, next)
+		}
+		next += r.Count
+	}
+	if next != n+1 {
+		return fmt.Errorf("blame ranges cover %d lines, the file has %d", next-1, n)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package layerstack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The crash tests run a publish in a child process (this test binary again)
+// that SIGKILLs itself at one failpoint of the commit path, then reopen the
+// store and check it is exactly the old or the new state.
+
+const (
+	crashRootEnv  = "LAYERSTACK_CRASH_ROOT"
+	crashLeaseEnv = "LAYERSTACK_CRASH_LEASE"
+	crashTxID     = "crash-tx"
+)
+
+func crashChanges() *ChangeSet {
+	return &ChangeSet{Changes: []Change{
+		{Path: "f.txt", Kind: ChangeWrite, Mode: 0o644, Data: []byte("1\n2\nours\n")},
+		{Path: "new/dir/n.txt", Kind: ChangeWrite, Mode: 0o755, Data: []byte("new\n")},
+		{Path: "gone.txt", Kind: ChangeDelete},
+	}}
+}
+
+// TestCrashChild is the child side; it does nothing in a normal run.
+func TestCrashChild(t *testing.T) {
+	root := os.Getenv(crashRootEnv)
+	if root == "" {
+		return
+	}
+	s, err := Open(root, Options{})
+	require.NoError(t, err)
+	_, err = s.Publish(context.Background(), PublishRequest{TxID: crashTxID, LeaseID: os.Getenv(crashLeaseEnv),
+		Changes: crashChanges(), Owner: sess1})
+	require.NoError(t, err)
+	os.Exit(0)
+}
+
+func TestCrashConsistencyAtEveryFailpoint(t *testing.T) {
+	for _, fp := range CommitFailpoints {
+		t.Run(fp, func(t *testing.T) {
+			s := newTestStore(t, tree{"f.txt": "1\n2\n3\n", "gone.txt": "bye\n"})
+			l, err := s.Acquire(sess1)
+			require.NoError(t, err)
+			// A concurrent publish lands first, so ours merges.
+			_, err = publishOn(t, s, mustLease(t, s, sess2), sess2, writes("f.txt", "ONE\n2\n3\n"))
+			require.NoError(t, err)
+			l0 := mustLease(t, s, sess2) // pins the pre-crash head
+			before, _ := s.Manifest()
+			beforeTree := readTree(t, s.Head())
+			root := s.Root()
+			require.NoError(t, s.Close())
+
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), crashRootEnv+"="+root, crashLeaseEnv+"="+l.ID, FailpointEnv+"="+fp)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "child must die at %s: %v\n%s", fp, err, out)
+			ws, ok := ee.Sys().(syscall.WaitStatus)
+			require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL at %s: %v\n%s", fp, err, out)
+
+			s2, err := Open(root, Options{})
+			require.NoError(t, err)
+			defer s2.Close()
+			after, _ := s2.Manifest()
+			committed := after.Version == before.Version+1
+			if !committed {
+				require.Equal(t, before.RootHash(), after.RootHash(), "old state exactly")
+				require.Equal(t, beforeTree, readTree(t, s2.Head()))
+			}
+			require.Equal(t, committed, fp != FailAfterStaging && fp != FailAfterRename && fp != FailAfterMeta,
+				"the manifest rename is the commit point")
+			problems, err := s2.Verify(context.Background())
+			require.NoError(t, err)
+			require.Empty(t, problems)
+
+			// Retry the same transaction: it completes exactly once.
+			for i := 0; i < 2; i++ {
+				r, err := s2.Publish(context.Background(), PublishRequest{TxID: crashTxID, LeaseID: l.ID, Changes: crashChanges(), Owner: sess1})
+				require.NoError(t, err)
+				require.Equal(t, committed || i > 0, r.Replayed)
+			}
+			final, _ := s2.Manifest()
+			require.Len(t, final.Layers, len(before.Layers)+1)
+			n := 0
+			for _, ly := range final.Layers {
+				if ly.TxID == crashTxID {
+					n++
+				}
+			}
+			require.Equal(t, 1, n, "exactly one layer carries the transaction")
+			require.Equal(t, "ONE\n2\nours\n", headFile(t, s2, "f.txt"))
+			require.Equal(t, "new\n", headFile(t, s2, "new/dir/n.txt"))
+			_, err = s2.Head().Stat("gone.txt")
+			require.ErrorIs(t, err, os.ErrNotExist)
+			v, err := s2.View(l0.ID)
+			require.NoError(t, err)
+			require.Equal(t, beforeTree, readTree(t, v), "a lease taken before the crash still reads its state")
+			problems, err = s2.Verify(context.Background())
+			require.NoError(t, err)
+			require.Empty(t, problems)
+			ents, _ := os.ReadDir(filepath.Join(root, dirStaging))
+			require.Empty(t, ents)
+		})
+	}
+}

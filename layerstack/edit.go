@@ -1,0 +1,60 @@
+package layerstack
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Edit replaces OldString by NewString in a file: exactly one occurrence
+// unless ReplaceAll.
+type Edit struct {
+	OldString  string `json:"old_string"`
+	NewString  string `json:"new_string"`
+	ReplaceAll bool   `json:"replace_all,omitempty"`
+}
+
+// EditError says which edit failed and why.
+type EditError struct {
+	Index   int    `json:"index"`
+	Reason  string `json:"reason"` // empty_old_string, not_found, not_unique, no_change
+	Matches int    `json:"matches,omitempty"`
+}
+
+func (e *EditError) Error() string {
+	switch e.Reason {
+	case "not_found":
+		return fmt.Sprintf("edit %d: old_string not found in file", e.Index)
+	case "not_unique":
+		return fmt.Sprintf("edit %d: old_string matches %d times; add context to make it unique or set replace_all", e.Index, e.Matches)
+	case "empty_old_string":
+		return fmt.Sprintf("edit %d: old_string is empty", e.Index)
+	default:
+		return fmt.Sprintf("edit %d: old_string and new_string are identical", e.Index)
+	}
+}
+
+// MaxEditBytes is the largest file an edit applies to (the seed's limit).
+const MaxEditBytes = 4 << 20
+
+// ApplyEdits applies edits in order, each to the result of the previous one.
+func ApplyEdits(content []byte, edits []Edit) ([]byte, int, error) {
+	total := 0
+	for i, e := range edits {
+		if e.OldString == "" {
+			return nil, 0, &EditError{Index: i, Reason: "empty_old_string"}
+		}
+		if e.OldString == e.NewString {
+			return nil, 0, &EditError{Index: i, Reason: "no_change"}
+		}
+		n := bytes.Count(content, []byte(e.OldString))
+		switch {
+		case n == 0:
+			return nil, 0, &EditError{Index: i, Reason: "not_found"}
+		case n > 1 && !e.ReplaceAll:
+			return nil, 0, &EditError{Index: i, Reason: "not_unique", Matches: n}
+		}
+		content = bytes.ReplaceAll(content, []byte(e.OldString), []byte(e.NewString))
+		total += n
+	}
+	return content, total, nil
+}

@@ -1,0 +1,49 @@
+package layerstack
+
+import (
+	"os"
+	"strings"
+	"syscall"
+)
+
+// FailpointEnv names the environment variable that arms failpoints: a comma
+// separated list of failpoint names. An armed failpoint SIGKILLs the process
+// when reached, which is how the crash tests stop a commit at each step.
+const FailpointEnv = "LAYERSTACK_FAILPOINTS"
+
+// Failpoints on the commit path, in the order a commit reaches them.
+const (
+	FailAfterStaging  = "after-staging"  // layer written and synced in staging/
+	FailAfterRename   = "after-rename"   // layer renamed into layers/
+	FailAfterMeta     = "after-meta"     // metadata written
+	FailAfterManifest = "after-manifest" // manifest replaced: the commit point
+	FailAfterAudit    = "after-audit"    // audit line appended
+	FailAfterTx       = "after-tx"       // transaction record written
+	FailSquashCommit  = "squash-before-manifest"
+)
+
+// CommitFailpoints lists the commit path's failpoints in order.
+var CommitFailpoints = []string{FailAfterStaging, FailAfterRename, FailAfterMeta, FailAfterManifest, FailAfterAudit, FailAfterTx}
+
+type failpoints map[string]bool
+
+func failpointsFromEnv() failpoints {
+	v := os.Getenv(FailpointEnv)
+	if v == "" {
+		return nil
+	}
+	f := failpoints{}
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			f[n] = true
+		}
+	}
+	return f
+}
+
+func (f failpoints) hit(name string) {
+	if f[name] {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+}

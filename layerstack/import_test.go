@@ -1,0 +1,92 @@
+package layerstack
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func TestImportDirKeepsModesLinksAndSkipsSpecials(t *testing.T) {
+	src := t.TempDir()
+	writeTree(t, src, tree{"a.txt": "a", "bin/run*": "#!/bin/sh\n", "ln": "->a.txt", "abs": "->/etc/passwd", "empty/": ""})
+	require.NoError(t, unix.Mkfifo(filepath.Join(src, "fifo"), 0o644))
+	parent := t.TempDir()
+	info, rep, err := ImportDir(context.Background(), src, parent, ImportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []Drop{{Path: "fifo", Reason: DropSpecialFile}}, rep.Skipped)
+	require.Equal(t, tree{"a.txt": "a", "bin/": "", "bin/run*": "#!/bin/sh\n", "ln": "->a.txt", "abs": "->/etc/passwd", "empty/": ""}, dirTree(t, info.Path))
+	st, err := os.Lstat(filepath.Join(src, "a.txt"))
+	require.NoError(t, err)
+	dt, err := os.Lstat(filepath.Join(info.Path, "a.txt"))
+	require.NoError(t, err)
+	require.Equal(t, st.ModTime(), dt.ModTime(), "mtimes survive")
+
+	// Content addressed: the same tree again is the same base.
+	info2, rep2, err := ImportDir(context.Background(), src, parent, ImportOptions{})
+	require.NoError(t, err)
+	require.True(t, rep2.Reused)
+	require.Equal(t, info.ID, info2.ID)
+}
+
+func TestImportGitWorkTreeTakesTrackedAndUntrackedNotIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatalf("git is needed for this test: apt-get install -y git")
+	}
+	src := t.TempDir()
+	writeTree(t, src, tree{"tracked.go": "t\n", ".gitignore": "build/\n*.log\n!keep.log\n", "build/out.o": "o", "x.log": "l", "keep.log": "k", "untracked.go": "u\n", "forced.log": "f"})
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.email=t@t", "-c", "user.name=t"}, args...)...)
+		cmd.Dir = src
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	git("init", "-q")
+	git("add", "tracked.go", ".gitignore")
+	git("add", "-f", "forced.log")
+	git("commit", "-qm", "init")
+	parent := t.TempDir()
+	info, rep, err := ImportDir(context.Background(), src, parent, ImportOptions{})
+	require.NoError(t, err)
+	require.True(t, rep.GitAware)
+	got := dirTree(t, info.Path)
+	for _, p := range []string{"tracked.go", ".gitignore", "keep.log", "untracked.go", "forced.log", ".git/HEAD"} {
+		require.Contains(t, got, p)
+	}
+	for _, p := range []string{"build/out.o", "x.log"} {
+		require.NotContains(t, got, p)
+	}
+	all, rep, err := ImportDir(context.Background(), src, parent, ImportOptions{All: true})
+	require.NoError(t, err)
+	require.False(t, rep.GitAware)
+	require.Contains(t, dirTree(t, all.Path), "build/out.o")
+}
+
+func TestCaptureReadsEveryUpperEncoding(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "needs root for mknod and trusted xattrs")
+	up := t.TempDir()
+	writeTree(t, up, tree{"f.txt": "f", "x*": "#!", "dir/": "", "ln": "->f.txt"})
+	require.NoError(t, unix.Mknod(filepath.Join(up, "gone"), unix.S_IFCHR, 0))
+	require.NoError(t, os.WriteFile(filepath.Join(up, "gone2"), nil, 0o644))
+	require.NoError(t, unix.Setxattr(filepath.Join(up, "gone2"), xattrUserWhiteout, []byte("y"), 0))
+	require.NoError(t, os.Mkdir(filepath.Join(up, "opq"), 0o750))
+	require.NoError(t, unix.Setxattr(filepath.Join(up, "opq"), xattrTrustedOpaque, []byte("y"), 0))
+	require.NoError(t, os.Mkdir(filepath.Join(up, "uopq"), 0o755))
+	require.NoError(t, unix.Setxattr(filepath.Join(up, "uopq"), xattrUserOpaque, []byte("y"), 0))
+	require.NoError(t, unix.Mkfifo(filepath.Join(up, "pipe"), 0o644))
+	cs, err := Capture(up)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, c := range cs.Changes {
+		got[c.Path] = string(c.Kind) + ":" + c.Mode.String() + ":" + c.Target
+	}
+	require.Equal(t, map[string]string{
+		"f.txt": "write:-rw-r--r--:", "x": "write:-rwxr-xr-x:", "dir": "dir:-rwxr-xr-x:", "ln": "symlink:----------:f.txt",
+		"gone": "delete:----------:", "gone2": "delete:----------:", "opq": "opaque_dir:-rwxr-x---:", "uopq": "opaque_dir:-rwxr-xr-x:",
+	}, got)
+	require.Equal(t, []Drop{{Path: "pipe", Reason: DropSpecialFile}}, cs.Drops)
+}

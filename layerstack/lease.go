@@ -1,0 +1,131 @@
+package layerstack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Lease pins the layers of one manifest for a reader, typically a workspace
+// session that mounts them. Leases are persisted, so a restarted daemon
+// re-attaches its sessions instead of losing their base.
+type Lease struct {
+	ID              string          `json:"lease_id"`
+	Owner           string          `json:"owner"`
+	ManifestVersion int64           `json:"manifest_version"`
+	RootHash        string          `json:"root_hash"`
+	Layers          []ManifestLayer `json:"layers"`
+	Created         time.Time       `json:"created"`
+}
+
+// ErrUnknownLease is returned for a lease id the store does not hold.
+var ErrUnknownLease = errors.New("unknown lease")
+
+func (s *Store) leasePath(id string) string { return filepath.Join(s.root, dirLeases, id+".json") }
+
+func (s *Store) loadLeases() error {
+	ents, err := os.ReadDir(filepath.Join(s.root, dirLeases))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		var l Lease
+		if err := readJSON(filepath.Join(s.root, dirLeases, e.Name()), &l); err != nil {
+			// A torn lease file cannot exist (atomic writes); an unreadable
+			// one must not silently unpin layers.
+			return fmt.Errorf("read lease %s: %w", e.Name(), err)
+		}
+		s.leases[l.ID] = &l
+	}
+	return nil
+}
+
+// Acquire pins the current head for owner.
+func (s *Store) Acquire(owner string) (*Lease, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.acquireLocked(owner)
+}
+
+func (s *Store) acquireLocked(owner string) (*Lease, error) {
+	m := s.head.Load()
+	if m == nil {
+		return nil, ErrNoManifest
+	}
+	l := &Lease{ID: newID("lease-", m.Version), Owner: owner, ManifestVersion: m.Version,
+		RootHash: m.RootHash(), Layers: append([]ManifestLayer(nil), m.Layers...), Created: s.opts.Now().UTC()}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(s.leasePath(l.ID), b, 0o644); err != nil {
+		return nil, fmt.Errorf("persist lease: %w", err)
+	}
+	s.mu.Lock()
+	s.leases[l.ID] = l
+	s.mu.Unlock()
+	return l.clone(), nil
+}
+
+// Lease returns a held lease.
+func (s *Store) Lease(id string) (*Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[id]
+	if l == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+	}
+	return l.clone(), nil
+}
+
+// Leases lists held leases.
+func (s *Store) Leases() []*Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		out = append(out, l.clone())
+	}
+	return out
+}
+
+// Release drops a lease and deletes the layers nothing references any more.
+// Releasing an unknown lease is not an error (release is idempotent).
+func (s *Store) Release(id string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	_, ok := s.leases[id]
+	delete(s.leases, id)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := os.Remove(s.leasePath(id)); err != nil && !isNotExist(err) {
+		return fmt.Errorf("release lease %s: %w", id, err)
+	}
+	_ = syncDir(filepath.Join(s.root, dirLeases))
+	_, err := s.collectGarbage()
+	return err
+}
+
+// LowerDirs are the lease's layer directories, newest first: the order an
+// overlay mount takes them (the first lowerdir has the highest priority).
+func (s *Store) LowerDirs(l *Lease) []string { return s.layerDirs(l.Layers) }
+
+func (l *Lease) clone() *Lease {
+	c := *l
+	c.Layers = append([]ManifestLayer(nil), l.Layers...)
+	return &c
+}

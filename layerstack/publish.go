@@ -1,0 +1,457 @@
+package layerstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// PublishRequest commits a session's change set made on the layers of a
+// lease. TxID makes the commit idempotent: a retry with the same TxID returns
+// the first result and writes nothing.
+type PublishRequest struct {
+	TxID    string
+	LeaseID string
+	Changes *ChangeSet
+	Owner   string // workspace_session:<id> or operation:<request_id>
+	Agent   string
+	Message string
+	// Keep moves the lease onto the new head after the commit, so the
+	// session continues on top of what it just published (publish --keep).
+	Keep bool
+	// AllowDrops tolerates unsupported special files in the change set
+	// (implicit sessions); otherwise any drop rejects the publish.
+	AllowDrops bool
+}
+
+// RouteSummary counts changed paths by route.
+type RouteSummary struct {
+	SourceCount  int `json:"source_count"`
+	IgnoredCount int `json:"ignored_count"`
+}
+
+// PublishResult describes a commit (or, for a dry run, what it would do).
+type PublishResult struct {
+	TxID         string       `json:"txid"`
+	NoOp         bool         `json:"no_op"`
+	LayerID      string       `json:"layer_id,omitempty"`
+	Revision     Revision     `json:"revision"`
+	RouteSummary RouteSummary `json:"route_summary"`
+	Counts       Counts       `json:"counts"`
+	Bytes        int64        `json:"bytes"`
+	MergedPaths  []string     `json:"merged_paths,omitempty"`
+	Paths        int          `json:"changed_paths"`
+	// LeaseID is the session's new lease after a publish with Keep.
+	LeaseID  string `json:"lease_id,omitempty"`
+	Replayed bool   `json:"replayed,omitempty"`
+	DryRun   bool   `json:"dry_run,omitempty"`
+}
+
+// ErrBadRequest marks caller mistakes (missing txid, unknown lease...).
+var ErrBadRequest = errors.New("bad publish request")
+
+// maxOptimistic is how many times a publish resolves outside the commit lock
+// before it resolves under it (so a busy stack cannot starve it).
+const maxOptimistic = 3
+
+// Publish checks the change set against the head and commits it as one new
+// layer, or commits nothing and returns a *ConflictError.
+func (s *Store) Publish(ctx context.Context, req PublishRequest) (*PublishResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if req.TxID == "" {
+		return nil, fmt.Errorf("%w: txid is required", ErrBadRequest)
+	}
+	if r, err := s.replay(req); r != nil || err != nil {
+		return r, err
+	}
+	lease, err := s.Lease(req.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.newTxn(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.cleanup()
+	for attempt := 0; ; attempt++ {
+		locked := attempt >= maxOptimistic
+		if locked {
+			s.commitMu.Lock()
+		}
+		res, err := s.publishOnce(ctx, tx, lease, locked)
+		if locked {
+			s.commitMu.Unlock()
+		}
+		if errors.Is(err, errStale) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if req.Keep {
+			s.releaseAfterKeep(req.LeaseID)
+		}
+		s.maybeAutoSquash()
+		return res, nil
+	}
+}
+
+// CheckPublish is a dry run of Publish: the same resolution against the
+// current head, nothing written. It returns what the publish would do, or
+// the *ConflictError it would fail with.
+func (s *Store) CheckPublish(ctx context.Context, req PublishRequest) (*PublishResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	lease, err := s.Lease(req.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	req.TxID = "dry-run"
+	tx, err := s.newTxn(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.cleanup()
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
+	head := s.head.Load()
+	plan, sum, err := tx.plan(lease.Layers, head)
+	if err != nil {
+		return nil, err
+	}
+	res := tx.result(plan, head, "")
+	res.DryRun, res.TxID, res.RouteSummary = true, "", sum
+	for _, pl := range plan {
+		switch pl.ch.Kind {
+		case ChangeWrite:
+			res.Counts.Files++
+			res.Bytes += pl.ch.Size
+		case ChangeDelete:
+			res.Counts.Deletes++
+		case ChangeSymlink:
+			res.Counts.Symlinks++
+		case ChangeDir:
+			res.Counts.Dirs++
+		case ChangeOpaque:
+			res.Counts.Opaques++
+		}
+	}
+	return res, nil
+}
+
+// replay returns the recorded result of a committed transaction.
+func (s *Store) replay(req PublishRequest) (*PublishResult, error) {
+	r, err := s.readTx(req.TxID)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	r.Replayed = true
+	if req.Keep {
+		// The first attempt may have died between commit and re-lease.
+		if _, err := s.Lease(r.LeaseID); r.LeaseID == "" || err != nil {
+			l, err := s.Acquire(req.Owner)
+			if err != nil {
+				return nil, err
+			}
+			r.LeaseID = l.ID
+			_ = s.writeTx(r)
+		}
+		if req.LeaseID != r.LeaseID {
+			s.releaseAfterKeep(req.LeaseID)
+		}
+	}
+	return r, nil
+}
+
+func (s *Store) releaseAfterKeep(old string) {
+	if err := s.Release(old); err != nil {
+		s.log.Warn("release lease after keep", "lease", old, "err", err)
+	}
+}
+
+// txn is one publish in progress: its staging dir and frozen content.
+type txn struct {
+	s       *Store
+	req     PublishRequest
+	dir     string
+	changes []Change
+	ours    map[string]string // path -> sha256 of the frozen content
+	layerN  int
+}
+
+// newTxn validates the change set and freezes the content of every write by
+// copying it into staging (hashing as it copies): what is checked is what is
+// committed, whatever the session does to its upper dir meanwhile.
+func (s *Store) newTxn(ctx context.Context, req PublishRequest) (*txn, error) {
+	if req.Changes == nil {
+		req.Changes = &ChangeSet{}
+	}
+	var conflicts []Conflict
+	for _, d := range req.Changes.Drops {
+		if req.AllowDrops && d.Reason == DropSpecialFile {
+			continue
+		}
+		conflicts = append(conflicts, Conflict{Path: d.Path, Reason: d.Reason, Kind: ConflictDropped,
+			Message: "this entry cannot be published (" + d.Reason + ")"})
+	}
+	changes := req.Changes.normalize()
+	for i, c := range changes {
+		p, err := CleanPath(c.Path)
+		if err == nil {
+			err = CheckPublishable(p)
+		}
+		if err != nil {
+			var pe *PathError
+			errors.As(err, &pe)
+			kind := ConflictInvalid
+			if pe.Reason == ReasonProtectedPath {
+				kind = ConflictProtected
+			}
+			conflicts = append(conflicts, Conflict{Path: c.Path, Reason: pe.Reason, Kind: kind, Message: pe.Detail})
+			continue
+		}
+		changes[i].Path = p
+		if c.Kind == ChangeWrite || c.Kind == ChangeDir || c.Kind == ChangeOpaque {
+			changes[i].Mode = c.Mode.Perm()
+			if changes[i].Mode == 0 && c.Kind != ChangeWrite {
+				changes[i].Mode = 0o755
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		var head Revision
+		if m := s.head.Load(); m != nil {
+			head = m.Revision()
+		}
+		return nil, &ConflictError{Conflicts: conflicts, Head: head}
+	}
+	dir, err := os.MkdirTemp(filepath.Join(s.root, dirStaging), "tx-"+txKey(req.TxID)[:12]+"-")
+	if err != nil {
+		return nil, fmt.Errorf("staging: %w", err)
+	}
+	t := &txn{s: s, req: req, dir: dir, changes: changes, ours: map[string]string{}}
+	if err := t.freeze(ctx); err != nil {
+		t.cleanup()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *txn) freeze(ctx context.Context) error {
+	if err := os.Mkdir(filepath.Join(t.dir, "ours"), 0o700); err != nil {
+		return err
+	}
+	for i := range t.changes {
+		c := &t.changes[i]
+		if c.Kind != ChangeWrite {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		dst := filepath.Join(t.dir, "ours", strconv.Itoa(i))
+		if c.Data != nil || c.Source == "" {
+			// In-memory content is already frozen (the caller handed it over).
+			if c.Data == nil {
+				c.Data = []byte{}
+			}
+			t.ours[c.Path] = hashBytes(c.Data)
+			c.Size = int64(len(c.Data))
+			continue
+		}
+		fi, err := os.Lstat(c.Source)
+		if err != nil {
+			return fmt.Errorf("capture %s: %w", c.Path, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("capture %s: source is no longer a regular file", c.Path)
+		}
+		h, n, err := copyFile(c.Source, dst)
+		if err != nil {
+			return fmt.Errorf("capture %s: %w", c.Path, err)
+		}
+		setMtime(dst, fi.ModTime())
+		t.ours[c.Path], c.Size = h, n
+		c.Source, c.Data = dst, nil
+	}
+	return nil
+}
+
+func (t *txn) cleanup() { _ = removeAll(t.dir) }
+
+// plan resolves the change set against head (caller holds gcMu.RLock).
+func (t *txn) plan(base []ManifestLayer, head *Manifest) ([]planned, RouteSummary, error) {
+	s := t.s
+	r := newResolver(base, head.Layers, s.stackOf(base), s.stackOf(head.Layers))
+	plan, conflicts, err := r.resolve(t.changes, t.ours)
+	if err != nil {
+		return nil, RouteSummary{}, err
+	}
+	if len(conflicts) > 0 {
+		return nil, RouteSummary{}, &ConflictError{Conflicts: conflicts, Head: head.Revision()}
+	}
+	var sum RouteSummary
+	var out []planned
+	for _, pl := range plan {
+		if pl.route == RouteIgnored {
+			sum.IgnoredCount++
+		} else {
+			sum.SourceCount++
+		}
+		eff, err := effective(r.head, pl)
+		if err != nil {
+			return nil, sum, err
+		}
+		if eff {
+			out = append(out, pl)
+		}
+	}
+	return out, sum, nil
+}
+
+func (t *txn) result(plan []planned, head *Manifest, layerID string) *PublishResult {
+	res := &PublishResult{TxID: t.req.TxID, Revision: head.Revision(), Paths: len(plan), NoOp: len(plan) == 0, LayerID: layerID}
+	for _, pl := range plan {
+		if pl.outcome == OutcomeMerged {
+			res.MergedPaths = append(res.MergedPaths, pl.ch.Path)
+		}
+		if pl.route == RouteIgnored {
+			res.RouteSummary.IgnoredCount++
+		} else {
+			res.RouteSummary.SourceCount++
+		}
+	}
+	return res
+}
+
+// publishOnce resolves against the head and commits. Without the commit lock
+// it returns errStale when the head moved meanwhile.
+func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked bool) (*PublishResult, error) {
+	s.gcMu.RLock()
+	head := s.head.Load()
+	plan, sum, err := tx.plan(lease.Layers, head)
+	if err != nil {
+		s.gcMu.RUnlock()
+		return nil, err
+	}
+	if len(plan) == 0 {
+		s.gcMu.RUnlock()
+		res := &PublishResult{TxID: tx.req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
+		if tx.req.Keep {
+			l, err := s.Acquire(tx.req.Owner)
+			if err != nil {
+				return nil, err
+			}
+			res.LeaseID = l.ID
+		}
+		return res, s.writeTx(res)
+	}
+	layerID := newID("L", head.Version+1)
+	tx.layerN++
+	stage := filepath.Join(tx.dir, "layer-"+strconv.Itoa(tx.layerN))
+	meta, err := s.buildLayer(ctx, stage, head, plan, tx.req, layerID, LayerPublish)
+	s.gcMu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	res := tx.result(plan, head, layerID)
+	res.RouteSummary = sum
+	res.Counts, res.Bytes = meta.Counts, meta.Bytes
+	res.Revision = Revision{ManifestVersion: head.Version + 1, LayerCount: len(head.Layers) + 1}
+	if !locked {
+		s.commitMu.Lock()
+		defer s.commitMu.Unlock()
+	}
+	if s.head.Load() != head {
+		return nil, errStale
+	}
+	return res, s.commit(stage, head, meta, res, tx.req)
+}
+
+// buildLayer writes the plan as a layer in stage and returns its metadata.
+func (s *Store) buildLayer(ctx context.Context, stage string, head *Manifest, plan []planned, req PublishRequest, id string, kind LayerKind) (*LayerMeta, error) {
+	headDirs := s.stackOf(head.Layers)
+	b, err := newBuilder(stage, headDirs)
+	if err != nil {
+		return nil, err
+	}
+	meta := &LayerMeta{ID: id, Kind: kind, ParentVersion: head.Version, TxID: req.TxID, Owner: req.Owner,
+		Agent: req.Agent, Message: req.Message, Time: s.opts.Now().UTC(), Blame: map[string][]BlameRange{}}
+	for _, pl := range plan {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if pl.ch.Kind == ChangeWrite {
+			ranges, err := s.blameWrite(head, headDirs, pl, req.Owner)
+			if err != nil {
+				return nil, err
+			}
+			if ranges != nil {
+				meta.Blame[pl.ch.Path] = ranges
+			}
+		}
+		if err := b.add(pl, false); err != nil {
+			return nil, fmt.Errorf("build layer %s: %w", pl.ch.Path, err)
+		}
+		meta.Paths = append(meta.Paths, PathOutcome{Path: pl.ch.Path, Change: string(pl.ch.Kind), Outcome: pl.outcome})
+	}
+	if err := b.sync(); err != nil {
+		return nil, fmt.Errorf("sync layer: %w", err)
+	}
+	meta.Digest, meta.Counts, meta.Bytes = b.digest(), b.counts, b.bytes
+	return meta, nil
+}
+
+// commit publishes a staged layer. The manifest rename is the commit point;
+// everything before it is invisible and swept after a crash, everything
+// after it is re-derivable from the layer's metadata.
+func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *PublishResult, req PublishRequest) error {
+	s.fail.hit(FailAfterStaging)
+	dst := filepath.Join(s.root, dirLayers, meta.ID)
+	if err := os.Rename(stage, dst); err != nil {
+		return fmt.Errorf("commit layer %s: %w", meta.ID, err)
+	}
+	if err := syncDir(filepath.Join(s.root, dirLayers)); err != nil {
+		return err
+	}
+	s.fail.hit(FailAfterRename)
+	next := head.clone()
+	next.Version++
+	next.Layers = append([]ManifestLayer{{ID: meta.ID, Path: dirLayers + "/" + meta.ID, TxID: req.TxID}}, next.Layers...)
+	res.Revision = next.Revision()
+	meta.Result = res
+	if err := s.writeMeta(meta); err != nil {
+		return err
+	}
+	s.fail.hit(FailAfterMeta)
+	if err := writeManifest(s.root, next); err != nil {
+		return fmt.Errorf("commit manifest: %w", err)
+	}
+	s.head.Store(next)
+	s.fail.hit(FailAfterManifest)
+	s.appendAudit(meta)
+	s.fail.hit(FailAfterAudit)
+	if req.Keep {
+		l, err := s.acquireLocked(req.Owner)
+		if err != nil {
+			return fmt.Errorf("committed %s, but re-leasing failed: %w", meta.ID, err)
+		}
+		res.LeaseID = l.ID
+	}
+	if err := s.writeTx(res); err != nil {
+		s.log.Warn("transaction record", "txid", req.TxID, "err", err)
+	}
+	s.fail.hit(FailAfterTx)
+	s.log.Info("layer committed", "layer_id", meta.ID, "txid", req.TxID, "owner", req.Owner,
+		"manifest_version", next.Version, "paths", len(meta.Paths))
+	return nil
+}

@@ -1,0 +1,435 @@
+package layerstack
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const sess1, sess2 = "workspace_session:s1", "workspace_session:s2"
+
+func TestPublishCommitsOneLayerAndDedupesTxID(t *testing.T) {
+	s := newTestStore(t, tree{"a.txt": "a\n", "run.sh*": "#!/bin/sh\n"})
+	l := mustLease(t, s, sess1)
+	cs := writes("a.txt", "a2\n", "new/b.txt", "b\n")
+	req := PublishRequest{TxID: "tx-once", LeaseID: l.ID, Changes: cs, Owner: sess1, Agent: "claude", Message: "edit"}
+	r1, err := s.Publish(context.Background(), req)
+	require.NoError(t, err)
+	require.False(t, r1.NoOp)
+	require.Equal(t, int64(2), r1.Revision.ManifestVersion)
+	require.Equal(t, 2, r1.Revision.LayerCount)
+	require.Equal(t, "a2\n", headFile(t, s, "a.txt"))
+	require.Equal(t, "b\n", headFile(t, s, "new/b.txt"))
+
+	r2, err := s.Publish(context.Background(), req)
+	require.NoError(t, err)
+	require.True(t, r2.Replayed)
+	require.Equal(t, r1.LayerID, r2.LayerID)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 2, "a replayed txid writes nothing")
+
+	meta, err := s.LayerMeta(r1.LayerID)
+	require.NoError(t, err)
+	require.Equal(t, sess1, meta.Owner)
+	require.Equal(t, "claude", meta.Agent)
+	require.Equal(t, "tx-once", meta.TxID)
+	require.Equal(t, int64(1), meta.ParentVersion)
+	require.Equal(t, 2, meta.Counts.Files)
+	hist, err := s.History(0)
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	require.Equal(t, "tx-once", hist[0].TxID)
+	requireHealthy(t, s)
+}
+
+func TestPublishWithoutEffectiveChangeCreatesNoLayer(t *testing.T) {
+	s := newTestStore(t, tree{"a.txt": "a\n"})
+	l := mustLease(t, s, sess1)
+	r, err := publishOn(t, s, l, sess1, writes("a.txt", "a\n"))
+	require.NoError(t, err)
+	require.True(t, r.NoOp)
+	r, err = publishOn(t, s, l, sess1, &ChangeSet{Changes: []Change{{Path: "gone", Kind: ChangeDelete}}})
+	require.NoError(t, err)
+	require.True(t, r.NoOp)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 1)
+}
+
+func TestDisjointEditsMergeInEitherOrder(t *testing.T) {
+	base := lines(20, func(i int) string { return "line " + string(rune('a'+i)) })
+	for _, order := range [][2]int{{0, 1}, {1, 0}} {
+		s := newTestStore(t, tree{"f.txt": base})
+		ls := []*Lease{mustLease(t, s, sess1), mustLease(t, s, sess2)}
+		edits := []*ChangeSet{
+			writes("f.txt", strings.Replace(base, "line c", "LINE C", 1)),
+			writes("f.txt", strings.Replace(base, "line q", "LINE Q", 1)),
+		}
+		for _, i := range order {
+			_, err := publishOn(t, s, ls[i], "workspace_session:x", edits[i])
+			require.NoError(t, err)
+		}
+		got := headFile(t, s, "f.txt")
+		require.Equal(t, strings.Replace(strings.Replace(base, "line c", "LINE C", 1), "line q", "LINE Q", 1), got)
+	}
+}
+
+func TestExecBitSurvivesMergedWrite(t *testing.T) {
+	s := newTestStore(t, tree{"run.sh*": "#!/bin/sh\necho 1\necho 2\necho 3\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	cs1 := &ChangeSet{Changes: []Change{{Path: "run.sh", Kind: ChangeWrite, Mode: 0o755, Data: []byte("#!/bin/sh\necho ONE\necho 2\necho 3\n")}}}
+	cs2 := &ChangeSet{Changes: []Change{{Path: "run.sh", Kind: ChangeWrite, Mode: 0o755, Data: []byte("#!/bin/sh\necho 1\necho 2\necho THREE\n")}}}
+	_, err := publishOn(t, s, l1, sess1, cs1)
+	require.NoError(t, err)
+	r, err := publishOn(t, s, l2, sess2, cs2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"run.sh"}, r.MergedPaths)
+	e, err := s.Head().Stat("run.sh")
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), e.Mode)
+	require.Equal(t, "#!/bin/sh\necho ONE\necho 2\necho THREE\n", headFile(t, s, "run.sh"))
+}
+
+func requireConflict(t *testing.T, err error, path, kind string) *ConflictError {
+	t.Helper()
+	var ce *ConflictError
+	require.True(t, errors.As(err, &ce), "want a conflict, got %v", err)
+	for _, c := range ce.Conflicts {
+		if c.Path == path {
+			require.Equal(t, kind, c.Kind, "conflict %+v", c)
+			return ce
+		}
+	}
+	t.Fatalf("no conflict on %s in %+v", path, ce.Conflicts)
+	return nil
+}
+
+// TestConflictTable walks the rows of the seed's conflict table (seed-spec
+// §5.5): a head change is published first, then "ours", made on the base.
+func TestConflictTable(t *testing.T) {
+	big := strings.Repeat("x", MergeMaxBytes+1)
+	base := tree{
+		"f.txt":        "1\n2\n3\n4\n5\n",
+		"bin.dat":      "\x00\x01\x02",
+		"big.txt":      big,
+		"link":         "->f.txt",
+		"d/":           "",
+		"d/inner.txt":  "in\n",
+		"e/":           "",
+		"e/keep.txt":   "k\n",
+		".gitignore":   "build/\n*.log\n",
+		"build/out.o":  "obj\n",
+		"app.log":      "log\n",
+		"untouched.md": "u\n",
+	}
+	w := func(p, c string) Change { return Change{Path: p, Kind: ChangeWrite, Mode: 0o644, Data: []byte(c)} }
+	cases := []struct {
+		name     string
+		head     []Change
+		ours     []Change
+		wantKind string // "" = accepted
+		path     string
+		check    func(t *testing.T, s *Store)
+	}{
+		{name: "unchanged at head: clean", head: []Change{w("untouched.md", "head\n")}, ours: []Change{w("f.txt", "ours\n")},
+			check: func(t *testing.T, s *Store) { require.Equal(t, "ours\n", headFile(t, s, "f.txt")) }},
+		{name: "text disjoint: merged", head: []Change{w("f.txt", "ONE\n2\n3\n4\n5\n")}, ours: []Change{w("f.txt", "1\n2\n3\n4\nFIVE\n")},
+			check: func(t *testing.T, s *Store) { require.Equal(t, "ONE\n2\n3\n4\nFIVE\n", headFile(t, s, "f.txt")) }},
+		{name: "text adjacent: merged", head: []Change{w("f.txt", "1\n2\nTHREE\n4\n5\n")}, ours: []Change{w("f.txt", "1\n2\n3\nFOUR\n5\n")},
+			check: func(t *testing.T, s *Store) { require.Equal(t, "1\n2\nTHREE\nFOUR\n5\n", headFile(t, s, "f.txt")) }},
+		{name: "text overlapping: conflict", head: []Change{w("f.txt", "1\nTWO\n3\n4\n5\n")}, ours: []Change{w("f.txt", "1\ntwo\n3\n4\n5\n")},
+			wantKind: ConflictContent, path: "f.txt"},
+		{name: "identical change: clean", head: []Change{w("f.txt", "same\n")}, ours: []Change{w("f.txt", "same\n")}},
+		{name: "head made it a symlink", head: []Change{{Path: "f.txt", Kind: ChangeSymlink, Target: "x"}}, ours: []Change{w("f.txt", "ours\n")},
+			wantKind: ConflictSymlink, path: "f.txt"},
+		{name: "head made it a directory", head: []Change{{Path: "f.txt", Kind: ChangeOpaque, Mode: 0o755}, w("f.txt/x", "x")}, ours: []Change{w("f.txt", "ours\n")},
+			wantKind: ConflictFileVsDir, path: "f.txt"},
+		{name: "binary on both sides", head: []Change{w("bin.dat", "\x00head")}, ours: []Change{w("bin.dat", "\x00ours")},
+			wantKind: ConflictBinary, path: "bin.dat"},
+		{name: "too large to merge", head: []Change{w("big.txt", big+"h")}, ours: []Change{w("big.txt", big+"o")},
+			wantKind: ConflictTooLarge, path: "big.txt"},
+		{name: "delete vs modify", head: []Change{w("f.txt", "head\n")}, ours: []Change{{Path: "f.txt", Kind: ChangeDelete}},
+			wantKind: ConflictDeleteModify, path: "f.txt"},
+		{name: "modify vs delete", head: []Change{{Path: "f.txt", Kind: ChangeDelete}}, ours: []Change{w("f.txt", "ours\n")},
+			wantKind: ConflictModifyDelete, path: "f.txt"},
+		{name: "delete on both sides: clean", head: []Change{{Path: "f.txt", Kind: ChangeDelete}}, ours: []Change{{Path: "f.txt", Kind: ChangeDelete}}},
+		{name: "symlink changed on both sides", head: []Change{{Path: "link", Kind: ChangeSymlink, Target: "h"}}, ours: []Change{{Path: "link", Kind: ChangeSymlink, Target: "o"}},
+			wantKind: ConflictSymlink, path: "link"},
+		{name: "opaque dir vs head change", head: []Change{w("d/inner.txt", "head\n")}, ours: []Change{{Path: "d", Kind: ChangeOpaque, Mode: 0o755}, w("d/new.txt", "n")},
+			wantKind: ConflictDirectory, path: "d"},
+		{name: "delete dir whose content changed", head: []Change{w("d/inner.txt", "head\n")}, ours: []Change{{Path: "d", Kind: ChangeDelete}},
+			wantKind: ConflictDirectory, path: "d"},
+		{name: "delete dir nobody touched: clean", head: []Change{w("f.txt", "head\n")}, ours: []Change{{Path: "e", Kind: ChangeDelete}},
+			check: func(t *testing.T, s *Store) {
+				_, err := s.Head().Stat("e/keep.txt")
+				require.ErrorIs(t, err, os.ErrNotExist)
+			}},
+		{name: "both create the same directory", head: []Change{{Path: "newdir", Kind: ChangeDir, Mode: 0o755}, w("newdir/h", "h")},
+			ours: []Change{{Path: "newdir", Kind: ChangeDir, Mode: 0o755}, w("newdir/o", "o")},
+			check: func(t *testing.T, s *Store) {
+				require.Equal(t, "h", headFile(t, s, "newdir/h"))
+				require.Equal(t, "o", headFile(t, s, "newdir/o"))
+			}},
+		{name: "ignored path: last writer wins", head: []Change{w("build/out.o", "head\n"), w("app.log", "head\n")},
+			ours: []Change{w("build/out.o", "ours\n"), w("app.log", "ours\n")},
+			check: func(t *testing.T, s *Store) {
+				require.Equal(t, "ours\n", headFile(t, s, "build/out.o"))
+				require.Equal(t, "ours\n", headFile(t, s, "app.log"))
+			}},
+		{name: "protected path", ours: []Change{w("manifest.json", "{}")}, wantKind: ConflictProtected, path: "manifest.json"},
+		{name: "whiteout namespace", ours: []Change{w("d/.wh.inner.txt", "")}, wantKind: ConflictProtected, path: "d/.wh.inner.txt"},
+		{name: "escape", ours: []Change{w("../etc/passwd", "x")}, wantKind: ConflictInvalid, path: "../etc/passwd"},
+		{name: "parent replaced by a file", head: []Change{{Path: "e", Kind: ChangeDelete}, w("e", "file now")}, ours: []Change{w("e/new.txt", "n")},
+			wantKind: ConflictParent, path: "e/new.txt"},
+		{name: "both changed mode differently", head: []Change{{Path: "f.txt", Kind: ChangeWrite, Mode: 0o755, Data: []byte("1\n2\n3\n4\n5\n")}},
+			ours: []Change{{Path: "f.txt", Kind: ChangeWrite, Mode: 0o600, Data: []byte("1\n2\n3\n4\nfive\n")}}, wantKind: ConflictMode, path: "f.txt"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStore(t, base)
+			ours := mustLease(t, s, sess1)
+			if tc.head != nil {
+				hl := mustLease(t, s, sess2)
+				_, err := publishOn(t, s, hl, sess2, &ChangeSet{Changes: tc.head})
+				require.NoError(t, err)
+			}
+			before, _ := s.Manifest()
+			_, err := publishOn(t, s, ours, sess1, &ChangeSet{Changes: tc.ours})
+			if tc.wantKind == "" {
+				require.NoError(t, err)
+				if tc.check != nil {
+					tc.check(t, s)
+				}
+			} else {
+				requireConflict(t, err, tc.path, tc.wantKind)
+				after, _ := s.Manifest()
+				require.Equal(t, before.Version, after.Version, "a rejected publish commits nothing")
+			}
+			requireHealthy(t, s)
+		})
+	}
+}
+
+func TestConflictReportCarriesLineRangesAndFingerprints(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n4\n5\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	_, err := publishOn(t, s, l1, sess1, writes("f.txt", "1\n2\nhead\n4\n5\n"))
+	require.NoError(t, err)
+	_, err = publishOn(t, s, l2, sess2, writes("f.txt", "1\n2\nours\nours too\n4\n5\n", "other.txt", "fine\n"))
+	ce := requireConflict(t, err, "f.txt", ConflictContent)
+	c := ce.Conflicts[0]
+	require.Equal(t, ReasonSourceConflict, c.Reason)
+	require.True(t, strings.HasPrefix(c.Base, "file:0644:"))
+	require.NotEqual(t, c.Base, c.Head)
+	require.NotEqual(t, c.Head, c.Ours)
+	require.Len(t, c.Hunks, 1)
+	require.Equal(t, LineRange{Start: 3, Count: 1}, c.Hunks[0].Base)
+	require.Equal(t, LineRange{Start: 3, Count: 1}, c.Hunks[0].Head)
+	require.Equal(t, LineRange{Start: 3, Count: 2}, c.Hunks[0].Ours)
+	_, err = s.Head().Stat("other.txt")
+	require.ErrorIs(t, err, os.ErrNotExist, "all or nothing: the clean path did not land either")
+}
+
+func TestTenConcurrentPublishersOfOneFile(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "shared line\n"})
+	var leases []*Lease
+	for i := 0; i < 10; i++ {
+		leases = append(leases, mustLease(t, s, "workspace_session:p"))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range leases {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, errs[i] = s.Publish(context.Background(), PublishRequest{TxID: "conc-" + string(rune('a'+i)), LeaseID: leases[i].ID,
+				Changes: writes("f.txt", "publisher "+string(rune('a'+i))+"\n"), Owner: "workspace_session:p"})
+		}(i)
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		requireConflict(t, err, "f.txt", ConflictContent)
+	}
+	require.Equal(t, 1, ok)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 2)
+	requireHealthy(t, s)
+}
+
+func TestKeepContinuesOnNewHead(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	_, err := publishOn(t, s, l2, sess2, writes("other.txt", "from s2\n"))
+	require.NoError(t, err)
+	r, err := s.Publish(context.Background(), PublishRequest{TxID: nextTx(), LeaseID: l1.ID, Owner: sess1, Keep: true, Changes: writes("f.txt", "1\n2\nthree\n")})
+	require.NoError(t, err)
+	require.NotEmpty(t, r.LeaseID)
+	_, err = s.Lease(l1.ID)
+	require.ErrorIs(t, err, ErrUnknownLease, "the old lease is released")
+	nl, err := s.Lease(r.LeaseID)
+	require.NoError(t, err)
+	require.Equal(t, r.Revision.ManifestVersion, nl.ManifestVersion)
+	v, err := s.View(nl.ID)
+	require.NoError(t, err)
+	b, _, err := v.ReadFile("other.txt", 0)
+	require.NoError(t, err)
+	require.Equal(t, "from s2\n", string(b), "the kept session sees the others' work")
+	// ... and publishes again on top of it.
+	_, err = publishOn(t, s, nl, sess1, writes("f.txt", "1\ntwo\nthree\n"))
+	require.NoError(t, err)
+	require.Equal(t, "1\ntwo\nthree\n", headFile(t, s, "f.txt"))
+}
+
+func TestRefreshMergesHeadUnderSessionChanges(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n4\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	_, err := publishOn(t, s, l2, sess2, writes("f.txt", "ONE\n2\n3\n4\n", "g.txt", "g\n"))
+	require.NoError(t, err)
+	upper := filepath.Join(t.TempDir(), "upper2")
+	rr, err := s.Refresh(context.Background(), l1.ID, writes("f.txt", "1\n2\n3\nFOUR\n", "mine.txt", "m\n"), upper)
+	require.NoError(t, err)
+	require.Equal(t, []string{"f.txt"}, rr.MergedPaths)
+	got := dirTree(t, upper)
+	require.Equal(t, tree{"f.txt": "ONE\n2\n3\nFOUR\n", "mine.txt": "m\n"}, got)
+	nl, err := s.Lease(rr.LeaseID)
+	require.NoError(t, err)
+	// The session's view = new lease + rewritten upper.
+	v := NewView(append([]string{upper}, s.LowerDirs(nl)...)...)
+	require.Equal(t, "g\n", func() string { b, _, _ := v.ReadFile("g.txt", 0); return string(b) }())
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 2, "refresh commits nothing")
+
+	// A conflicting refresh changes nothing.
+	_, err = publishOn(t, s, mustLease(t, s, sess2), sess2, writes("f.txt", "ONE\n2\nhead3\n4\n"))
+	require.NoError(t, err)
+	upper3 := filepath.Join(t.TempDir(), "upper3")
+	_, err = s.Refresh(context.Background(), nl.ID, writes("f.txt", "ONE\n2\nmine3\nFOUR\n"), upper3)
+	requireConflict(t, err, "f.txt", ConflictContent)
+	_, err = os.Stat(upper3)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = s.Lease(nl.ID)
+	require.NoError(t, err, "the lease is untouched after a failed refresh")
+}
+
+func TestCheckPublishIsADryRun(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	_, err := publishOn(t, s, l2, sess2, writes("f.txt", "one\n2\n3\n"))
+	require.NoError(t, err)
+	r, err := s.CheckPublish(context.Background(), PublishRequest{LeaseID: l1.ID, Changes: writes("f.txt", "1\n2\nthree\n")})
+	require.NoError(t, err)
+	require.True(t, r.DryRun)
+	require.Equal(t, []string{"f.txt"}, r.MergedPaths)
+	_, err = s.CheckPublish(context.Background(), PublishRequest{LeaseID: l1.ID, Changes: writes("f.txt", "uno\n2\n3\n")})
+	requireConflict(t, err, "f.txt", ConflictContent)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 2)
+}
+
+func TestDiffShowsUnpublishedChanges(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n", "old.txt": "bye\n", "run.sh": "#!/bin/sh\n"})
+	l := mustLease(t, s, sess1)
+	cs := &ChangeSet{Changes: []Change{
+		{Path: "f.txt", Kind: ChangeWrite, Mode: 0o644, Data: []byte("1\ntwo\n3\n")},
+		{Path: "old.txt", Kind: ChangeDelete},
+		{Path: "new.txt", Kind: ChangeWrite, Mode: 0o644, Data: []byte("hi\n")},
+		{Path: "run.sh", Kind: ChangeWrite, Mode: 0o755, Data: []byte("#!/bin/sh\n")},
+	}}
+	var b strings.Builder
+	sum, err := s.Diff(context.Background(), l.ID, cs, &b)
+	require.NoError(t, err)
+	out := b.String()
+	require.Contains(t, out, "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n 1\n-2\n+two\n 3\n")
+	require.Contains(t, out, "diff --git a/old.txt b/old.txt\ndeleted file mode 100644\n--- a/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n")
+	require.Contains(t, out, "diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hi\n")
+	require.Contains(t, out, "diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n")
+	require.Len(t, sum.Paths, 4)
+}
+
+func TestAmendAndEdits(t *testing.T) {
+	s := newTestStore(t, tree{"run.sh*": "#!/bin/sh\necho old\n"})
+	r, err := s.Amend(context.Background(), AmendRequest{TxID: "am-1", Path: "run.sh", Owner: "operation:req1",
+		Edits: []Edit{{OldString: "echo old", NewString: "echo new"}}})
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Replacements)
+	require.False(t, r.Created)
+	e, err := s.Head().Stat("run.sh")
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), e.Mode, "the exec bit survives an edit")
+	require.Equal(t, "#!/bin/sh\necho new\n", headFile(t, s, "run.sh"))
+
+	r, err = s.Amend(context.Background(), AmendRequest{TxID: "am-2", Path: "docs/new.md", Content: []byte("# hi\n"), Owner: "operation:req2"})
+	require.NoError(t, err)
+	require.True(t, r.Created)
+	_, err = s.Amend(context.Background(), AmendRequest{TxID: "am-3", Path: "run.sh", Edits: []Edit{{OldString: "nope", NewString: "x"}}})
+	var ee *EditError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, "not_found", ee.Reason)
+	big := strings.Repeat("y", MaxEditBytes+1)
+	_, err = s.Amend(context.Background(), AmendRequest{TxID: "am-4", Path: "big", Content: []byte(big)})
+	require.NoError(t, err)
+	_, err = s.Amend(context.Background(), AmendRequest{TxID: "am-5", Path: "big", Edits: []Edit{{OldString: "y", NewString: "z", ReplaceAll: true}}})
+	var tl *TooLargeError
+	require.ErrorAs(t, err, &tl)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 4)
+
+	blame, err := s.Blame("run.sh")
+	require.NoError(t, err)
+	require.Equal(t, []BlameRange{{Start: 1, Count: 1, Owner: OwnerOriginal}, {Start: 2, Count: 1, Owner: "operation:req1"}}, blame)
+}
+
+func TestBlameSurvivesMerges(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n4\n5\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	_, err := publishOn(t, s, l1, sess1, writes("f.txt", "1\nTWO\n3\n4\n5\n"))
+	require.NoError(t, err)
+	_, err = publishOn(t, s, l2, sess2, writes("f.txt", "1\n2\n3\nFOUR\nfour and a half\n5\n"))
+	require.NoError(t, err)
+	b, err := s.Blame("f.txt")
+	require.NoError(t, err)
+	require.Equal(t, []BlameRange{
+		{Start: 1, Count: 1, Owner: OwnerOriginal},
+		{Start: 2, Count: 1, Owner: sess1},
+		{Start: 3, Count: 1, Owner: OwnerOriginal},
+		{Start: 4, Count: 2, Owner: sess2},
+		{Start: 6, Count: 1, Owner: OwnerOriginal},
+	}, b)
+	require.NoError(t, CheckTiling(b, 6))
+}
+
+func TestOpenRefusesSecondOwner(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a"})
+	_, err := Open(s.Root(), Options{})
+	require.ErrorIs(t, err, ErrStoreLocked)
+}
+
+func TestLeasesPersistAcrossReopen(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	l := mustLease(t, s, sess1)
+	_, err := publishOn(t, s, mustLease(t, s, sess2), sess2, writes("a", "b\n"))
+	require.NoError(t, err)
+	root := s.Root()
+	require.NoError(t, s.Close())
+	s2, err := Open(root, Options{})
+	require.NoError(t, err)
+	defer s2.Close()
+	got, err := s2.Lease(l.ID)
+	require.NoError(t, err)
+	require.Equal(t, l.Layers, got.Layers)
+	v, err := s2.View(l.ID)
+	require.NoError(t, err)
+	b, _, err := v.ReadFile("a", 0)
+	require.NoError(t, err)
+	require.Equal(t, "a\n", string(b), "the lease still shows its base")
+}

@@ -1,0 +1,96 @@
+package layerstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// RefreshResult describes a session brought up to date with the head.
+type RefreshResult struct {
+	LeaseID     string   `json:"lease_id"`
+	Revision    Revision `json:"revision"`
+	MergedPaths []string `json:"merged_paths,omitempty"`
+	Changes     int      `json:"changed_paths"`
+	// UpToDate is true when the lease was already on the head: nothing was
+	// written and the caller keeps its upper dir and lease.
+	UpToDate bool `json:"up_to_date"`
+}
+
+// Refresh merges the layers published since a session's base under its
+// change set, without committing anything: it writes the resolved change
+// set, relative to the current head, into newUpper (which must not exist),
+// moves the session onto a new lease at that head and releases the old one.
+// On conflict it returns the same *ConflictError a publish would, and
+// nothing changes.
+func (s *Store) Refresh(ctx context.Context, leaseID string, cs *ChangeSet, newUpper string) (*RefreshResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	lease, err := s.Lease(leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(newUpper); err == nil {
+		return nil, fmt.Errorf("%w: refresh target %s already exists", ErrBadRequest, newUpper)
+	}
+	s.commitMu.Lock()
+	head := s.head.Load()
+	if head.Version == lease.ManifestVersion {
+		s.commitMu.Unlock()
+		return &RefreshResult{LeaseID: leaseID, Revision: head.Revision(), UpToDate: true}, nil
+	}
+	res, err := s.refreshLocked(ctx, lease, head, cs, newUpper)
+	s.commitMu.Unlock()
+	if err != nil {
+		_ = removeAll(newUpper)
+		return nil, err
+	}
+	if err := s.Release(leaseID); err != nil {
+		s.log.Warn("release lease after refresh", "lease", leaseID, "err", err)
+	}
+	return res, nil
+}
+
+func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest, cs *ChangeSet, newUpper string) (*RefreshResult, error) {
+	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.cleanup()
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
+	plan, _, err := tx.plan(lease.Layers, head)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBuilder(newUpper, s.stackOf(head.Layers))
+	if err != nil {
+		return nil, err
+	}
+	res := &RefreshResult{Revision: head.Revision(), Changes: len(plan)}
+	for _, pl := range plan {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := b.add(pl, true); err != nil {
+			return nil, fmt.Errorf("refresh %s: %w", pl.ch.Path, err)
+		}
+		if pl.outcome == OutcomeMerged {
+			res.MergedPaths = append(res.MergedPaths, pl.ch.Path)
+		}
+	}
+	if err := b.sync(); err != nil {
+		return nil, err
+	}
+	l, err := s.acquireLocked(lease.Owner)
+	if err != nil {
+		return nil, err
+	}
+	res.LeaseID = l.ID
+	return res, nil
+}
+
+// IsConflict reports whether err is a publish or refresh rejection.
+func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }

@@ -1,0 +1,167 @@
+package layerstack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// publishHistory lays down layers with every kind of change, so a fold has
+// whiteouts, opaque dirs, replaced types and modes to get right.
+func publishHistory(t *testing.T, s *Store) {
+	t.Helper()
+	steps := []*ChangeSet{
+		writes("a.txt", "a1\n", "dir/x.txt", "x1\n"),
+		{Changes: []Change{{Path: "base.txt", Kind: ChangeDelete}}},
+		{Changes: []Change{{Path: "tree", Kind: ChangeOpaque, Mode: 0o750}, {Path: "tree/only.txt", Kind: ChangeWrite, Mode: 0o644, Data: []byte("only\n")}}},
+		writes("a.txt", "a2\n"),
+		{Changes: []Change{{Path: "dir", Kind: ChangeDelete}}},
+		{Changes: []Change{{Path: "dir", Kind: ChangeWrite, Mode: 0o755, Data: []byte("dir is a file now\n")}}},
+		{Changes: []Change{{Path: "ln", Kind: ChangeSymlink, Target: "a.txt"}}},
+		writes("tmp.txt", "temporary\n"),
+		{Changes: []Change{{Path: "tmp.txt", Kind: ChangeDelete}}},
+		{Changes: []Change{{Path: "keep/sub", Kind: ChangeDir, Mode: 0o700}, {Path: "keep/sub/k.txt", Kind: ChangeWrite, Mode: 0o600, Data: []byte("k\n")}}},
+	}
+	for i, cs := range steps {
+		l := mustLease(t, s, "operation:h")
+		_, err := s.Publish(context.Background(), PublishRequest{TxID: fmt.Sprintf("hist-%d", i), LeaseID: l.ID, Changes: cs, Owner: "operation:h"})
+		require.NoError(t, err, "step %d", i)
+		require.NoError(t, s.Release(l.ID))
+	}
+}
+
+func historyBase() tree {
+	return tree{"base.txt": "base\n", "tree/old1.txt": "o1\n", "tree/old2/x": "o2\n", "keep/k0.txt": "k0\n"}
+}
+
+func TestSquashFoldsRunsAndKeepsContent(t *testing.T) {
+	s := newTestStore(t, historyBase(), Options{AutoSquashAt: -1})
+	publishHistory(t, s)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 11)
+	want := readTree(t, s.Head())
+
+	res, err := s.Squash(context.Background())
+	require.NoError(t, err)
+	require.Len(t, res.SquashedBlocks, 1)
+	require.Len(t, res.SquashedBlocks[0].ReplacedLayerIDs, 10)
+	require.Equal(t, "reclaimed", res.SquashedBlocks[0].ReplacedLayers)
+	m, _ = s.Manifest()
+	require.Len(t, m.Layers, 2, "one squashed layer over the base")
+	require.Equal(t, want, readTree(t, s.Head()))
+	requireHealthy(t, s)
+	ents, _ := os.ReadDir(filepath.Join(s.Root(), dirLayers))
+	require.Len(t, ents, 1, "replaced layers were collected")
+
+	// Blame survives the squash.
+	b, err := s.Blame("a.txt")
+	require.NoError(t, err)
+	require.Equal(t, []BlameRange{{Start: 1, Count: 1, Owner: "operation:h"}}, b)
+}
+
+func TestSquashRespectsLeaseBoundaries(t *testing.T) {
+	s := newTestStore(t, historyBase(), Options{AutoSquashAt: -1})
+	publishHistory(t, s)
+	mid := mustLease(t, s, sess1) // pins the head after 10 layers
+	midTree := readTree(t, func() *View { v, _ := s.View(mid.ID); return v }())
+	for i := 0; i < 3; i++ {
+		l := mustLease(t, s, sess2)
+		_, err := publishOn(t, s, l, sess2, writes(fmt.Sprintf("late%d.txt", i), "late\n"))
+		require.NoError(t, err)
+		require.NoError(t, s.Release(l.ID))
+	}
+	want := readTree(t, s.Head())
+	res, err := s.Squash(context.Background())
+	require.NoError(t, err)
+	require.Len(t, res.SquashedBlocks, 2, "one run above the leased layer, one below")
+	for _, b := range res.SquashedBlocks {
+		require.NotContains(t, b.ReplacedLayerIDs, mid.Layers[0].ID)
+	}
+	require.Equal(t, want, readTree(t, s.Head()))
+	v, err := s.View(mid.ID)
+	require.NoError(t, err)
+	require.Equal(t, midTree, readTree(t, v), "the leased session still reads its layers")
+	requireHealthy(t, s)
+
+	// A publish from the old lease still resolves after the squash.
+	_, err = publishOn(t, s, mid, sess1, writes("a.txt", "from mid\n"))
+	require.NoError(t, err)
+	require.Equal(t, "from mid\n", headFile(t, s, "a.txt"))
+}
+
+func TestAutoSquashPastThreshold(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a"}, Options{AutoSquashAt: 5})
+	for i := 0; i < 12; i++ {
+		_, err := publishOn(t, s, mustLease(t, s, sess1), sess1, writes(fmt.Sprintf("f%d", i), "x"))
+		require.NoError(t, err)
+		for _, l := range s.Leases() {
+			require.NoError(t, s.Release(l.ID))
+		}
+	}
+	require.Eventually(t, func() bool {
+		m, _ := s.Manifest()
+		return len(m.Layers) <= 6 && !s.squashing.Load()
+	}, 10e9, 10e6)
+	for i := 0; i < 12; i++ {
+		require.Equal(t, "x", headFile(t, s, fmt.Sprintf("f%d", i)))
+	}
+}
+
+func TestExportFormatsReproduceTheHead(t *testing.T) {
+	s := newTestStore(t, historyBase(), Options{AutoSquashAt: -1})
+	publishHistory(t, s)
+	want := readTree(t, s.Head())
+	for _, format := range []ExportFormat{ExportTar, ExportTarZst} {
+		t.Run(string(format), func(t *testing.T) {
+			var buf bytes.Buffer
+			res, err := s.Export(context.Background(), &buf, format)
+			require.NoError(t, err)
+			require.Len(t, res.LayersExported, 10)
+			require.Equal(t, 1, res.Entries.Opaques)
+			require.Positive(t, res.Entries.Whiteouts)
+			dest := t.TempDir()
+			writeTree(t, dest, historyBase())
+			_, err = ApplyTar(context.Background(), &buf, dest, ApplyOptions{Mode: ApplyChanges})
+			require.NoError(t, err)
+			require.Equal(t, want, dirTree(t, dest))
+		})
+	}
+	t.Run("dir", func(t *testing.T) {
+		dest := t.TempDir()
+		writeTree(t, dest, historyBase())
+		_, rep, err := s.ExportToDir(context.Background(), dest)
+		require.NoError(t, err)
+		require.Positive(t, rep.FilesWritten)
+		require.Equal(t, want, dirTree(t, dest))
+	})
+	t.Run("patch", func(t *testing.T) {
+		var buf bytes.Buffer
+		_, err := s.Export(context.Background(), &buf, ExportPatch)
+		require.NoError(t, err)
+		dest := t.TempDir()
+		writeTree(t, dest, historyBase())
+		cmd := exec.Command("git", "apply", "--whitespace=nowarn", "-")
+		cmd.Dir, cmd.Stdin = dest, &buf
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git apply: %s\n%s", out, buf.String())
+		got := dirTree(t, dest)
+		// git tracks neither empty directories nor directory modes.
+		for k := range want {
+			if k[len(k)-1] == '/' {
+				delete(want, k)
+			}
+		}
+		for k := range got {
+			if k[len(k)-1] == '/' {
+				delete(got, k)
+			}
+		}
+		require.Equal(t, want, got)
+	})
+}
