@@ -58,17 +58,11 @@ func ImportDir(ctx context.Context, src, parent string, opts ImportOptions) (Bas
 	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
 		return BaseInfo{}, nil, fmt.Errorf("import %s: not a directory (%v)", src, err)
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return BaseInfo{}, nil, err
-	}
-	tmp, err := os.MkdirTemp(parent, ".import-")
+	tmp, err := importDir(parent)
 	if err != nil {
 		return BaseInfo{}, nil, err
 	}
 	defer removeAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return BaseInfo{}, nil, err
-	}
 	im := &importer{ctx: ctx, src: src, dst: tmp, report: &ImportReport{}, dirTimes: map[string]time.Time{}}
 	paths, git := gitPaths(src, opts)
 	if git {
@@ -87,17 +81,11 @@ func ImportDir(ctx context.Context, src, parent string, opts ImportOptions) (Bas
 // ImportTar imports a base from a tar (or tar.zst) stream, hardened like the
 // export applier: the whole stream is validated before anything is written.
 func ImportTar(ctx context.Context, r io.Reader, parent string) (BaseInfo, *ImportReport, error) {
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return BaseInfo{}, nil, err
-	}
-	tmp, err := os.MkdirTemp(parent, ".import-")
+	tmp, err := importDir(parent)
 	if err != nil {
 		return BaseInfo{}, nil, err
 	}
 	defer removeAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return BaseInfo{}, nil, err
-	}
 	ar, err := ApplyTar(ctx, r, tmp, ApplyOptions{Mode: ApplyImport})
 	if err != nil {
 		return BaseInfo{}, nil, fmt.Errorf("import tar: %w", err)
@@ -107,6 +95,23 @@ func ImportTar(ctx context.Context, r io.Reader, parent string) (BaseInfo, *Impo
 		rep.Skipped = append(rep.Skipped, Drop(s))
 	}
 	return finishImport(tmp, parent, rep)
+}
+
+// importDir makes the directory an import fills before it is named by its
+// content hash.
+func importDir(parent string) (string, error) {
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(parent, ".import-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		removeAll(tmp)
+		return "", err
+	}
+	return tmp, nil
 }
 
 func finishImport(tmp, parent string, rep *ImportReport) (BaseInfo, *ImportReport, error) {
