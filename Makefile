@@ -10,18 +10,28 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build test test-unit fuzz bench lint run install clean
+.PHONY: all build daemon test test-deps fuzz bench lint run install clean
 
 all: build
 
-build:
-	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/... 2>/dev/null || true
+build: daemon
 	$(GO) build $(PKGS)
+
+# The daemon runs unchanged in any image (Debian, Alpine, busybox): one
+# statically linked binary, cgo only for libcontainer's nsenter.
+daemon:
+	@mkdir -p $(BIN)
+	$(GO) build -tags 'osusergo netgo' -ldflags '-linkmode external -extldflags -static' -o $(BIN)/sandbox-daemon ./cmd/sandbox-daemon
+
+# What the end-to-end tests need on this machine: a Docker Engine and the
+# locally built test images (cached by tag).
+test-deps:
+	bash scripts/ensure-docker.sh
+	bash scripts/build-test-images.sh
 
 # Every test, including the ones that need root (overlay mounts, mknod,
 # SIGKILLed child processes). CI runs as root.
-test:
+test: test-deps
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 	$(MAKE) fuzz

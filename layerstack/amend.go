@@ -65,22 +65,55 @@ func (s *Store) Amend(ctx context.Context, req AmendRequest) (*AmendResult, erro
 	}
 	pr := PublishRequest{TxID: req.TxID, Owner: req.Owner, Agent: req.Agent, Message: req.Message,
 		Changes: &ChangeSet{Changes: []Change{{Path: p, Kind: ChangeWrite, Mode: mode, Data: content}}}}
+	res.BytesWritten = int64(len(content))
+	pres, err := s.commitOnHead(ctx, head, pr)
+	if err != nil {
+		return nil, err
+	}
+	res.PublishResult = *pres
+	return res, nil
+}
+
+// CommitOnHead commits a change set as one layer against the locked head:
+// last writer wins, nothing can conflict. It serves sessionless deletes and
+// moves (a move is a delete plus a write).
+func (s *Store) CommitOnHead(ctx context.Context, req PublishRequest) (*PublishResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if req.TxID == "" {
+		return nil, fmt.Errorf("%w: txid is required", ErrBadRequest)
+	}
+	if r, err := s.readTx(req.TxID); err == nil {
+		r.Replayed = true
+		return r, nil
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	head := s.head.Load()
+	if head == nil {
+		return nil, ErrNoManifest
+	}
+	return s.commitOnHead(ctx, head, req)
+}
+
+// commitOnHead runs with commitMu held.
+func (s *Store) commitOnHead(ctx context.Context, head *Manifest, pr PublishRequest) (*PublishResult, error) {
 	tx, err := s.newTxn(ctx, pr)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.cleanup()
-	res.BytesWritten = int64(len(content))
 	s.gcMu.RLock()
-	plan, _, err := tx.plan(head.Layers, head)
+	plan, sum, err := tx.plan(head.Layers, head)
 	if err != nil {
 		s.gcMu.RUnlock()
 		return nil, err
 	}
 	if len(plan) == 0 {
 		s.gcMu.RUnlock()
-		res.PublishResult = PublishResult{TxID: req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: RouteSummary{SourceCount: 1}}
-		return res, s.writeTx(&res.PublishResult)
+		res := &PublishResult{TxID: pr.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
+		return res, s.writeTx(res)
 	}
 	id := newID("L", head.Version+1)
 	stage := filepath.Join(tx.dir, "layer")
@@ -90,13 +123,13 @@ func (s *Store) Amend(ctx context.Context, req AmendRequest) (*AmendResult, erro
 		return nil, err
 	}
 	pres := tx.result(plan, head, id)
+	pres.RouteSummary = sum
 	pres.Counts, pres.Bytes = meta.Counts, meta.Bytes
 	if err := s.commit(stage, head, meta, pres, pr); err != nil {
 		return nil, err
 	}
-	res.PublishResult = *pres
 	s.maybeAutoSquash()
-	return res, nil
+	return pres, nil
 }
 
 func (s *Store) amendContent(p string, req AmendRequest, res *AmendResult) ([]byte, fs.FileMode, error) {

@@ -1,0 +1,78 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error kinds (the seed's, plus ours at the end).
+const (
+	KindInvalidRequest   = "invalid_request"
+	KindOperationFailed  = "operation_failed"
+	KindNotFound         = "not_found"
+	KindInternal         = "internal_error"
+	KindUnknownOp        = "unknown_op"
+	KindUnauthorized     = "unauthorized"
+	KindBadJSON          = "bad_json"
+	KindRequestTooLarge  = "request_too_large"
+	KindServerBusy       = "server_busy"
+	KindShuttingDown     = "server_shutting_down"
+	KindConflict         = "source_conflict"
+	KindMethodNotAllowed = "method_not_allowed"
+)
+
+// Error is the body of the error envelope {"error": {...}}.
+type Error struct {
+	Kind    string         `json:"kind"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details"`
+}
+
+// Envelope wraps an Error on the wire.
+type Envelope struct {
+	Error *Error `json:"error"`
+}
+
+func (e *Error) Error() string { return e.Kind + ": " + e.Message }
+
+// Errorf builds an *Error.
+func Errorf(kind string, details map[string]any, format string, a ...any) *Error {
+	if details == nil {
+		details = map[string]any{}
+	}
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, a...), Details: details}
+}
+
+// AsError converts any error into an *Error (internal_error when untyped).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Kind: KindInternal, Message: err.Error(), Details: map[string]any{}}
+}
+
+// HTTPStatus maps an error kind to its HTTP status.
+func HTTPStatus(kind string) int {
+	switch kind {
+	case KindInvalidRequest, KindBadJSON, KindUnknownOp:
+		return http.StatusBadRequest
+	case KindUnauthorized:
+		return http.StatusUnauthorized
+	case KindNotFound:
+		return http.StatusNotFound
+	case KindRequestTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case KindServerBusy:
+		return http.StatusTooManyRequests
+	case KindShuttingDown:
+		return http.StatusServiceUnavailable
+	case KindOperationFailed, KindConflict:
+		return http.StatusConflict
+	case KindMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	default:
+		return http.StatusInternalServerError
+	}
+}

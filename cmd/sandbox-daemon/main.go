@@ -1,0 +1,94 @@
+// Command sandbox-daemon is the runtime inside every sandbox container: PID 1
+// (a small supervisor), the RPC server, the session manager, and — re-executed
+// in other modes — libcontainer's init and each session's init.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
+)
+
+func main() {
+	runtime.InitMain() // libcontainer's re-exec hook: must run first
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "sessinit":
+			os.Exit(runtime.SessionInitMain(os.Args[2:]))
+		case "serve":
+			os.Exit(serve(os.Args[2:]))
+		case "version":
+			fmt.Println("sandbox-daemon", version)
+			return
+		}
+	}
+	if os.Getpid() == 1 {
+		os.Exit(sandboxinit.Supervise(os.Args[1:]))
+	}
+	os.Exit(serve(os.Args[1:]))
+}
+
+var version = "dev"
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("sandbox-daemon", flag.ContinueOnError)
+	var cfg sandboxinit.Config
+	fs.StringVar(&cfg.StateDir, "state-dir", "/eos", "state volume (layer stack, sessions)")
+	fs.StringVar(&cfg.Listen, "listen", ":7001", "RPC listen address")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the sandbox token (default <state-dir>/secret/daemon.token)")
+	fs.StringVar(&cfg.SelfPath, "self", "", "path of this binary inside sessions (default: its own path)")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long running commands get to end on shutdown")
+	fs.IntVar(&cfg.AutoSquashAt, "autosquash-at", 100, "squash the layer stack past this many layers")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.SelfPath == "" {
+		if p, err := os.Executable(); err == nil {
+			cfg.SelfPath = p
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := sandboxinit.New(ctx, cfg)
+	if err != nil {
+		cfg.Logger.Error("daemon start failed", "err", err)
+		return 1
+	}
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		cfg.Logger.Error("listen", "err", err)
+		return 1
+	}
+	srv := sandboxinit.NewServer(d)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	cfg.Logger.Info("daemon ready", "listen", l.Addr().String(), "version", version)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		cfg.Logger.Error("serve", "err", err)
+	}
+	// Stop admitting, let commands end (or kill them after the grace), sync.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	_ = d.Close(sctx)
+	syscall.Sync()
+	cfg.Logger.Info("daemon stopped")
+	return 0
+}

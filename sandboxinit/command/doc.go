@@ -1,0 +1,67 @@
+// Package command is the daemon's command engine: it runs shell commands
+// through an injected Starter, keeps their output as lines, and answers
+// exec_command, write_command_stdin, read_command_lines, cancel_command and
+// resize_command. It knows nothing about containers: the Starter decides
+// where a process runs (a workspace session in production, the host in
+// tests).
+//
+// Invariants:
+//
+//   - Command ids are "cmd_" + 16 hex digits from crypto/rand: unguessable,
+//     unlike the seed's sequential ids. An unknown or evicted id is a
+//     not_found error ("command not found: <id>") for every operation.
+//   - Every command ends: timeout_ms defaults to api.DefaultTimeoutMS and is
+//     clamped to api.MaxTimeoutMS. Ending on behalf of the engine (timeout,
+//     cancel, shutdown) is SIGTERM to the process group, then SIGKILL after
+//     a grace. The first reason wins and fixes the status: cancelled (130)
+//     or timed_out (124), whatever the process's own exit status was.
+//     Otherwise exit 0 is ok and anything else is error, with -N for death
+//     by signal N and 128 when the exit status could not be learned.
+//   - Completion: the engine owns the output pipes and closes its write ends
+//     when the main process's Wait returns. The command is terminal once
+//     every output pipe reached EOF, or DrainGrace (100ms) after Wait when a
+//     background child still holds one: background children never pin a
+//     command (the seed's did). What such a child writes afterwards is read
+//     and discarded, so it does not die of SIGPIPE, until it closes the pipe
+//     or the engine shuts down.
+//   - Output is split into lines at "\n" ("\r\n" counts as "\n"; a lone "\r"
+//     stays in the text). Offsets are 0-based and global per command, in
+//     arrival order across stdout and stderr (the two pipes are read
+//     concurrently, so lines written close together to different streams
+//     may appear in either order). A line longer than 64 KiB is split into
+//     several lines at a rune boundary. With a TTY everything is stdout.
+//   - Partial lines: while a command runs, the bytes after a stream's last
+//     newline are shown after the window's last line, with tentative offsets
+//     from total_lines on; they are not counted in total_lines or end_offset
+//     and do not move the yield cursor, so the completed line is returned
+//     again, whole, once its newline arrives. When the command ends, a
+//     trailing partial line becomes a final line.
+//   - Memory: a command keeps at most MaxBytes of output (line text plus 8
+//     bytes per line); beyond that the oldest lines are dropped, offsets keep
+//     counting, and a response whose window would have started among dropped
+//     lines says truncated. Array growth makes the real footprint up to about
+//     twice that while a command runs; spare capacity is released when it
+//     ends. At most Retained finished commands are kept; the oldest finished
+//     one is evicted first and running ones never are.
+//   - Yields (Start, WriteStdin, Cancel) wait up to the yield time for the
+//     command to end. A running yield returns the lines since the command's
+//     cursor and moves the cursor past them; a terminal one returns the
+//     lines since the cursor without moving it, so asking again gives the
+//     same answer. A yield returns at most api.MaxReadLimit lines and
+//     MaxResponseBytes of text, the newest ones, and says truncated when it
+//     skipped some (Read pages through them). command_session_id is set
+//     while running and on truncated terminal responses; Read always sets it
+//     and never moves the cursor.
+//   - OnExit runs exactly once per started command, after the terminal state
+//     and final output are recorded and the command left Active; terminal
+//     yields wait for it, so what it attaches with SetResult is in the
+//     terminal response. SetResult functions are applied, in order, to every
+//     later response about the command.
+//   - stdin: without a TTY, \x03 or \x04 anywhere in write_command_stdin
+//     cancels (the seed's rule); with a TTY bytes go to the terminal as they
+//     are (^C becomes SIGINT through the line discipline). One write may
+//     block at most StdinDeadline (2s), then fails with details.reason
+//     "stdin_backpressure". CloseStdin sends EOF.
+//   - Lock order: Engine.mu before command.mu; neither is held while calling
+//     a Starter, a Process method, OnExit or a SetResult function.
+package command

@@ -1,0 +1,293 @@
+package command
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxBytes         = 8 << 20
+	DefaultKillGrace        = 100 * time.Millisecond
+	DefaultDrainGrace       = 100 * time.Millisecond
+	DefaultStdinDeadline    = 2 * time.Second
+	DefaultMaxResponseBytes = 256 << 10
+	DefaultRows             = 24
+	DefaultCols             = 80
+)
+
+// yieldLines caps the lines one yield returns (the tail; the rest is paged
+// with Read).
+const yieldLines = api.MaxReadLimit
+
+// Options configures an Engine; zero values take the defaults.
+type Options struct {
+	Retained  int           // finished commands kept (default api.RetainedCommands)
+	MaxBytes  int64         // per-command output kept in memory (default 8 MiB)
+	KillGrace time.Duration // SIGTERM -> SIGKILL (default 100ms, the seed's)
+	Now       func() time.Time
+
+	// DrainGrace is how long output is still collected after the main
+	// process exited while another process (a background child) holds the
+	// output pipes open (default 100ms).
+	DrainGrace time.Duration
+	// StdinDeadline bounds one stdin write (default 2s, the seed's).
+	StdinDeadline time.Duration
+	// MaxResponseBytes caps the line text in one response (default 256 KiB);
+	// at least one line is always returned.
+	MaxResponseBytes int
+	Log              *slog.Logger
+}
+
+// Meta is what the caller attaches to a command.
+type Meta struct {
+	WorkspaceSessionID string
+	// OnExit is called once, from the command's goroutine and without engine
+	// locks, when the command reached a terminal state and its final output
+	// is recorded (Active no longer lists it). out is the terminal response
+	// with the tail of the output; changing it changes nothing. Yields that
+	// observe the terminal state wait for OnExit to return, so it must not
+	// block on what a Start caller may hold.
+	OnExit func(id string, out *api.CommandOutput)
+}
+
+// Engine runs commands and keeps their output.
+type Engine struct {
+	opts Options
+
+	mu        sync.Mutex
+	cmds      map[string]*command
+	finished  []string // terminal commands, oldest first
+	closed    bool
+	lingering map[*os.File]struct{} // output pipes still held by background children
+	wg        sync.WaitGroup        // commands not yet finalized
+	bufs      sync.Pool             // *[readBufBytes]byte
+}
+
+// New returns an Engine.
+func New(opts Options) *Engine {
+	if opts.Retained <= 0 {
+		opts.Retained = api.RetainedCommands
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = DefaultKillGrace
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.DrainGrace <= 0 {
+		opts.DrainGrace = DefaultDrainGrace
+	}
+	if opts.StdinDeadline <= 0 {
+		opts.StdinDeadline = DefaultStdinDeadline
+	}
+	if opts.MaxResponseBytes <= 0 {
+		opts.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{opts: opts, cmds: map[string]*command{}, lingering: map[*os.File]struct{}{},
+		bufs: sync.Pool{New: func() any { return new([readBufBytes]byte) }}}
+}
+
+// Start runs a command and waits up to its yield time for it to finish; it
+// returns the output so far.
+func (e *Engine) Start(ctx context.Context, start Starter, args api.ExecCommandArgs, meta Meta) (*api.CommandOutput, error) {
+	callStart := e.opts.Now()
+	if strings.TrimSpace(args.Cmd) == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "cmd is required")
+	}
+	env, err := envList(args.Env)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	timeout := clampMS(args.TimeoutMS, api.DefaultTimeoutMS, 1, api.MaxTimeoutMS)
+	yield := clampMS(args.YieldTimeMS, api.DefaultYieldTimeMS, 0, api.MaxYieldTimeMS)
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, api.Errorf(api.KindShuttingDown, nil, "command engine is shutting down")
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+
+	c, err := newCommand(e, newID(), args.TTY, meta)
+	if err != nil {
+		e.wg.Done()
+		return nil, fmt.Errorf("start command: %w", err)
+	}
+	spec := c.spec(args, env)
+	c.started = e.opts.Now()
+	proc, err := start(context.WithoutCancel(ctx), spec)
+	if err != nil {
+		c.closePipes()
+		e.wg.Done()
+		e.opts.Log.Warn("command start failed", "command_session_id", c.id, "workspace_session_id", meta.WorkspaceSessionID, "error", err)
+		return nil, fmt.Errorf("start command: %w", err)
+	}
+	c.proc = proc
+
+	e.mu.Lock()
+	for e.cmds[c.id] != nil { // 64 random bits: practically never
+		c.id = newID()
+	}
+	e.cmds[c.id] = c
+	closed := e.closed
+	e.mu.Unlock()
+
+	c.run(timeout)
+	if closed { // Shutdown began while we were starting: it did not see us.
+		c.terminate(api.StatusCancelled, e.opts.KillGrace)
+	}
+	return e.yield(ctx, c, yield, callStart), nil
+}
+
+// Active returns the ids of a workspace session's running commands, oldest
+// first.
+func (e *Engine) Active(workspaceSessionID string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var active []*command
+	for _, c := range e.cmds {
+		if c.meta.WorkspaceSessionID == workspaceSessionID && c.running() {
+			active = append(active, c)
+		}
+	}
+	sort.Slice(active, func(i, j int) bool { return active[i].started.Before(active[j].started) })
+	ids := make([]string, len(active))
+	for i, c := range active {
+		ids[i] = c.id
+	}
+	return ids
+}
+
+// SetResult records f to be applied to every later response about command
+// id (the daemon attaches an implicit session's publish outcome this way).
+// An unknown id is ignored.
+func (e *Engine) SetResult(id string, f func(out *api.CommandOutput)) {
+	c, err := e.lookup(id)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.results = append(c.results, f)
+	c.mu.Unlock()
+}
+
+// Shutdown stops admitting commands, sends SIGTERM to every running one,
+// SIGKILL to those still running after grace, and waits (up to ctx) until all
+// reached a terminal state. Output pipes held by background children of
+// finished commands are closed.
+func (e *Engine) Shutdown(ctx context.Context, grace time.Duration) {
+	e.mu.Lock()
+	e.closed = true
+	var running []*command
+	for _, c := range e.cmds {
+		running = append(running, c)
+	}
+	e.mu.Unlock()
+	for _, c := range running {
+		c.terminate(api.StatusCancelled, grace)
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	for f := range e.lingering {
+		_ = f.Close()
+	}
+	e.mu.Unlock()
+}
+
+func (e *Engine) lookup(id string) (*command, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.cmds[id]; c != nil {
+		return c, nil
+	}
+	return nil, api.Errorf(api.KindNotFound, map[string]any{"command_session_id": id}, "command not found: %s", id)
+}
+
+// retire records that c reached its terminal state and evicts the oldest
+// finished commands beyond the retention limit.
+func (e *Engine) retire(c *command) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.finished = append(e.finished, c.id)
+	for len(e.finished) > e.opts.Retained {
+		delete(e.cmds, e.finished[0])
+		e.finished = e.finished[1:]
+	}
+}
+
+// linger tracks an output pipe a background child still holds; false means
+// the engine is shut down and f must be closed now.
+func (e *Engine) linger(f *os.File, on bool) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !on {
+		delete(e.lingering, f)
+		return true
+	}
+	if e.closed {
+		return false
+	}
+	e.lingering[f] = struct{}{}
+	return true
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return "cmd_" + hex.EncodeToString(b[:])
+}
+
+// clampMS turns an optional millisecond count into a duration: nil or below
+// lo gives def, above hi gives hi.
+func clampMS(v *int64, def, lo, hi int64) time.Duration {
+	ms := def
+	if v != nil && *v >= lo {
+		ms = *v
+	}
+	if ms > hi {
+		ms = hi
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func envList(env map[string]string) ([]string, error) {
+	list := make([]string, 0, len(env))
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"env": k}, "invalid environment variable %q", k)
+		}
+		list = append(list, k+"="+v)
+	}
+	sort.Strings(list)
+	return list, nil
+}
+
+func notRunning(id string) error {
+	return api.Errorf(api.KindOperationFailed, map[string]any{"command_session_id": id}, "command is not running")
+}

@@ -1,0 +1,58 @@
+package command
+
+import (
+	"context"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+// yield waits up to d for c to end, then responds.
+func (e *Engine) yield(ctx context.Context, c *command, d time.Duration, callStart time.Time) *api.CommandOutput {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-c.exited:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return e.respond(ctx, c, callStart)
+}
+
+// respond renders a yield's response: while running, the lines since the
+// cursor, which then moves past them; once terminal, the lines since the
+// cursor without moving it, so every terminal response is the same. A
+// terminal response waits for OnExit so that what it attached with SetResult
+// is in it.
+func (e *Engine) respond(ctx context.Context, c *command, callStart time.Time) *api.CommandOutput {
+	for {
+		final := isClosed(c.exited)
+		if final {
+			select {
+			case <-c.finalized:
+			case <-ctx.Done():
+			}
+		}
+		c.mu.Lock()
+		if c.status != api.StatusRunning && !final {
+			c.mu.Unlock() // it ended just now: wait for OnExit
+			continue
+		}
+		w := c.tailWindow(c.cursor)
+		out := c.render(w, e.opts.Now().Sub(callStart))
+		if c.status == api.StatusRunning {
+			c.cursor = w.to
+			out.CommandSessionID = c.id
+		} else if w.truncated {
+			out.CommandSessionID = c.id
+		}
+		results := append([]func(*api.CommandOutput){}, c.results...)
+		c.mu.Unlock()
+		for _, f := range results {
+			f(out)
+		}
+		return out
+	}
+}

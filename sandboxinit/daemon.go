@@ -1,0 +1,192 @@
+package sandboxinit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
+)
+
+// Config is the daemon's configuration (flags of sandbox-daemon).
+type Config struct {
+	StateDir        string        // the state volume, default /eos
+	Listen          string        // RPC address, default :7001
+	TokenFile       string        // 0600 file holding the sandbox's token
+	SelfPath        string        // this binary, as seen inside sessions (it runs as each session's init)
+	MaxRequestBytes int64         // default 16 MiB
+	MaxConcurrent   int           // requests served at once before server_busy, default 128
+	ShutdownGrace   time.Duration // default 10 s
+	Hidden          []string      // more paths masked inside sessions
+	AutoSquashAt    int
+	Logger          *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.StateDir == "" {
+		c.StateDir = "/eos"
+	}
+	if c.Listen == "" {
+		c.Listen = ":7001"
+	}
+	if c.TokenFile == "" {
+		c.TokenFile = filepath.Join(c.StateDir, "secret", "daemon.token")
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 16 << 20
+	}
+	if c.MaxRequestBytes < 64<<10 {
+		c.MaxRequestBytes = 64 << 10
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 128
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+}
+
+// hidden are the paths no session may see: the whole state volume (layers,
+// other sessions' upper dirs, the token) and anything configured.
+func (c *Config) hidden() []string {
+	out := []string{c.StateDir}
+	if filepath.Dir(c.TokenFile) != c.StateDir && !isUnderDir(c.TokenFile, c.StateDir) {
+		out = append(out, c.TokenFile)
+	}
+	return append(out, c.Hidden...)
+}
+
+func isUnderDir(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+// Daemon is the in-container runtime: the layer store, the sessions and the
+// commands running in them.
+type Daemon struct {
+	cfg   Config
+	log   *slog.Logger
+	token []byte
+	store *layerstack.Store
+	rt    *runtime.Runtime
+	cmds  *command.Engine
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	events   *eventLog
+	started  time.Time
+}
+
+// New opens the state volume, the layer store and the session runtime, and
+// brings back the sessions recorded on the volume.
+func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	cfg.defaults()
+	tok, err := readToken(cfg.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"layerstack", "sessions", "archive", "runtime"} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+	}
+	store, err := layerstack.Open(filepath.Join(cfg.StateDir, "layerstack"), layerstack.Options{AutoSquashAt: cfg.AutoSquashAt, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	rt, err := runtime.New(filepath.Join(cfg.StateDir, "runtime"))
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, token: tok, store: store, rt: rt,
+		cmds: command.New(command.Options{}), sessions: map[string]*session{}, events: newEventLog(4096), started: time.Now()}
+	if err := d.restoreSessions(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close stops admitting commands, ends them after the grace, and closes the
+// store. Sessions keep running (they are re-attached on the next start);
+// the container's stop ends them.
+func (d *Daemon) Close(ctx context.Context) error {
+	d.cmds.Shutdown(ctx, d.cfg.ShutdownGrace)
+	return d.store.Close()
+}
+
+func readToken(name string) ([]byte, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, fmt.Errorf("daemon token: %w (the product copies it in before start)", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("daemon token %s has mode %04o: it must be readable by its owner only (0600)", name, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	if len(b) < 16 {
+		return nil, fmt.Errorf("daemon token %s is shorter than 16 bytes", name)
+	}
+	return b, nil
+}
+
+// eventLog keeps the latest events in a ring (observability grows it).
+type eventLog struct {
+	mu   sync.Mutex
+	buf  []Event
+	next int
+	full bool
+}
+
+// Event is one daemon event.
+type Event struct {
+	TS    time.Time      `json:"ts"`
+	Name  string         `json:"name"`
+	Attrs map[string]any `json:"attrs"`
+}
+
+func newEventLog(n int) *eventLog { return &eventLog{buf: make([]Event, n)} }
+
+func (l *eventLog) add(e Event) {
+	l.mu.Lock()
+	l.buf[l.next] = e
+	l.next = (l.next + 1) % len(l.buf)
+	if l.next == 0 {
+		l.full = true
+	}
+	l.mu.Unlock()
+}
+
+func (l *eventLog) last(n int) []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var all []Event
+	if l.full {
+		all = append(all, l.buf[l.next:]...)
+	}
+	all = append(all, l.buf[:l.next]...)
+	if n > 0 && len(all) > n {
+		all = all[len(all)-n:]
+	}
+	return all
+}
+
+func (d *Daemon) event(name string, attrs map[string]any) {
+	d.events.add(Event{TS: time.Now().UTC(), Name: name, Attrs: attrs})
+	d.log.Info(name, "attrs", attrs)
+}

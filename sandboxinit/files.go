@@ -1,0 +1,702 @@
+package sandboxinit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"golang.org/x/sys/unix"
+)
+
+// File operation limits (the seed's, seed-contract §0.4).
+const (
+	MaxReadOutputBytes = 262_144
+	DefaultReadLines   = 2000
+	MaxReadLines       = 2000
+	MaxReadFileBytes   = 256 << 20
+	MaxListEntries     = 2000
+	MaxSearchMatches   = 2000
+	MaxSearchFileBytes = 4 << 20
+)
+
+// FileReadArgs are file_read's arguments.
+type FileReadArgs struct {
+	Path               string `json:"path"`
+	Offset             int    `json:"offset,omitempty"` // 1-based first line
+	Limit              int    `json:"limit,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// FileReadResult is file_read's result.
+type FileReadResult struct {
+	Path       string `json:"path"`
+	Content    string `json:"content"`
+	StartLine  int    `json:"start_line"`
+	NumLines   int    `json:"num_lines"`
+	TotalLines int    `json:"total_lines"`
+	BytesRead  int    `json:"bytes_read"`
+	TotalBytes int64  `json:"total_bytes"`
+	NextOffset *int   `json:"next_offset"`
+	Truncated  bool   `json:"truncated"`
+}
+
+// fileView is where a file operation acts: a session's mounted workspace,
+// or (without a session) the published head.
+type fileView struct {
+	d  *Daemon
+	s  *session // nil: the head
+	rt *root
+}
+
+func (d *Daemon) view(sessionID string) (*fileView, error) {
+	if sessionID == "" {
+		return &fileView{d: d}, nil
+	}
+	s, err := d.session(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	r, err := openRoot(s.merged())
+	if err != nil {
+		return nil, err
+	}
+	return &fileView{d: d, s: s, rt: r}, nil
+}
+
+func (v *fileView) close() {
+	if v.rt != nil {
+		v.rt.Close()
+	}
+}
+
+// readAll returns a regular file's bytes and its size.
+func (v *fileView) readAll(p string, max int64) ([]byte, fs.FileMode, error) {
+	if v.s == nil {
+		b, e, err := v.d.store.Head().ReadFile(p, max)
+		if err != nil {
+			if e.Kind == layerstack.KindSymlink {
+				return nil, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "target": e.Target}, "%s is a symlink to %s", p, e.Target)
+			}
+			if e.Kind != "" && e.Kind != layerstack.KindFile {
+				return nil, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is a %s, not a regular file", p, e.Kind)
+			}
+			return nil, 0, fileError(p, err)
+		}
+		return b, e.Mode, nil
+	}
+	f, err := v.rt.open(p, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, fileError(p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is not a regular file", p)
+	}
+	if max > 0 && fi.Size() > max {
+		return nil, 0, fileError(p, &layerstack.TooLargeError{Path: p, Size: fi.Size(), Max: max})
+	}
+	b, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
+	return b, fi.Mode().Perm(), err
+}
+
+func (d *Daemon) fileRead(a FileReadArgs) (*FileReadResult, error) {
+	p, err := workspacePath(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	if a.Offset == 0 {
+		a.Offset = 1
+	}
+	if a.Limit == 0 {
+		a.Limit = DefaultReadLines
+	}
+	if a.Offset < 1 || a.Limit < 1 || a.Limit > MaxReadLines {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "offset must be >= 1 and limit within 1..%d", MaxReadLines)
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	b, _, err := v.readAll(p, MaxReadFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	total := int64(len(b))
+	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
+	if !utf8.Valid(b) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "file is not valid UTF-8")
+	}
+	text := strings.ReplaceAll(string(b), "\r\n", "\n")
+	lines := strings.Split(text, "\n")
+	if strings.HasSuffix(text, "\n") {
+		lines = lines[:len(lines)-1]
+	}
+	res := &FileReadResult{Path: a.Path, StartLine: a.Offset, TotalLines: len(lines), TotalBytes: total}
+	if a.Offset-1 < len(lines) {
+		end := min(len(lines), a.Offset-1+a.Limit)
+		win := lines[a.Offset-1 : end]
+		res.Content = strings.Join(win, "\n")
+		if len(win) > 0 && (end < len(lines) || strings.HasSuffix(text, "\n")) {
+			res.Content += "\n"
+		}
+		res.NumLines = len(win)
+		if end < len(lines) {
+			next := end + 1
+			res.NextOffset, res.Truncated = &next, true
+		}
+	}
+	if len(res.Content) > MaxReadOutputBytes {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path, "limit_bytes": MaxReadOutputBytes, "selected_bytes": len(res.Content)},
+			"selected read output exceeds the maximum of %d bytes; read a smaller window with offset and limit", MaxReadOutputBytes)
+	}
+	res.BytesRead = len(res.Content)
+	return res, nil
+}
+
+// FileWriteArgs are file_write's arguments.
+type FileWriteArgs struct {
+	Path               string `json:"path"`
+	Content            string `json:"content"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	Executable         *bool  `json:"executable,omitempty"` // a new file's exec bit (existing files keep theirs)
+}
+
+func (d *Daemon) fileWrite(ctx context.Context, rid string, a FileWriteArgs) (map[string]any, error) {
+	p, err := workspacePath(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	mode := fs.FileMode(0o644)
+	if a.Executable != nil && *a.Executable {
+		mode = 0o755
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	var created bool
+	if v.s == nil {
+		r, err := d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_write:" + rid, Path: p, Content: []byte(a.Content),
+			Mode: mode, Owner: "operation:" + rid})
+		if err != nil {
+			return nil, fileError(a.Path, amendError(err))
+		}
+		created = r.Created
+	} else if created, err = v.writeFile(p, []byte(a.Content), mode); err != nil {
+		return nil, fileError(a.Path, err)
+	}
+	typ := "update"
+	if created {
+		typ = "create"
+	}
+	return map[string]any{"type": typ, "path": a.Path, "bytes_written": len(a.Content)}, nil
+}
+
+// writeFile replaces p in a session atomically (temp file and rename in the
+// same directory), keeping an existing file's permission bits.
+func (v *fileView) writeFile(p string, data []byte, mode fs.FileMode) (bool, error) {
+	dir, name, err := v.rt.openParent(p, true)
+	if err != nil {
+		return false, err
+	}
+	defer dir.Close()
+	dfd := int(dir.Fd())
+	created := true
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			created, mode = false, fs.FileMode(st.Mode&0o7777)
+		case unix.S_IFDIR:
+			return false, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is a directory", p)
+		case unix.S_IFLNK:
+			return false, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is a symlink; write its target instead", p)
+		default:
+			return false, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is not a regular file", p)
+		}
+	}
+	tmp := fmt.Sprintf(".%s.eos-write-%d", name, os.Getpid())
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
+	if err != nil {
+		return false, err
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode.Perm())
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dfd, tmp, dfd, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return false, err
+	}
+	return created, nil
+}
+
+// FileEditArgs are file_edit's arguments.
+type FileEditArgs struct {
+	Path               string            `json:"path"`
+	Edits              []layerstack.Edit `json:"edits"`
+	WorkspaceSessionID string            `json:"workspace_session_id,omitempty"`
+}
+
+func (d *Daemon) fileEdit(ctx context.Context, rid string, a FileEditArgs) (map[string]any, error) {
+	p, err := workspacePath(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	if len(a.Edits) == 0 {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "edits must not be empty")
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	var n, written int
+	if v.s == nil {
+		r, err := d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_edit:" + rid, Path: p, Edits: a.Edits, Owner: "operation:" + rid})
+		if err != nil {
+			return nil, fileError(a.Path, amendError(err))
+		}
+		n, written = r.Replacements, int(r.BytesWritten)
+	} else {
+		old, mode, err := v.readAll(p, layerstack.MaxEditBytes)
+		if err != nil {
+			return nil, err
+		}
+		out, reps, err := layerstack.ApplyEdits(old, a.Edits)
+		if err != nil {
+			return nil, fileError(a.Path, err)
+		}
+		if _, err := v.writeFile(p, out, mode); err != nil {
+			return nil, fileError(a.Path, err)
+		}
+		n, written = reps, len(out)
+	}
+	return map[string]any{"type": "edit", "path": a.Path, "edits_applied": len(a.Edits), "replacements": n, "bytes_written": written}, nil
+}
+
+// amendError maps store refusals of a sessionless write to the wire.
+func amendError(err error) error {
+	var pe *layerstack.PathError
+	if errors.As(err, &pe) {
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": pe.Path, "reason": pe.Reason}, "%s", pe.Error())
+	}
+	return err
+}
+
+// FileListArgs are file_list's (and POST /files/list's) arguments.
+type FileListArgs struct {
+	Path               string `json:"path,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	Limit              int    `json:"limit,omitempty"`
+}
+
+// ListEntry is one file_list entry.
+type ListEntry struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // file, directory, symlink, other
+	Size int64  `json:"size"`
+}
+
+func (d *Daemon) fileList(a FileListArgs) (map[string]any, error) {
+	p, err := workspacePath(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	if a.Limit <= 0 || a.Limit > MaxListEntries {
+		a.Limit = MaxListEntries
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	ents, err := v.list(p)
+	if err != nil {
+		return nil, fileError(a.Path, err)
+	}
+	truncated := len(ents) > a.Limit
+	if truncated {
+		ents = ents[:a.Limit]
+	}
+	shown := a.Path
+	if shown == "" {
+		shown = "."
+	}
+	return map[string]any{"path": shown, "entries": ents, "truncated": truncated}, nil
+}
+
+func (v *fileView) list(p string) ([]ListEntry, error) {
+	out := []ListEntry{}
+	if v.s == nil {
+		ents, err := v.d.store.Head().ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			out = append(out, ListEntry{Name: e.Name, Kind: e.Kind, Size: e.Size})
+		}
+		return out, nil
+	}
+	f, err := v.rt.open(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(int(f.Fd()), n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		e := ListEntry{Name: n, Kind: "other", Size: st.Size}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			e.Kind = "file"
+		case unix.S_IFDIR:
+			e.Kind = "directory"
+		case unix.S_IFLNK:
+			e.Kind = "symlink"
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// FileDeleteArgs are file_delete's arguments.
+type FileDeleteArgs struct {
+	Path               string `json:"path"`
+	Recursive          bool   `json:"recursive,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+func (d *Daemon) fileDelete(ctx context.Context, rid string, a FileDeleteArgs) (map[string]any, error) {
+	p, err := workspacePath(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	if p == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "refusing to delete the workspace root")
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	if v.s == nil {
+		e, err := d.store.Head().Stat(p)
+		if err != nil {
+			return nil, fileError(a.Path, err)
+		}
+		if e.Kind == layerstack.KindDirectory && !a.Recursive {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "%s is a directory: pass recursive to delete it", a.Path)
+		}
+		_, err = d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_delete:" + rid, Owner: "operation:" + rid,
+			Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: p, Kind: layerstack.ChangeDelete}}}})
+		if err != nil {
+			return nil, fileError(a.Path, amendError(err))
+		}
+		return map[string]any{"path": a.Path, "deleted": true}, nil
+	}
+	dir, name, err := v.rt.openParent(p, false)
+	if err != nil {
+		return nil, fileError(a.Path, err)
+	}
+	defer dir.Close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fileError(a.Path, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if !a.Recursive {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "%s is a directory: pass recursive to delete it", a.Path)
+		}
+		// The parent is pinned by its fd; RemoveAll never follows symlinks.
+		err = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name))
+	} else {
+		err = unix.Unlinkat(int(dir.Fd()), name, 0)
+	}
+	if err != nil {
+		return nil, fileError(a.Path, err)
+	}
+	return map[string]any{"path": a.Path, "deleted": true}, nil
+}
+
+// FileMoveArgs are file_move's arguments.
+type FileMoveArgs struct {
+	From               string `json:"from"`
+	To                 string `json:"to"`
+	Overwrite          bool   `json:"overwrite,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+func (d *Daemon) fileMove(ctx context.Context, rid string, a FileMoveArgs) (map[string]any, error) {
+	from, err := workspacePath(a.From)
+	if err != nil {
+		return nil, err
+	}
+	to, err := workspacePath(a.To)
+	if err != nil {
+		return nil, err
+	}
+	if from == "" || to == "" || from == to || strings.HasPrefix(to, from+"/") {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "cannot move %q to %q", a.From, a.To)
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	if v.s == nil {
+		return d.moveOnHead(ctx, rid, a, from, to)
+	}
+	sd, sname, err := v.rt.openParent(from, false)
+	if err != nil {
+		return nil, fileError(a.From, err)
+	}
+	defer sd.Close()
+	dd, dname, err := v.rt.openParent(to, true)
+	if err != nil {
+		return nil, fileError(a.To, err)
+	}
+	defer dd.Close()
+	flags := uint(unix.RENAME_NOREPLACE)
+	if a.Overwrite {
+		flags = 0
+	}
+	err = unix.Renameat2(int(sd.Fd()), sname, int(dd.Fd()), dname, flags)
+	if errors.Is(err, unix.EXDEV) {
+		// A directory from a lower layer (overlay without redirect_dir):
+		// copy it up by hand, then delete the original.
+		src := fmt.Sprintf("/proc/self/fd/%d/%s", sd.Fd(), sname)
+		dst := fmt.Sprintf("/proc/self/fd/%d/%s", dd.Fd(), dname)
+		if err = os.CopyFS(dst, os.DirFS(src)); err == nil {
+			err = os.RemoveAll(src)
+		}
+	}
+	if errors.Is(err, unix.EEXIST) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
+	}
+	if err != nil {
+		return nil, fileError(a.From, err)
+	}
+	return map[string]any{"from": a.From, "to": a.To, "moved": true}, nil
+}
+
+func (d *Daemon) moveOnHead(ctx context.Context, rid string, a FileMoveArgs, from, to string) (map[string]any, error) {
+	head := d.store.Head()
+	e, err := head.Stat(from)
+	if err != nil {
+		return nil, fileError(a.From, err)
+	}
+	if _, err := head.Stat(to); err == nil && !a.Overwrite {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
+	}
+	changes := []layerstack.Change{{Path: from, Kind: layerstack.ChangeDelete}}
+	add := func(e layerstack.Entry, dst string) error {
+		switch e.Kind {
+		case layerstack.KindDirectory:
+			changes = append(changes, layerstack.Change{Path: dst, Kind: layerstack.ChangeDir, Mode: e.Mode})
+		case layerstack.KindSymlink:
+			changes = append(changes, layerstack.Change{Path: dst, Kind: layerstack.ChangeSymlink, Target: e.Target})
+		default:
+			b, _, err := head.ReadFile(e.Path, 0)
+			if err != nil {
+				return err
+			}
+			changes = append(changes, layerstack.Change{Path: dst, Kind: layerstack.ChangeWrite, Mode: e.Mode, Data: b})
+		}
+		return nil
+	}
+	if err := add(e, to); err != nil {
+		return nil, fileError(a.From, err)
+	}
+	if e.Kind == layerstack.KindDirectory {
+		changes[1].Kind = layerstack.ChangeOpaque
+		err := head.Walk(from, func(c layerstack.Entry) error { return add(c, to+c.Path[len(from):]) })
+		if err != nil {
+			return nil, fileError(a.From, err)
+		}
+	}
+	_, err = d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_move:" + rid, Owner: "operation:" + rid,
+		Changes: &layerstack.ChangeSet{Changes: changes}})
+	if err != nil {
+		return nil, fileError(a.From, amendError(err))
+	}
+	return map[string]any{"from": a.From, "to": a.To, "moved": true}, nil
+}
+
+// FileSearchArgs are file_search's arguments: Glob filters paths (a pattern
+// without "/" matches base names), Query is a regular expression matched
+// against each line of text files.
+type FileSearchArgs struct {
+	Path               string `json:"path,omitempty"`
+	Glob               string `json:"glob,omitempty"`
+	Query              string `json:"query,omitempty"`
+	Limit              int    `json:"limit,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// SearchMatch is one file_search hit (Line 0 for a path-only match).
+type SearchMatch struct {
+	Path string `json:"path"`
+	Line int    `json:"line,omitempty"`
+	Text string `json:"text,omitempty"`
+}
+
+func (d *Daemon) fileSearch(ctx context.Context, a FileSearchArgs) (map[string]any, error) {
+	p, err := workspacePath(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	if a.Glob == "" && a.Query == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "give glob, query, or both")
+	}
+	if _, err := path.Match(a.Glob, "x"); err != nil {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "bad glob: %v", err)
+	}
+	var re *regexp.Regexp
+	if a.Query != "" {
+		if re, err = regexp.Compile(a.Query); err != nil {
+			return nil, api.Errorf(api.KindInvalidRequest, nil, "bad query regular expression: %v", err)
+		}
+	}
+	if a.Limit <= 0 || a.Limit > MaxSearchMatches {
+		a.Limit = 200
+	}
+	v, err := d.view(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	matches := []SearchMatch{}
+	truncated := false
+	errStop := errors.New("stop")
+	visit := func(rel string, isFile bool, size int64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !isFile || strings.HasPrefix(rel, ".git/") {
+			return nil
+		}
+		if a.Glob != "" {
+			target := rel
+			if !strings.Contains(a.Glob, "/") {
+				target = path.Base(rel)
+			}
+			if ok, _ := path.Match(a.Glob, target); !ok {
+				return nil
+			}
+		}
+		if re == nil {
+			matches = append(matches, SearchMatch{Path: rel})
+		} else if size <= MaxSearchFileBytes {
+			b, _, err := v.readAll(rel, MaxSearchFileBytes)
+			if err != nil || bytes.IndexByte(b, 0) >= 0 {
+				return nil
+			}
+			for i, line := range strings.Split(string(b), "\n") {
+				if re.MatchString(line) {
+					if len(line) > 500 {
+						line = line[:500]
+					}
+					matches = append(matches, SearchMatch{Path: rel, Line: i + 1, Text: line})
+					if len(matches) >= a.Limit {
+						break
+					}
+				}
+			}
+		}
+		if len(matches) >= a.Limit {
+			truncated = true
+			return errStop
+		}
+		return nil
+	}
+	if v.s == nil {
+		err = d.store.Head().Walk(p, func(e layerstack.Entry) error { return visit(e.Path, e.Kind == layerstack.KindFile, e.Size) })
+	} else {
+		root := v.s.merged()
+		start := root
+		if p != "" {
+			start = root + "/" + p
+			if fi, lerr := os.Lstat(start); lerr != nil || !fi.IsDir() {
+				return nil, fileError(a.Path, fmt.Errorf("%w", os.ErrNotExist))
+			}
+		}
+		err = walkDir(start, func(full string, fi fs.FileInfo) error {
+			return visit(strings.TrimPrefix(full, root+"/"), fi.Mode().IsRegular(), fi.Size())
+		})
+	}
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, fileError(a.Path, err)
+	}
+	return map[string]any{"matches": matches, "truncated": truncated}, nil
+}
+
+// walkDir walks a tree without following symlinks.
+func walkDir(dir string, fn func(full string, fi fs.FileInfo) error) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		full := dir + "/" + e.Name()
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if err := fn(full, fi); err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			if err := walkDir(full, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) fileBlame(p string) (map[string]any, error) {
+	rel, err := workspacePath(p)
+	if err != nil {
+		return nil, err
+	}
+	ranges, err := d.store.Blame(rel)
+	if err != nil {
+		return nil, fileError(p, err)
+	}
+	if ranges == nil {
+		ranges = []layerstack.BlameRange{}
+	}
+	return map[string]any{"path": p, "ranges": ranges}, nil
+}

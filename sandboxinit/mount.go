@@ -1,0 +1,105 @@
+package sandboxinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountWorkspace mounts a session's /workspace: an overlay of the leased
+// layers (newest first) under the session's upper dir. It uses the new mount
+// API with one "lowerdir+" per layer, so stack depth is not limited by the
+// size of a mount option string, and falls back to the legacy option string
+// on kernels without lowerdir+ (before 6.8). redirect_dir and metacopy stay
+// off so the upper dir always holds whole files and plain directories, which
+// is what capture reads.
+func mountWorkspace(lower []string, upper, work, target string) error {
+	if len(lower) == 0 {
+		return errors.New("mount workspace: no layers")
+	}
+	err := mountOverlayAPI(lower, upper, work, target)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("mount workspace at %s: %w", target, err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off,index=off,xino=off",
+		strings.Join(lower, ":"), upper, work)
+	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount workspace at %s (legacy options): %w", target, err)
+	}
+	return nil
+}
+
+func mountOverlayAPI(lower []string, upper, work, target string) error {
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	set := func(k, v string) error { return unix.FsconfigSetString(fd, k, v) }
+	for _, l := range lower {
+		if err := set("lowerdir+", l); err != nil {
+			return err
+		}
+	}
+	for k, v := range map[string]string{"upperdir": upper, "workdir": work, "redirect_dir": "off", "metacopy": "off", "index": "off", "xino": "off"} {
+		if err := set(k, v); err != nil {
+			return fmt.Errorf("overlay option %s: %w", k, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return err
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mfd)
+	return unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// unmountAll peels every mount stacked on target.
+func unmountAll(target string) error {
+	for i := 0; i < 16; i++ {
+		if !isMountPoint(target) {
+			return nil
+		}
+		if err := unix.Unmount(target, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			if errors.Is(err, unix.EBUSY) {
+				// A process still has it open: detach so it goes when they do.
+				return unix.Unmount(target, unix.MNT_DETACH)
+			}
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// isMountPoint reports whether p is the root of a mount (its device differs
+// from its parent's, or mountinfo lists it).
+func isMountPoint(p string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMount(f[4]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}

@@ -1,0 +1,141 @@
+package sandboxinit
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+// operations is the daemon's RPC table. Names follow the seed's catalog;
+// the ones the workflow layer drives (init_base, publish with a txid,
+// squash_layerstack, export_layerstack) are internal: the gateway refuses
+// them at its public doors.
+func (d *Daemon) operations() map[string]handler {
+	return map[string]handler{
+		"health": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
+			return map[string]any{"status": "ok", "daemon_pid": os.Getpid()}, nil
+		}),
+
+		"create_workspace_session": op(func(ctx context.Context, rid string, a CreateSessionArgs) (any, error) {
+			s, err := d.createSession(ctx, a, false)
+			if err != nil {
+				return nil, err
+			}
+			return d.info(s), nil
+		}),
+		"list_workspace_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
+			return map[string]any{"workspace_sessions": d.listSessions()}, nil
+		}),
+		"destroy_workspace_session": op(func(ctx context.Context, rid string, a DestroySessionArgs) (any, error) {
+			return d.destroySession(ctx, a)
+		}),
+		"publish_workspace_session": op(func(ctx context.Context, rid string, a PublishArgs) (any, error) { return d.publishSession(ctx, a) }),
+		"refresh_workspace_session": op(func(ctx context.Context, rid string, a SessionArgs) (any, error) { return d.refreshSession(ctx, a) }),
+		"diff_workspace_session":    op(func(ctx context.Context, rid string, a SessionArgs) (any, error) { return d.diffSession(ctx, a) }),
+		"check_publish":             op(func(ctx context.Context, rid string, a SessionArgs) (any, error) { return d.checkPublish(ctx, a) }),
+
+		"exec_command": op(func(ctx context.Context, rid string, a api.ExecCommandArgs) (any, error) { return d.exec(ctx, a) }),
+		"write_command_stdin": op(func(ctx context.Context, rid string, a api.WriteCommandStdinArgs) (any, error) {
+			return d.cmds.WriteStdin(ctx, a)
+		}),
+		"read_command_lines": op(func(ctx context.Context, rid string, a api.ReadCommandLinesArgs) (any, error) { return d.cmds.Read(a) }),
+		"cancel_command": op(func(ctx context.Context, rid string, a api.CancelCommandArgs) (any, error) {
+			return d.cmds.Cancel(ctx, a)
+		}),
+		"resize_command": op(func(ctx context.Context, rid string, a api.ResizeCommandArgs) (any, error) {
+			return map[string]any{"command_session_id": a.CommandSessionID, "resized": true}, d.cmds.Resize(a)
+		}),
+
+		"file_read": op(func(ctx context.Context, rid string, a FileReadArgs) (any, error) { return d.fileRead(a) }),
+		"file_write": op(func(ctx context.Context, rid string, a FileWriteArgs) (any, error) {
+			return d.fileWrite(ctx, rid, a)
+		}),
+		"file_edit":   op(func(ctx context.Context, rid string, a FileEditArgs) (any, error) { return d.fileEdit(ctx, rid, a) }),
+		"file_list":   op(func(ctx context.Context, rid string, a FileListArgs) (any, error) { return d.fileList(a) }),
+		"file_delete": op(func(ctx context.Context, rid string, a FileDeleteArgs) (any, error) { return d.fileDelete(ctx, rid, a) }),
+		"file_move":   op(func(ctx context.Context, rid string, a FileMoveArgs) (any, error) { return d.fileMove(ctx, rid, a) }),
+		"file_search": op(func(ctx context.Context, rid string, a FileSearchArgs) (any, error) { return d.fileSearch(ctx, a) }),
+		"file_blame": op(func(ctx context.Context, rid string, a struct {
+			Path string `json:"path"`
+		}) (any, error) {
+			return d.fileBlame(a.Path)
+		}),
+
+		"init_base":         op(func(ctx context.Context, rid string, a InitBaseArgs) (any, error) { return d.initBase(ctx, a) }),
+		"squash_layerstack": op(func(ctx context.Context, rid string, _ struct{}) (any, error) { return d.store.Squash(ctx) }),
+		"export_layerstack": op(func(ctx context.Context, rid string, a ExportArgs) (any, error) {
+			return &exportStream{d: d, format: a.Format}, nil
+		}),
+		"layerstack_history": op(func(ctx context.Context, rid string, a struct {
+			Limit int `json:"limit,omitempty"`
+		}) (any, error) {
+			h, err := d.store.History(a.Limit)
+			if h == nil {
+				h = []layerstack.AuditRecord{}
+			}
+			return map[string]any{"publishes": h}, err
+		}),
+		"events": op(func(ctx context.Context, rid string, a struct {
+			LastN int `json:"last_n,omitempty"`
+		}) (any, error) {
+			return map[string]any{"view": "events", "events": d.events.last(a.LastN)}, nil
+		}),
+	}
+}
+
+// InitBaseArgs import the sandbox's base from a directory inside the
+// container (the product copies the host tree there first).
+type InitBaseArgs struct {
+	SourceDir string `json:"source_dir"`
+	All       bool   `json:"all,omitempty"` // include gitignored files of a git work tree
+	Remove    bool   `json:"remove_source,omitempty"`
+}
+
+func (d *Daemon) initBase(ctx context.Context, a InitBaseArgs) (any, error) {
+	if m, err := d.store.Manifest(); err == nil {
+		return map[string]any{"base_id": m.Base().ID, "revision": m.Revision(), "already_initialized": true}, nil
+	}
+	if a.SourceDir == "" || !filepath.IsAbs(a.SourceDir) {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "source_dir must be an absolute path inside the sandbox")
+	}
+	info, rep, err := layerstack.ImportDir(ctx, a.SourceDir, filepath.Join(d.store.Root(), "base"), layerstack.ImportOptions{All: a.All})
+	if err != nil {
+		return nil, api.Errorf(api.KindOperationFailed, nil, "import base: %v", err)
+	}
+	m, err := d.store.Init(ctx, info)
+	if err != nil {
+		return nil, err
+	}
+	if a.Remove {
+		_ = os.RemoveAll(a.SourceDir)
+	}
+	return map[string]any{"base_id": info.ID, "root_hash": info.RootHash, "revision": m.Revision(), "import": rep}, nil
+}
+
+// ExportArgs select the export encoding.
+type ExportArgs struct {
+	Format string `json:"format,omitempty"` // tar (default), tar-zst, patch
+}
+
+type exportStream struct {
+	d      *Daemon
+	format string
+}
+
+func (e *exportStream) stream(w http.ResponseWriter) {
+	f := layerstack.ExportFormat(strings.ReplaceAll(e.format, "_", "-"))
+	if f == "" {
+		f = layerstack.ExportTar
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Trailer", "X-Export-Error")
+	w.WriteHeader(http.StatusOK)
+	if _, err := e.d.store.Export(context.Background(), w, f); err != nil {
+		w.Header().Set("X-Export-Error", err.Error())
+	}
+}

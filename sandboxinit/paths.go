@@ -1,0 +1,146 @@
+package sandboxinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"golang.org/x/sys/unix"
+)
+
+// WorkspaceRoot is where sessions see the workspace.
+const WorkspaceRoot = "/workspace"
+
+// workspacePath turns a user path (relative, or absolute under /workspace)
+// into a clean workspace-relative path, refusing everything else.
+func workspacePath(p string) (string, error) {
+	if strings.HasPrefix(p, "/") {
+		switch {
+		case p == WorkspaceRoot:
+			p = ""
+		case strings.HasPrefix(p, WorkspaceRoot+"/"):
+			p = p[len(WorkspaceRoot)+1:]
+		default:
+			return "", api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "path %q is outside %s: use a path relative to the workspace or under %s", p, WorkspaceRoot, WorkspaceRoot)
+		}
+	}
+	c, err := layerstack.CleanPath(p)
+	if err != nil {
+		var pe *layerstack.PathError
+		if errors.As(err, &pe) {
+			return "", api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "reason": pe.Reason}, "invalid path: %s", pe.Detail)
+		}
+		return "", err
+	}
+	return c, nil
+}
+
+// root is an open workspace directory; every path is resolved beneath it
+// by openat2 with RESOLVE_IN_ROOT, so no symlink (absolute or "..") can lead
+// out of the workspace, and magic links are refused.
+type root struct{ fd int }
+
+func openRoot(dir string) (*root, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	return &root{fd: fd}, nil
+}
+
+func (r *root) Close() { unix.Close(r.fd) }
+
+const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// open opens rel beneath the root ("" is the root itself).
+func (r *root) open(rel string, flags int, mode uint32) (*os.File, error) {
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// openParent opens the directory holding rel and returns it with rel's
+// base name. With create, missing parent directories are made (0755).
+func (r *root) openParent(rel string, create bool) (*os.File, string, error) {
+	dir, name := "", rel
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		dir, name = rel[:i], rel[i+1:]
+	}
+	if name == "" {
+		return nil, "", api.Errorf(api.KindInvalidRequest, nil, "path names the workspace root")
+	}
+	d, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err == nil || !create || !errors.Is(err, unix.ENOENT) {
+		return d, name, err
+	}
+	if err := r.mkdirAll(dir); err != nil {
+		return nil, "", err
+	}
+	d, err = r.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	return d, name, err
+}
+
+// mkdirAll creates dir and its parents beneath the root, component by
+// component, each step resolved in the root.
+func (r *root) mkdirAll(dir string) error {
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		prefix := strings.Join(parts[:i+1], "/")
+		f, err := r.open(prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err == nil {
+			f.Close()
+			continue
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+		parent, err := r.open(strings.Join(parts[:i], "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.Mkdirat(int(parent.Fd()), parts[i], 0o755)
+		parent.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return &os.PathError{Op: "mkdir", Path: prefix, Err: err}
+		}
+	}
+	return nil
+}
+
+// fileError maps filesystem errors to the wire's kinds.
+func fileError(p string, err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	d := map[string]any{"path": p}
+	switch {
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ENOENT):
+		return api.Errorf(api.KindNotFound, d, "file not found: %s", p)
+	case errors.Is(err, unix.ENOTDIR):
+		return api.Errorf(api.KindInvalidRequest, d, "a parent of %s is not a directory", p)
+	case errors.Is(err, unix.EISDIR):
+		return api.Errorf(api.KindInvalidRequest, d, "%s is a directory", p)
+	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
+		return api.Errorf(api.KindInvalidRequest, d, "%s resolves through a link that leaves the workspace", p)
+	case errors.Is(err, layerstack.ErrSymlinkInPath):
+		return api.Errorf(api.KindInvalidRequest, d, "a parent of %s is a symlink", p)
+	}
+	var tl *layerstack.TooLargeError
+	if errors.As(err, &tl) {
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "size": tl.Size, "limit": tl.Max}, "file is too large: %s has %d bytes (limit %d)", p, tl.Size, tl.Max)
+	}
+	var ee *layerstack.EditError
+	if errors.As(err, &ee) {
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "edit_index": ee.Index, "reason": ee.Reason}, "%s", ee.Error())
+	}
+	return err
+}

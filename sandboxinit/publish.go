@@ -1,0 +1,289 @@
+package sandboxinit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+// PublishArgs are publish_workspace_session's arguments. TxID makes the
+// publish idempotent (the workflow layer derives it); the default is unique
+// per session generation.
+type PublishArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	TxID               string `json:"txid,omitempty"`
+	Keep               bool   `json:"keep,omitempty"`
+	Message            string `json:"message,omitempty"`
+	GraceS             *int   `json:"grace_s,omitempty"`
+}
+
+// SessionArgs name a session.
+type SessionArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+}
+
+// busy refuses an operation on a session with running commands.
+func (d *Daemon) busy(s *session, op string) error {
+	if active := d.cmds.Active(s.rec.ID); len(active) > 0 {
+		return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},
+			"%s: workspace session %s has %d running command(s); wait for them or cancel them", op, s.rec.ID, len(active))
+	}
+	return nil
+}
+
+func (d *Daemon) publishSession(ctx context.Context, a PublishArgs) (map[string]any, error) {
+	s, err := d.session(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if err := d.busy(s, "publish"); err != nil {
+		return nil, err
+	}
+	return d.publishLocked(ctx, s, a)
+}
+
+// publishLocked runs with the session gate held: capture, commit, finalize.
+func (d *Daemon) publishLocked(ctx context.Context, s *session, a PublishArgs) (map[string]any, error) {
+	if a.TxID == "" {
+		a.TxID = fmt.Sprintf("publish:%s:%d", s.rec.ID, s.rec.Generation)
+	}
+	fail := func(stage string, extra map[string]any, format string, args ...any) error {
+		det := map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true}
+		for k, v := range extra {
+			det[k] = v
+		}
+		return api.Errorf(api.KindOperationFailed, det, format, args...)
+	}
+	cs, err := layerstack.Capture(s.upper())
+	if err != nil {
+		return nil, fail("capture", nil, "capture failed: %v", err)
+	}
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Changes: cs,
+		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit})
+	if err != nil {
+		var ce *layerstack.ConflictError
+		if errors.As(err, &ce) {
+			d.event("workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
+			return nil, fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error())
+		}
+		return nil, fail("publish", nil, "publish failed: %v", err)
+	}
+	d.event("workspace_session.published", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
+	out := map[string]any{"workspace_session_id": s.rec.ID, "publish": publishJSON(res)}
+	if a.Keep {
+		if err := d.rebase(ctx, s, res.LeaseID); err != nil {
+			s.state = StateFinalizeFailed
+			return nil, finalizeFailed(s, res, err)
+		}
+		out["destroyed"], out["kept"] = false, true
+		return out, nil
+	}
+	bytes, err := d.teardown(ctx, s, true)
+	if err != nil {
+		s.state = StateFinalizeFailed
+		return nil, finalizeFailed(s, res, err)
+	}
+	out["destroyed"], out["evicted_upperdir_bytes"] = true, bytes
+	return out, nil
+}
+
+func finalizeFailed(s *session, res *layerstack.PublishResult, err error) error {
+	return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "destroy",
+		"publish_completed": true, "layer_committed": !res.NoOp, "publish": publishJSON(res), "destroyed": false,
+		"session_state": StateFinalizeFailed, "recovery_operation": "destroy_workspace_session"},
+		"published, but closing the session failed: %v", err)
+}
+
+// rebase moves a session onto a new lease with an empty upper dir (after a
+// publish with keep, whose changes are now in the head).
+func (d *Daemon) rebase(ctx context.Context, s *session, leaseID string) error {
+	return d.switchUpper(ctx, s, leaseID, "")
+}
+
+// switchUpper stops the session, points it at leaseID and a new upper dir
+// (newUpper, or a fresh empty one), saves the record, and starts it again.
+// The record is saved before the old upper is removed, so a crash in
+// between leaves a session that restores onto the new state.
+func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper string) error {
+	lease, err := d.store.Lease(leaseID)
+	if err != nil {
+		return err
+	}
+	if err := d.stop(ctx, s); err != nil {
+		return err
+	}
+	old := s.upper()
+	s.rec.Generation++
+	name := fmt.Sprintf("upper-%d", s.rec.Generation)
+	if newUpper == "" {
+		if err := os.MkdirAll(filepath.Join(s.dir, name), 0o755); err != nil {
+			return err
+		}
+	} else if err := os.Rename(newUpper, filepath.Join(s.dir, name)); err != nil {
+		return err
+	}
+	s.rec.Upper, s.rec.LeaseID = name, leaseID
+	if err := s.save(); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(old)
+	_ = os.RemoveAll(s.work())
+	if err := os.MkdirAll(s.work(), 0o755); err != nil {
+		return err
+	}
+	return d.start(ctx, s, lease)
+}
+
+func (d *Daemon) refreshSession(ctx context.Context, a SessionArgs) (map[string]any, error) {
+	s, err := d.session(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if err := d.busy(s, "refresh"); err != nil {
+		return nil, err
+	}
+	cs, err := layerstack.Capture(s.upper())
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	staged := filepath.Join(s.dir, "refresh-upper")
+	_ = os.RemoveAll(staged)
+	res, err := d.store.Refresh(ctx, s.rec.LeaseID, cs, staged)
+	if err != nil {
+		var ce *layerstack.ConflictError
+		if errors.As(err, &ce) {
+			return nil, api.Errorf(api.KindOperationFailed, mergeMaps(map[string]any{"workspace_session_id": s.rec.ID, "stage": "refresh", "session_retained": true}, rejectionDetails(ce)),
+				"refresh rejected: %s", ce.Error())
+		}
+		return nil, err
+	}
+	out := map[string]any{"workspace_session_id": s.rec.ID, "up_to_date": res.UpToDate, "revision": res.Revision,
+		"merged_paths": nonNil(res.MergedPaths), "changed_paths": res.Changes}
+	if res.UpToDate {
+		return out, nil
+	}
+	if err := d.switchUpper(ctx, s, res.LeaseID, staged); err != nil {
+		s.state = StateFinalizeFailed
+		return nil, fmt.Errorf("refresh %s: remount: %w", s.rec.ID, err)
+	}
+	return out, nil
+}
+
+func (d *Daemon) diffSession(ctx context.Context, a SessionArgs) (map[string]any, error) {
+	s, err := d.session(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := layerstack.Capture(s.upper())
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	var buf bytes.Buffer
+	sum, err := d.store.Diff(ctx, s.rec.LeaseID, cs, &buf)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"workspace_session_id": s.rec.ID, "diff": buf.String(), "paths": sum.Paths}, nil
+}
+
+func (d *Daemon) checkPublish(ctx context.Context, a SessionArgs) (map[string]any, error) {
+	s, err := d.session(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := layerstack.Capture(s.upper())
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit})
+	var ce *layerstack.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		return mergeMaps(map[string]any{"workspace_session_id": s.rec.ID, "clean": false}, rejectionDetails(ce)), nil
+	case err != nil:
+		return nil, err
+	}
+	return map[string]any{"workspace_session_id": s.rec.ID, "clean": true, "publish": publishJSON(res), "conflicts": []any{}}, nil
+}
+
+// publishJSON is the seed's publish shape plus our fields.
+func publishJSON(r *layerstack.PublishResult) map[string]any {
+	return map[string]any{"no_op": r.NoOp, "revision": r.Revision, "route_summary": r.RouteSummary,
+		"layer_id": r.LayerID, "txid": r.TxID, "merged_paths": nonNil(r.MergedPaths), "counts": r.Counts, "bytes": r.Bytes}
+}
+
+// rejectionDetails renders a conflict report: the seed's single
+// publish_rejection (first path) and our full per-path list.
+func rejectionDetails(ce *layerstack.ConflictError) map[string]any {
+	conflicts := make([]map[string]any, 0, len(ce.Conflicts))
+	for _, c := range ce.Conflicts {
+		m := map[string]any{"path": c.Path, "reason": c.Reason, "kind": c.Kind, "message": c.Message,
+			"base": fingerprintJSON(c.Base), "head": fingerprintJSON(c.Head), "ours": fingerprintJSON(c.Ours)}
+		if len(c.Hunks) > 0 {
+			m["hunks"] = c.Hunks
+		}
+		conflicts = append(conflicts, m)
+	}
+	out := map[string]any{"conflicts": conflicts, "head_revision": ce.Head}
+	if len(ce.Conflicts) > 0 {
+		c := ce.Conflicts[0]
+		rej := map[string]any{"path": c.Path, "reason": c.Reason, "message": c.Message, "source_conflict": nil, "protected_drop": nil}
+		if c.Reason == layerstack.ReasonSourceConflict {
+			rej["source_conflict"] = map[string]any{"path": c.Path, "expected": fingerprintJSON(c.Base), "actual": fingerprintJSON(c.Head)}
+		} else {
+			rej["protected_drop"] = map[string]any{"path": c.Path, "reason": c.Reason}
+		}
+		out["publish_rejection"] = rej
+	}
+	return out
+}
+
+// fingerprintJSON turns "file:0755:<sha>" into the seed's
+// {kind:"file", digest, executable} (and symlink, directory, absent).
+func fingerprintJSON(fp string) any {
+	switch {
+	case fp == "":
+		return nil
+	case fp == "absent":
+		return map[string]any{"kind": "absent"}
+	case strings.HasPrefix(fp, "file:"):
+		parts := strings.SplitN(fp, ":", 3)
+		if len(parts) == 3 {
+			mode, _ := strconv.ParseUint(parts[1], 8, 32)
+			return map[string]any{"kind": "file", "digest": parts[2], "mode": parts[1], "executable": mode&0o111 != 0}
+		}
+	case strings.HasPrefix(fp, "symlink:"):
+		return map[string]any{"kind": "symlink", "target": fp[len("symlink:"):]}
+	case strings.HasPrefix(fp, "dir:"):
+		return map[string]any{"kind": "directory", "mode": fp[len("dir:"):]}
+	case strings.HasPrefix(fp, "tree:"):
+		return map[string]any{"kind": "directory", "tree_digest": fp[len("tree:"):]}
+	}
+	return map[string]any{"kind": "unknown", "raw": fp}
+}
+
+func mergeMaps(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,59 @@
+// Package runtime runs workspace sessions as libcontainer containers inside the
+// sandbox's Docker container, where the daemon binary is PID 1.
+//
+// A session is a container with its own mount, pid, ipc and uts namespaces
+// (and its own network namespace when isolated), a private root, reduced
+// capabilities, no_new_privs and cgroup limits. The daemon calls this package;
+// nothing here talks to Docker.
+//
+// The daemon's main must start with
+//
+//	runtime.InitMain()                // becomes "runc init" when re-executed as "<argv0> init"
+//	if len(os.Args) > 1 && os.Args[1] == "sessinit" {
+//		os.Exit(runtime.SessionInitMain(os.Args[2:]))
+//	}
+//
+// and the sandbox container needs the capabilities New names in its error,
+// sandboxinit/runtime/seccomp.json as its seccomp profile, a volume for the
+// state, and net.ipv4.ip_forward=1 if isolated sessions should reach each
+// other.
+//
+// Invariants:
+//
+//   - runc's libcontainer (pinned to v1.5.3) is used only from libcontainer.go.
+//     It re-executes /proc/self/exe as "init" for every session start and
+//     every libcontainer exec; that process must become "runc init" before
+//     doing anything else.
+//   - A session's root is an overlay with lowerdir "/" (the sandbox
+//     container's root) and upper and work dirs under SessionSpec.Dir/root, so
+//     package installs and /etc edits stay private to the session and survive
+//     daemon restarts. Dir must be on a real file system (the state volume):
+//     an overlay upper dir on Docker's own overlay root does not work.
+//     Everything on the sandbox's root file system is readable by sessions;
+//     secrets belong on the state volume, which SessionSpec.Hidden masks.
+//   - The session init (SessionInitMain) is PID 1 of the session's pid
+//     namespace: it reaps orphans, because a zombie holds a pids.max slot and
+//     a session full of zombies can no longer exec. It also serves the fast
+//     exec path (fastexec.go) on a listening socket the daemon creates at
+//     Dir/exec.sock and hands over as fd 3; sessions cannot see Dir.
+//   - Sessions keep Docker's default capability set without SYS_ADMIN (so
+//     they cannot mount or unshare a mount namespace) and run with
+//     no_new_privs. Seccomp is the sandbox container's profile, inherited:
+//     the binary is built without libseccomp, so libcontainer installs no
+//     per-session filter, and a session can create a user namespace.
+//   - Session cgroups are named relative ("sessions/<id>") so they resolve
+//     under the daemon's own cgroup. On cgroup v2 New first moves the daemon
+//     into a "daemon" leaf next to "sessions" (the no-internal-process rule).
+//   - Nothing about a session is persisted by this package beyond
+//     libcontainer's state dir under the state root and the root overlay's
+//     upper dir: the caller keeps its own metadata (for example the
+//     isolated session's address, see SessionSpec.Addr) and passes the same
+//     SessionSpec to Load after a daemon restart.
+//   - Destroy is idempotent and never removes SessionSpec.Dir's upper dir:
+//     the caller owns the session's data.
+//
+// The daemon as PID 1 must not reap with wait4(-1) blindly: libcontainer
+// execs and libcontainer's helper processes are its direct children and this
+// package waits for them by pid. Reap only pids nobody waits for (for example
+// peek with waitid(P_ALL, WNOWAIT) against a set of pids in flight).
+package runtime

@@ -1,0 +1,208 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Runtime creates and re-attaches sessions. It is safe for concurrent use.
+type Runtime struct {
+	root     string // libcontainer's state root
+	cgroups  cgroupSetup
+	seccomp  seccompSetup
+	netAdmin bool
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	starting map[string]bool // ids between validation and a created container
+	netMu    sync.Mutex      // serialises subnet choice and veth creation
+}
+
+// New prepares the runtime: libcontainer's state root under stateRoot, the
+// cgroup hierarchy (remounted read-write; on v2 the daemon moves into a leaf
+// and delegates to "sessions"), and a preflight that names everything
+// missing in one error wrapping ErrUnsupported.
+func New(stateRoot string) (*Runtime, error) {
+	r := &Runtime{
+		root:     filepath.Join(stateRoot, "containers"),
+		log:      slog.Default().With("component", "session_runtime"),
+		starting: make(map[string]bool),
+	}
+	var errs []error
+	netAdmin, err := checkCaps()
+	r.netAdmin = netAdmin
+	errs = append(errs, err)
+	if err == nil { // without SYS_ADMIN these errors only repeat it
+		r.seccomp, err = checkSeccomp()
+		errs = append(errs, err)
+		r.cgroups, err = prepareCgroups()
+		errs = append(errs, err)
+	}
+	errs = append(errs, checkOverlay())
+	if err := os.MkdirAll(r.root, 0o700); err != nil {
+		errs = append(errs, fmt.Errorf("create state root: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("session runtime preflight: %w", err)
+	}
+	r.log.Info("session runtime ready", "state_root", r.root, "cgroup_v2", r.cgroups.v2,
+		"swap_accounting", r.cgroups.swap, "net_admin", r.netAdmin, "no_new_keyring", r.seccomp.noNewKeyring)
+	return r, nil
+}
+
+func checkOverlay() error {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return fmt.Errorf("read /proc/filesystems: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(strings.TrimPrefix(line, "nodev")) == "overlay" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the kernel has no overlay file system", ErrUnsupported)
+}
+
+// Sessions lists the ids of sessions with runtime state, running or not
+// (Load tells which).
+func (r *Runtime) Sessions() ([]string, error) {
+	return listContainers(r.root)
+}
+
+// claim reserves id for a Start; the returned func releases it.
+func (r *Runtime) claim(id string) (func(), error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.starting[id] {
+		return nil, fmt.Errorf("%w: %s is being started", ErrExists, id)
+	}
+	if _, err := os.Stat(filepath.Join(r.root, id)); err == nil {
+		return nil, fmt.Errorf("%w: %s", ErrExists, id)
+	}
+	r.starting[id] = true
+	return func() {
+		r.mu.Lock()
+		delete(r.starting, id)
+		r.mu.Unlock()
+	}, nil
+}
+
+// Start creates and starts session spec.ID: it mounts the root overlay,
+// creates the veth pair for an isolated session, creates the container and
+// runs spec.InitPath as its PID 1. On error nothing is left running and the
+// root overlay is unmounted.
+func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retErr error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if spec.Isolated && !r.netAdmin {
+		return nil, fmt.Errorf("start %s: %w: isolated sessions need NET_ADMIN in the sandbox", spec.ID, ErrUnsupported)
+	}
+	release, err := r.claim(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("start %s: %w: workspace %s is not a directory (%v)", spec.ID, ErrInvalidSpec, spec.Workspace, err)
+	}
+	s := &Session{r: r, spec: spec, dirs: rootDirsOf(spec.Dir)}
+	defer func() {
+		if retErr != nil {
+			_ = s.teardown(context.WithoutCancel(ctx))
+			retErr = fmt.Errorf("start %s: %w", spec.ID, retErr)
+		}
+	}()
+	if err := mountRoot(s.dirs); err != nil {
+		return nil, err
+	}
+	cs := containerSpec{
+		id: spec.ID, rootfs: s.dirs.merged, workspace: spec.Workspace,
+		limits: spec.Limits, swap: r.cgroups.swap, noNewKeyring: r.seccomp.noNewKeyring,
+	}
+	cs.hiddenDirs, cs.hiddenFiles = splitHidden(spec.Hidden)
+	if spec.Isolated {
+		if cs.net, err = r.createNet(spec); err != nil {
+			return nil, err
+		}
+		s.ip = cs.net.addr
+	}
+	if err := writeEtc(s.dirs, spec.ID, s.ip); err != nil {
+		return nil, err
+	}
+	if s.c, err = createContainer(r.root, cs); err != nil {
+		return nil, err
+	}
+	if err := s.startInit(); err != nil {
+		return nil, err
+	}
+	r.log.Info("session started", "session_id", spec.ID, "isolated", spec.Isolated, "ip", s.ip)
+	return s, nil
+}
+
+func (r *Runtime) createNet(spec SessionSpec) (*netSpec, error) {
+	r.netMu.Lock()
+	defer r.netMu.Unlock()
+	var want *subnet
+	if spec.Addr != "" {
+		sn, err := subnetOf(spec.Addr)
+		if err != nil {
+			return nil, err
+		}
+		want = &sn
+	}
+	// Our own pair from a crashed earlier start must not count as "in use".
+	_ = deleteVeth(spec.ID)
+	used, err := usedSubnets()
+	if err != nil {
+		return nil, err
+	}
+	sn, err := pickSubnet(spec.ID, want, used)
+	if err != nil {
+		return nil, err
+	}
+	return createVeth(spec.ID, sn)
+}
+
+// Load re-attaches to session id after the daemon restarted (the sandbox
+// container, its mounts and the session processes lived on). spec must be
+// the spec the session was started with. When the session's init is gone,
+// Load removes what is left of it (container state, cgroup, root mount, veth;
+// never the upper dir) and returns an error wrapping ErrGone.
+func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
+	if spec.ID != id {
+		return nil, fmt.Errorf("load %s: %w: spec is for %q", id, ErrInvalidSpec, spec.ID)
+	}
+	if err := spec.validate(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", id, err)
+	}
+	s := &Session{r: r, spec: spec, dirs: rootDirsOf(spec.Dir)}
+	c, running, err := loadContainer(r.root, id)
+	if err == nil && running {
+		s.c = c
+		if spec.Isolated {
+			if s.ip, err = vethAddr(id); err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+		}
+		s.fastSock = execSocketPath(spec.Dir)
+		return s, nil
+	}
+	if err != nil && !errors.Is(err, ErrGone) {
+		return nil, fmt.Errorf("load %s: %w", id, err)
+	}
+	s.c = c // nil when there was no state at all
+	if terr := s.teardown(context.Background()); terr != nil {
+		return nil, fmt.Errorf("load %s: clean up after exited init: %w", id, terr)
+	}
+	return nil, fmt.Errorf("load %s: %w", id, ErrGone)
+}

@@ -1,0 +1,207 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Session is a running session. Its methods are safe for concurrent use.
+type Session struct {
+	r    *Runtime
+	spec SessionSpec
+	dirs rootDirs
+	ip   string
+
+	c        *container
+	initDone chan struct{} // closed when the init this process started exited; nil after Load
+	fastSock string        // the session init's exec socket, "" when there is none
+
+	mu        sync.Mutex
+	destroyed bool
+}
+
+// ID returns the session's id.
+func (s *Session) ID() string { return s.spec.ID }
+
+// IP returns the address an isolated session is reachable on from the
+// sandbox (the daemon, shared-network sessions) and, with
+// net.ipv4.ip_forward=1 in the sandbox, from other isolated sessions.
+// It is "" for a session that shares the sandbox's network.
+func (s *Session) IP() string { return s.ip }
+
+// InitPid returns the pid of the session's init in the sandbox's pid
+// namespace.
+func (s *Session) InitPid() (int, error) {
+	if err := s.alive(); err != nil {
+		return 0, err
+	}
+	return s.c.initPid()
+}
+
+// Pids lists the session's processes (pids in the sandbox's pid namespace).
+func (s *Session) Pids() ([]int, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.c.pids()
+}
+
+// CgroupPaths maps each cgroup controller (v1) or "" (v2) to the session's
+// cgroup dir, for collectors and tests.
+func (s *Session) CgroupPaths() (map[string]string, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.c.cgroupPaths()
+}
+
+func (s *Session) alive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed || s.c == nil {
+		return fmt.Errorf("session %s: %w", s.spec.ID, ErrGone)
+	}
+	return nil
+}
+
+// defaultEnv is the environment every session process starts from.
+var defaultEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/root",
+}
+
+// mergeEnv returns base overridden by each "K=V" of over, in order.
+func mergeEnv(base []string, over ...[]string) []string {
+	out := append([]string(nil), base...)
+	for _, list := range over {
+		for _, kv := range list {
+			k := kv
+			if i := strings.IndexByte(kv, '='); i >= 0 {
+				k = kv[:i]
+			}
+			replaced := false
+			for j, old := range out {
+				if i := strings.IndexByte(old, '='); i >= 0 && old[:i] == k {
+					out[j], replaced = kv, true
+					break
+				}
+			}
+			if !replaced {
+				out = append(out, kv)
+			}
+		}
+	}
+	return out
+}
+
+// startInit runs the session's PID 1 with stdout and stderr appended to
+// Dir/init.log and, as fd 3, the listening exec socket (see fastexec.go).
+func (s *Session) startInit() error {
+	logf, err := os.OpenFile(filepath.Join(s.spec.Dir, "init.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("open init log: %w", err)
+	}
+	defer logf.Close()
+	sockPath := execSocketPath(s.spec.Dir)
+	ln, err := listenExecSocket(sockPath)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // the init holds its own copy
+	args := append([]string{s.spec.InitPath}, s.spec.InitArgs...)
+	env := mergeEnv(defaultEnv, s.spec.Env, []string{execFDEnv + "=3"})
+	p, err := s.c.run(procArgs{args: args, env: env, cwd: "/", io: procIO{
+		stdout: logf, stderr: logf, extra: []*os.File{ln},
+	}}, true)
+	if err != nil {
+		return err
+	}
+	s.fastSock = sockPath
+	s.initDone = make(chan struct{})
+	go func() {
+		code, err := p.wait()
+		s.r.log.Info("session init exited", "session_id", s.spec.ID, "exit_code", code, "err", err)
+		close(s.initDone)
+	}()
+	return nil
+}
+
+// Destroy kills every process of the session, removes its container and
+// cgroup, unmounts its root overlay and deletes its veth pair. The session's
+// upper dir stays. Destroy is idempotent.
+func (s *Session) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return nil
+	}
+	if err := s.teardown(ctx); err != nil {
+		return fmt.Errorf("destroy %s: %w", s.spec.ID, err)
+	}
+	s.destroyed = true
+	s.r.log.Info("session destroyed", "session_id", s.spec.ID)
+	return nil
+}
+
+// teardown removes whatever part of the session exists; every step tolerates
+// the part being gone.
+func (s *Session) teardown(ctx context.Context) error {
+	var errs []error
+	if s.c != nil {
+		if err := s.c.kill(); err != nil {
+			errs = append(errs, err)
+		} else if err := s.waitInitGone(ctx); err != nil {
+			errs = append(errs, err)
+		} else if err := s.c.destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := unmountRoot(s.dirs); err != nil {
+		errs = append(errs, err)
+	}
+	if s.spec.Isolated {
+		if err := deleteVeth(s.spec.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(execSocketPath(s.spec.Dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// waitInitGone waits until the killed init has exited. A loaded session's
+// init is not our os/exec child any more, so poll its state, and reap it if
+// the daemon (restarted in place as PID 1) is still its parent.
+func (s *Session) waitInitGone(ctx context.Context) error {
+	if s.initDone != nil {
+		select {
+		case <-s.initDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("wait for session init to exit: %w", ctx.Err())
+		}
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for s.c.running() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for session init to exit: %w", ctx.Err())
+		}
+	}
+	if pid, ok := s.c.initZombie(); ok {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil) // ECHILD when the daemon is not its parent
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+package sandboxinit
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+// handler serves one RPC operation: decode args from body, return a result.
+type handler func(ctx context.Context, rid string, body []byte) (any, error)
+
+// Server is the daemon's HTTP/JSON RPC endpoint. Every route needs the
+// sandbox token (constant-time compare); bodies are capped, the number of
+// requests served at once is capped (server_busy beyond it), and each
+// request's id (X-Request-Id, or a new one) is its trace id.
+type Server struct {
+	d        *Daemon
+	ops      map[string]handler
+	slots    chan struct{}
+	closing  atomic.Bool
+	http     *http.Server
+	inflight atomic.Int64
+}
+
+// NewServer builds the RPC server of d.
+func NewServer(d *Daemon) *Server {
+	s := &Server{d: d, slots: make(chan struct{}, d.cfg.MaxConcurrent)}
+	s.ops = d.operations()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/rpc/", s.serveRPC)
+	mux.HandleFunc("/health", s.serveHealth)
+	mux.HandleFunc("/files/list", s.serveFilesList)
+	mux.HandleFunc("/forward/", s.serveForward)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, api.Errorf(api.KindNotFound, nil, "not found"))
+	})
+	s.http = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	return s
+}
+
+// Serve serves on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops admitting requests (server_shutting_down) and waits for
+// those in flight, up to ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	return s.http.Shutdown(ctx)
+}
+
+// guard applies auth, shutdown, admission and the size cap to every route.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := r.Header.Get("X-Request-Id")
+		if rid == "" || len(rid) > 128 {
+			rid = newRequestID()
+		}
+		r.Header.Set("X-Request-Id", rid)
+		w.Header().Set("X-Request-Id", rid)
+		if s.closing.Load() {
+			writeError(w, api.Errorf(api.KindShuttingDown, nil, "the daemon is shutting down"))
+			return
+		}
+		if !s.authorized(r) {
+			writeError(w, api.Errorf(api.KindUnauthorized, nil, "missing or wrong sandbox token"))
+			return
+		}
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+		default:
+			writeError(w, api.Errorf(api.KindServerBusy, map[string]any{"max_concurrent_requests": cap(s.slots)}, "the daemon is at its concurrency limit"))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.d.cfg.MaxRequestBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	tok := r.Header.Get("X-Sandbox-Token")
+	if h := r.Header.Get("Authorization"); tok == "" && strings.HasPrefix(h, "Bearer ") {
+		tok = h[len("Bearer "):]
+	}
+	if tok == "" || len(tok) > 1024 {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), s.d.token) == 1
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		writeError(w, api.Errorf(api.KindMethodNotAllowed, nil, "use POST"))
+		return
+	}
+	op := strings.TrimPrefix(r.URL.Path, "/rpc/")
+	h, ok := s.ops[op]
+	if !ok {
+		writeError(w, api.Errorf(api.KindUnknownOp, map[string]any{"op": op}, "unknown operation %q", op))
+		return
+	}
+	body, err := readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	rid := r.Header.Get("X-Request-Id")
+	res, err := h(r.Context(), rid, body)
+	if err != nil {
+		s.d.log.Debug("operation failed", "op", op, "request_id", rid, "err", err)
+		writeError(w, err)
+		return
+	}
+	if st, ok := res.(streamer); ok {
+		st.stream(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// streamer results write their own body (export streams).
+type streamer interface{ stream(w http.ResponseWriter) }
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, api.Errorf(api.KindRequestTooLarge, map[string]any{"limit_bytes": mbe.Limit}, "request body exceeds %d bytes", mbe.Limit)
+		}
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "read request: %v", err)
+	}
+	return b, nil
+}
+
+// decode parses args strictly: unknown fields are refused, so a typo in an
+// argument name is an error rather than a silently ignored default.
+func decode[T any](body []byte) (T, error) {
+	var v T
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return v, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return v, api.Errorf(api.KindBadJSON, nil, "request body is not valid JSON: %v", err)
+		}
+		return v, api.Errorf(api.KindInvalidRequest, nil, "bad arguments: %v", err)
+	}
+	return v, nil
+}
+
+// op adapts a typed function to a handler.
+func op[T any](f func(ctx context.Context, rid string, a T) (any, error)) handler {
+	return func(ctx context.Context, rid string, body []byte) (any, error) {
+		a, err := decode[T](body)
+		if err != nil {
+			return nil, err
+		}
+		return f(ctx, rid, a)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := api.AsError(err)
+	writeJSON(w, api.HTTPStatus(e.Kind), api.Envelope{Error: e})
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	m, err := s.d.store.Manifest()
+	res := map[string]any{"status": "ok", "service": "daemon_http", "uptime_seconds": int(time.Since(s.d.started).Seconds()),
+		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid()}
+	if err == nil {
+		res["manifest_version"], res["layer_count"] = m.Version, len(m.Layers)
+	} else {
+		res["base"] = "not imported"
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) serveFilesList(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		writeError(w, api.Errorf(api.KindMethodNotAllowed, nil, "use POST"))
+		return
+	}
+	body, err := readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a, err := decode[FileListArgs](body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.d.fileList(a)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) String() string { return fmt.Sprintf("daemon rpc (%d ops)", len(s.ops)) }

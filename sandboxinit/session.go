@@ -1,0 +1,403 @@
+package sandboxinit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
+)
+
+// Session states.
+const (
+	StateActive         = "active"
+	StateFinalizing     = "finalizing"
+	StateFinalizeFailed = "finalize_failed"
+)
+
+// session is one workspace session: a lease on the layer stack, an upper
+// dir on the state volume, the overlay mounted at merged, and the runtime
+// session (a libcontainer container) whose /workspace is that overlay.
+type session struct {
+	rec sessionRecord
+	dir string
+	rt  *runtime.Session
+
+	// gate serialises what changes the session as a whole (publish,
+	// refresh, destroy) against admitting commands.
+	gate  sync.Mutex
+	state string
+}
+
+// sessionRecord is what persists in <state>/sessions/<id>/session.json, so
+// a restarted daemon brings the session back with its unpublished work.
+type sessionRecord struct {
+	ID             string         `json:"workspace_session_id"`
+	NetworkProfile string         `json:"network_profile"`
+	Agent          string         `json:"agent,omitempty"`
+	Implicit       bool           `json:"implicit,omitempty"`
+	LeaseID        string         `json:"lease_id"`
+	Upper          string         `json:"upper"` // dir name under the session dir
+	Limits         runtime.Limits `json:"limits"`
+	Addr           string         `json:"addr,omitempty"`
+	Created        time.Time      `json:"created"`
+	Generation     int            `json:"generation"`
+}
+
+func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
+func (s *session) upper() string { return filepath.Join(s.dir, s.rec.Upper) }
+func (s *session) work() string  { return filepath.Join(s.dir, "work") }
+
+// merged is where the daemon mounts the session's /workspace.
+func (s *session) merged() string { return filepath.Join(s.dir, "merged") }
+
+func newSessionID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "ws-" + hex.EncodeToString(b[:])
+}
+
+func (s *session) save() error {
+	b, err := json.MarshalIndent(s.rec, "", " ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(s.dir, "session.json"), b)
+}
+
+// CreateSessionArgs are the arguments of create_workspace_session.
+type CreateSessionArgs struct {
+	NetworkProfile string         `json:"network_profile,omitempty"` // shared (default) or isolated
+	Agent          string         `json:"agent,omitempty"`
+	Limits         *SessionLimits `json:"limits,omitempty"`
+}
+
+// SessionLimits are a session's cgroup limits on the wire.
+type SessionLimits struct {
+	PidsMax     int64   `json:"pids_max,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+}
+
+// SessionInfo describes a session on the wire.
+type SessionInfo struct {
+	WorkspaceSessionID string   `json:"workspace_session_id"`
+	NetworkProfile     string   `json:"network_profile"`
+	FinalizePolicy     string   `json:"finalize_policy"`
+	Agent              string   `json:"agent,omitempty"`
+	State              string   `json:"finalization_state"`
+	Implicit           bool     `json:"implicit"`
+	Created            string   `json:"created"`
+	ManifestVersion    int64    `json:"base_manifest_version"`
+	IP                 string   `json:"ip,omitempty"`
+	ActiveCommands     []string `json:"active_command_session_ids"`
+}
+
+func (d *Daemon) info(s *session) SessionInfo {
+	policy := "no_op"
+	if s.rec.Implicit {
+		policy = "publish_then_destroy"
+	}
+	inf := SessionInfo{WorkspaceSessionID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, FinalizePolicy: policy,
+		Agent: s.rec.Agent, State: s.state, Implicit: s.rec.Implicit, Created: s.rec.Created.Format(time.RFC3339Nano),
+		ActiveCommands: d.cmds.Active(s.rec.ID)}
+	if l, err := d.store.Lease(s.rec.LeaseID); err == nil {
+		inf.ManifestVersion = l.ManifestVersion
+	}
+	if s.rt != nil {
+		inf.IP = s.rt.IP()
+	}
+	if inf.ActiveCommands == nil {
+		inf.ActiveCommands = []string{}
+	}
+	return inf
+}
+
+// createSession makes a session on the current head. Any failure undoes
+// every step, so nothing (lease, mount, dirs, container) is left behind.
+func (d *Daemon) createSession(ctx context.Context, a CreateSessionArgs, implicit bool) (_ *session, retErr error) {
+	switch a.NetworkProfile {
+	case "":
+		a.NetworkProfile = "shared"
+	case "shared", "isolated":
+	default:
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "network_profile must be shared or isolated, not %q", a.NetworkProfile)
+	}
+	if len(a.Agent) > 256 {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "agent label is longer than 256 bytes")
+	}
+	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
+		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Created: time.Now().UTC()}}
+	if a.Limits != nil {
+		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
+	}
+	s.dir = filepath.Join(d.cfg.StateDir, "sessions", s.rec.ID)
+	lease, err := d.store.Acquire(s.owner())
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	s.rec.LeaseID = lease.ID
+	defer func() {
+		if retErr != nil {
+			d.teardown(context.WithoutCancel(ctx), s, true)
+		}
+	}()
+	for _, sub := range []string{s.rec.Upper, "work", "merged"} {
+		if err := os.MkdirAll(filepath.Join(s.dir, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	if err := d.start(ctx, s, lease); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.sessions[s.rec.ID] = s
+	d.mu.Unlock()
+	d.event("workspace_session.created", map[string]any{"workspace_session_id": s.rec.ID, "network_profile": a.NetworkProfile, "agent": a.Agent})
+	return s, nil
+}
+
+// start mounts the workspace on lease and starts the runtime session.
+func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease) error {
+	if err := mountWorkspace(d.store.LowerDirs(lease), s.upper(), s.work(), s.merged()); err != nil {
+		return err
+	}
+	rs, err := d.rt.Start(ctx, d.runtimeSpec(s))
+	if err != nil {
+		_ = unmountAll(s.merged())
+		return fmt.Errorf("start session: %w", err)
+	}
+	s.rt = rs
+	if s.rec.Addr != rs.IP() {
+		s.rec.Addr = rs.IP()
+		return s.save()
+	}
+	return nil
+}
+
+func (d *Daemon) runtimeSpec(s *session) runtime.SessionSpec {
+	return runtime.SessionSpec{
+		ID: s.rec.ID, Dir: filepath.Join(s.dir, "rt"), Workspace: s.merged(),
+		Isolated: s.rec.NetworkProfile == "isolated", Addr: s.rec.Addr, Limits: s.rec.Limits,
+		Hidden: d.cfg.hidden(), InitPath: d.cfg.SelfPath, InitArgs: []string{"sessinit"},
+	}
+}
+
+// stop ends the runtime session and unmounts the workspace (the upper dir
+// and lease stay).
+func (d *Daemon) stop(ctx context.Context, s *session) error {
+	var errs []error
+	if s.rt != nil {
+		if err := s.rt.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		s.rt = nil
+	}
+	if err := unmountAll(s.merged()); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// teardown removes a session completely: runtime, mount, dirs, lease.
+func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (int64, error) {
+	err := d.stop(ctx, s)
+	bytes := dirBytes(s.upper())
+	if err == nil {
+		err = os.RemoveAll(s.dir)
+	}
+	if releaseLease && s.rec.LeaseID != "" {
+		if rerr := d.store.Release(s.rec.LeaseID); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	d.mu.Lock()
+	delete(d.sessions, s.rec.ID)
+	d.mu.Unlock()
+	return bytes, err
+}
+
+// session returns a live session or a not_found error.
+func (d *Daemon) session(id string) (*session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sessions[id]
+	if s == nil {
+		return nil, api.Errorf(api.KindNotFound, map[string]any{"workspace_session_id": id}, "workspace session not found: %s", id)
+	}
+	return s, nil
+}
+
+func (d *Daemon) listSessions() []SessionInfo {
+	d.mu.Lock()
+	ss := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	sort.Slice(ss, func(i, j int) bool { return ss[i].rec.Created.Before(ss[j].rec.Created) })
+	out := make([]SessionInfo, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, d.info(s))
+	}
+	return out
+}
+
+// DestroySessionArgs are the arguments of destroy_workspace_session.
+type DestroySessionArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	GraceS             *int   `json:"grace_s,omitempty"`
+	// Force kills running commands instead of refusing.
+	Force bool `json:"force,omitempty"`
+}
+
+func (d *Daemon) destroySession(ctx context.Context, a DestroySessionArgs) (map[string]any, error) {
+	s, err := d.session(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if active := d.cmds.Active(s.rec.ID); len(active) > 0 && !a.Force {
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},
+			"workspace session %s has %d running command(s); cancel them or pass force", s.rec.ID, len(active))
+	}
+	bytes, err := d.teardown(ctx, s, true)
+	if err != nil {
+		s.state = StateFinalizeFailed
+		return nil, fmt.Errorf("destroy %s: %w", s.rec.ID, err)
+	}
+	d.event("workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID})
+	return map[string]any{"workspace_session_id": s.rec.ID, "destroyed": true, "evicted_upperdir_bytes": bytes}, nil
+}
+
+// restoreSessions re-attaches the sessions recorded on the state volume:
+// after a daemon restart their containers still run (Load); after a
+// container restart they are started again over the same upper dir.
+func (d *Daemon) restoreSessions(ctx context.Context) error {
+	root := filepath.Join(d.cfg.StateDir, "sessions")
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		s := &session{dir: filepath.Join(root, e.Name()), state: StateActive}
+		if err := readJSON(filepath.Join(s.dir, "session.json"), &s.rec); err != nil || s.rec.ID != e.Name() {
+			d.log.Warn("session dir without a valid record; archived", "dir", s.dir, "err", err)
+			_ = os.Rename(s.dir, filepath.Join(d.cfg.StateDir, "archive", e.Name()+"-"+time.Now().UTC().Format("20060102T150405")))
+			continue
+		}
+		if err := d.restore(ctx, s); err != nil {
+			d.log.Error("restore session failed; its upper dir is kept", "workspace_session_id", s.rec.ID, "err", err)
+			s.state = StateFinalizeFailed
+		}
+		d.mu.Lock()
+		d.sessions[s.rec.ID] = s
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+func (d *Daemon) restore(ctx context.Context, s *session) error {
+	lease, err := d.store.Lease(s.rec.LeaseID)
+	if err != nil {
+		// A crash between re-leasing (keep, refresh) and saving the record:
+		// the session's newest lease is the one to use.
+		if lease = d.newestLease(s.owner()); lease == nil {
+			return fmt.Errorf("lease %s: %w", s.rec.LeaseID, err)
+		}
+		s.rec.LeaseID = lease.ID
+		if err := s.save(); err != nil {
+			return err
+		}
+	}
+	// After a daemon restart the session still runs: re-attach. After a
+	// container restart it is gone: Load clears its leftovers (container
+	// state, cgroup, root mount) and the session starts again below.
+	rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s))
+	if err == nil && isMountPoint(s.merged()) {
+		s.rt = rs
+		return nil
+	}
+	if err == nil {
+		_ = rs.Destroy(ctx)
+	} else if !errors.Is(err, runtime.ErrGone) {
+		return fmt.Errorf("re-attach: %w", err)
+	}
+	if err := unmountAll(s.merged()); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(s.work())
+	if err := os.MkdirAll(s.work(), 0o755); err != nil {
+		return err
+	}
+	return d.start(ctx, s, lease)
+}
+
+func (d *Daemon) newestLease(owner string) *layerstack.Lease {
+	var best *layerstack.Lease
+	for _, l := range d.store.Leases() {
+		if l.Owner == owner && (best == nil || l.Created.After(best.Created)) {
+			best = l
+		}
+	}
+	return best
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, de fs.DirEntry, err error) error {
+		if err == nil && !de.IsDir() {
+			if fi, err := de.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func writeFileAtomic(name string, data []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, name)
+}
+
+func readJSON(name string, v any) error {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
