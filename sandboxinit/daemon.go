@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{"layerstack", "sessions", "archive", "runtime"} {
+	for _, sub := range []string{"layerstack", "sessions", "archive", "runtime", "txns"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
 		}

@@ -31,7 +31,7 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (*api.CommandO
 	var s *session
 	var err error
 	if implicit {
-		if s, err = d.createSession(ctx, CreateSessionArgs{}, true); err != nil {
+		if s, err = d.createSession(ctx, api.CreateSessionArgs{}, true); err != nil {
 			return nil, err
 		}
 	} else if s, err = d.session(a.WorkspaceSessionID); err != nil {
@@ -89,7 +89,7 @@ func (d *Daemon) finishImplicit(s *session, cmdID string, done chan<- func(*api.
 	if len(d.cmds.Active(s.rec.ID)) > 0 {
 		return
 	}
-	res, err := d.publishLocked(context.Background(), s, PublishArgs{TxID: "implicit:" + s.rec.ID})
+	res, err := d.publishLocked(context.Background(), s, api.PublishArgs{TxID: "implicit:" + s.rec.ID})
 	if err != nil {
 		// A rejected implicit publish discards the changes (the seed's
 		// policy) but, unlike the seed, says exactly what conflicted.

@@ -30,27 +30,6 @@ const (
 	MaxSearchFileBytes = 4 << 20
 )
 
-// FileReadArgs are file_read's arguments.
-type FileReadArgs struct {
-	Path               string `json:"path"`
-	Offset             int    `json:"offset,omitempty"` // 1-based first line
-	Limit              int    `json:"limit,omitempty"`
-	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
-}
-
-// FileReadResult is file_read's result.
-type FileReadResult struct {
-	Path       string `json:"path"`
-	Content    string `json:"content"`
-	StartLine  int    `json:"start_line"`
-	NumLines   int    `json:"num_lines"`
-	TotalLines int    `json:"total_lines"`
-	BytesRead  int    `json:"bytes_read"`
-	TotalBytes int64  `json:"total_bytes"`
-	NextOffset *int   `json:"next_offset"`
-	Truncated  bool   `json:"truncated"`
-}
-
 // fileView is where a file operation acts: a session's mounted workspace,
 // or (without a session) the published head.
 type fileView struct {
@@ -114,7 +93,7 @@ func (v *fileView) readAll(p string, max int64) ([]byte, fs.FileMode, error) {
 	return b, fi.Mode().Perm(), err
 }
 
-func (d *Daemon) fileRead(a FileReadArgs) (*FileReadResult, error) {
+func (d *Daemon) fileRead(a api.FileReadArgs) (*api.FileReadResult, error) {
 	p, err := workspacePath(a.Path)
 	if err != nil {
 		return nil, err
@@ -147,7 +126,7 @@ func (d *Daemon) fileRead(a FileReadArgs) (*FileReadResult, error) {
 	if strings.HasSuffix(text, "\n") {
 		lines = lines[:len(lines)-1]
 	}
-	res := &FileReadResult{Path: a.Path, StartLine: a.Offset, TotalLines: len(lines), TotalBytes: total}
+	res := &api.FileReadResult{Path: a.Path, StartLine: a.Offset, TotalLines: len(lines), TotalBytes: total}
 	if a.Offset-1 < len(lines) {
 		end := min(len(lines), a.Offset-1+a.Limit)
 		win := lines[a.Offset-1 : end]
@@ -169,15 +148,7 @@ func (d *Daemon) fileRead(a FileReadArgs) (*FileReadResult, error) {
 	return res, nil
 }
 
-// FileWriteArgs are file_write's arguments.
-type FileWriteArgs struct {
-	Path               string `json:"path"`
-	Content            string `json:"content"`
-	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
-	Executable         *bool  `json:"executable,omitempty"` // a new file's exec bit (existing files keep theirs)
-}
-
-func (d *Daemon) fileWrite(ctx context.Context, rid string, a FileWriteArgs) (map[string]any, error) {
+func (d *Daemon) fileWrite(ctx context.Context, rid string, a api.FileWriteArgs) (map[string]any, error) {
 	p, err := workspacePath(a.Path)
 	if err != nil {
 		return nil, err
@@ -255,14 +226,7 @@ func (v *fileView) writeFile(p string, data []byte, mode fs.FileMode) (bool, err
 	return created, nil
 }
 
-// FileEditArgs are file_edit's arguments.
-type FileEditArgs struct {
-	Path               string            `json:"path"`
-	Edits              []layerstack.Edit `json:"edits"`
-	WorkspaceSessionID string            `json:"workspace_session_id,omitempty"`
-}
-
-func (d *Daemon) fileEdit(ctx context.Context, rid string, a FileEditArgs) (map[string]any, error) {
+func (d *Daemon) fileEdit(ctx context.Context, rid string, a api.FileEditArgs) (map[string]any, error) {
 	p, err := workspacePath(a.Path)
 	if err != nil {
 		return nil, err
@@ -277,7 +241,7 @@ func (d *Daemon) fileEdit(ctx context.Context, rid string, a FileEditArgs) (map[
 	defer v.close()
 	var n, written int
 	if v.s == nil {
-		r, err := d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_edit:" + rid, Path: p, Edits: a.Edits, Owner: "operation:" + rid})
+		r, err := d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_edit:" + rid, Path: p, Edits: storeEdits(a.Edits), Owner: "operation:" + rid})
 		if err != nil {
 			return nil, fileError(a.Path, amendError(err))
 		}
@@ -287,7 +251,7 @@ func (d *Daemon) fileEdit(ctx context.Context, rid string, a FileEditArgs) (map[
 		if err != nil {
 			return nil, err
 		}
-		out, reps, err := layerstack.ApplyEdits(old, a.Edits)
+		out, reps, err := layerstack.ApplyEdits(old, storeEdits(a.Edits))
 		if err != nil {
 			return nil, fileError(a.Path, err)
 		}
@@ -308,21 +272,7 @@ func amendError(err error) error {
 	return err
 }
 
-// FileListArgs are file_list's (and POST /files/list's) arguments.
-type FileListArgs struct {
-	Path               string `json:"path,omitempty"`
-	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
-	Limit              int    `json:"limit,omitempty"`
-}
-
-// ListEntry is one file_list entry.
-type ListEntry struct {
-	Name string `json:"name"`
-	Kind string `json:"kind"` // file, directory, symlink, other
-	Size int64  `json:"size"`
-}
-
-func (d *Daemon) fileList(a FileListArgs) (map[string]any, error) {
+func (d *Daemon) fileList(a api.FileListArgs) (map[string]any, error) {
 	p, err := workspacePath(a.Path)
 	if err != nil {
 		return nil, err
@@ -350,15 +300,15 @@ func (d *Daemon) fileList(a FileListArgs) (map[string]any, error) {
 	return map[string]any{"path": shown, "entries": ents, "truncated": truncated}, nil
 }
 
-func (v *fileView) list(p string) ([]ListEntry, error) {
-	out := []ListEntry{}
+func (v *fileView) list(p string) ([]api.ListEntry, error) {
+	out := []api.ListEntry{}
 	if v.s == nil {
 		ents, err := v.d.store.Head().ReadDir(p)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range ents {
-			out = append(out, ListEntry{Name: e.Name, Kind: e.Kind, Size: e.Size})
+			out = append(out, api.ListEntry{Name: e.Name, Kind: e.Kind, Size: e.Size})
 		}
 		return out, nil
 	}
@@ -377,7 +327,7 @@ func (v *fileView) list(p string) ([]ListEntry, error) {
 		if unix.Fstatat(int(f.Fd()), n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			continue
 		}
-		e := ListEntry{Name: n, Kind: "other", Size: st.Size}
+		e := api.ListEntry{Name: n, Kind: "other", Size: st.Size}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
 			e.Kind = "file"
@@ -391,14 +341,7 @@ func (v *fileView) list(p string) ([]ListEntry, error) {
 	return out, nil
 }
 
-// FileDeleteArgs are file_delete's arguments.
-type FileDeleteArgs struct {
-	Path               string `json:"path"`
-	Recursive          bool   `json:"recursive,omitempty"`
-	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
-}
-
-func (d *Daemon) fileDelete(ctx context.Context, rid string, a FileDeleteArgs) (map[string]any, error) {
+func (d *Daemon) fileDelete(ctx context.Context, rid string, a api.FileDeleteArgs) (map[string]any, error) {
 	p, err := workspacePath(a.Path)
 	if err != nil {
 		return nil, err
@@ -450,15 +393,7 @@ func (d *Daemon) fileDelete(ctx context.Context, rid string, a FileDeleteArgs) (
 	return map[string]any{"path": a.Path, "deleted": true}, nil
 }
 
-// FileMoveArgs are file_move's arguments.
-type FileMoveArgs struct {
-	From               string `json:"from"`
-	To                 string `json:"to"`
-	Overwrite          bool   `json:"overwrite,omitempty"`
-	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
-}
-
-func (d *Daemon) fileMove(ctx context.Context, rid string, a FileMoveArgs) (map[string]any, error) {
+func (d *Daemon) fileMove(ctx context.Context, rid string, a api.FileMoveArgs) (map[string]any, error) {
 	from, err := workspacePath(a.From)
 	if err != nil {
 		return nil, err
@@ -511,7 +446,7 @@ func (d *Daemon) fileMove(ctx context.Context, rid string, a FileMoveArgs) (map[
 	return map[string]any{"from": a.From, "to": a.To, "moved": true}, nil
 }
 
-func (d *Daemon) moveOnHead(ctx context.Context, rid string, a FileMoveArgs, from, to string) (map[string]any, error) {
+func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs, from, to string) (map[string]any, error) {
 	head := d.store.Head()
 	e, err := head.Stat(from)
 	if err != nil {
@@ -554,25 +489,7 @@ func (d *Daemon) moveOnHead(ctx context.Context, rid string, a FileMoveArgs, fro
 	return map[string]any{"from": a.From, "to": a.To, "moved": true}, nil
 }
 
-// FileSearchArgs are file_search's arguments: Glob filters paths (a pattern
-// without "/" matches base names), Query is a regular expression matched
-// against each line of text files.
-type FileSearchArgs struct {
-	Path               string `json:"path,omitempty"`
-	Glob               string `json:"glob,omitempty"`
-	Query              string `json:"query,omitempty"`
-	Limit              int    `json:"limit,omitempty"`
-	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
-}
-
-// SearchMatch is one file_search hit (Line 0 for a path-only match).
-type SearchMatch struct {
-	Path string `json:"path"`
-	Line int    `json:"line,omitempty"`
-	Text string `json:"text,omitempty"`
-}
-
-func (d *Daemon) fileSearch(ctx context.Context, a FileSearchArgs) (map[string]any, error) {
+func (d *Daemon) fileSearch(ctx context.Context, a api.FileSearchArgs) (map[string]any, error) {
 	p, err := workspacePath(a.Path)
 	if err != nil {
 		return nil, err
@@ -597,7 +514,7 @@ func (d *Daemon) fileSearch(ctx context.Context, a FileSearchArgs) (map[string]a
 		return nil, err
 	}
 	defer v.close()
-	matches := []SearchMatch{}
+	matches := []api.SearchMatch{}
 	truncated := false
 	errStop := errors.New("stop")
 	visit := func(rel string, isFile bool, size int64) error {
@@ -617,7 +534,7 @@ func (d *Daemon) fileSearch(ctx context.Context, a FileSearchArgs) (map[string]a
 			}
 		}
 		if re == nil {
-			matches = append(matches, SearchMatch{Path: rel})
+			matches = append(matches, api.SearchMatch{Path: rel})
 		} else if size <= MaxSearchFileBytes {
 			b, _, err := v.readAll(rel, MaxSearchFileBytes)
 			if err != nil || bytes.IndexByte(b, 0) >= 0 {
@@ -628,7 +545,7 @@ func (d *Daemon) fileSearch(ctx context.Context, a FileSearchArgs) (map[string]a
 					if len(line) > 500 {
 						line = line[:500]
 					}
-					matches = append(matches, SearchMatch{Path: rel, Line: i + 1, Text: line})
+					matches = append(matches, api.SearchMatch{Path: rel, Line: i + 1, Text: line})
 					if len(matches) >= a.Limit {
 						break
 					}
@@ -699,4 +616,12 @@ func (d *Daemon) fileBlame(p string) (map[string]any, error) {
 		ranges = []layerstack.BlameRange{}
 	}
 	return map[string]any{"path": p, "ranges": ranges}, nil
+}
+
+func storeEdits(es []api.Edit) []layerstack.Edit {
+	out := make([]layerstack.Edit, len(es))
+	for i, e := range es {
+		out[i] = layerstack.Edit(e)
+	}
+	return out
 }

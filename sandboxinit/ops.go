@@ -21,7 +21,7 @@ func (d *Daemon) operations() map[string]handler {
 			return map[string]any{"status": "ok", "daemon_pid": os.Getpid()}, nil
 		}),
 
-		"create_workspace_session": op(func(ctx context.Context, rid string, a CreateSessionArgs) (any, error) {
+		"create_workspace_session": op(func(ctx context.Context, rid string, a api.CreateSessionArgs) (any, error) {
 			s, err := d.createSession(ctx, a, false)
 			if err != nil {
 				return nil, err
@@ -31,13 +31,25 @@ func (d *Daemon) operations() map[string]handler {
 		"list_workspace_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
 			return map[string]any{"workspace_sessions": d.listSessions()}, nil
 		}),
-		"destroy_workspace_session": op(func(ctx context.Context, rid string, a DestroySessionArgs) (any, error) {
+		"destroy_workspace_session": op(func(ctx context.Context, rid string, a api.DestroySessionArgs) (any, error) {
 			return d.destroySession(ctx, a)
 		}),
-		"publish_workspace_session": op(func(ctx context.Context, rid string, a PublishArgs) (any, error) { return d.publishSession(ctx, a) }),
-		"refresh_workspace_session": op(func(ctx context.Context, rid string, a SessionArgs) (any, error) { return d.refreshSession(ctx, a) }),
-		"diff_workspace_session":    op(func(ctx context.Context, rid string, a SessionArgs) (any, error) { return d.diffSession(ctx, a) }),
-		"check_publish":             op(func(ctx context.Context, rid string, a SessionArgs) (any, error) { return d.checkPublish(ctx, a) }),
+		"publish_workspace_session": op(func(ctx context.Context, rid string, a api.PublishArgs) (any, error) { return d.publishSession(ctx, a) }),
+		"refresh_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.refreshSession(ctx, a) }),
+		"diff_workspace_session":    op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.diffSession(ctx, a) }),
+		"publish_prepare": op(func(ctx context.Context, rid string, a api.PublishStepArgs) (any, error) {
+			return d.publishPrepare(ctx, a)
+		}),
+		"publish_commit": op(func(ctx context.Context, rid string, a api.PublishStepArgs) (any, error) {
+			return d.publishCommit(ctx, a)
+		}),
+		"publish_finalize": op(func(ctx context.Context, rid string, a api.PublishStepArgs) (any, error) {
+			return d.publishFinalize(ctx, a)
+		}),
+		"publish_abort": op(func(ctx context.Context, rid string, a api.PublishStepArgs) (any, error) {
+			return d.publishAbort(ctx, a)
+		}),
+		"check_publish": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.checkPublish(ctx, a) }),
 
 		"exec_command": op(func(ctx context.Context, rid string, a api.ExecCommandArgs) (any, error) { return d.exec(ctx, a) }),
 		"write_command_stdin": op(func(ctx context.Context, rid string, a api.WriteCommandStdinArgs) (any, error) {
@@ -51,24 +63,26 @@ func (d *Daemon) operations() map[string]handler {
 			return map[string]any{"command_session_id": a.CommandSessionID, "resized": true}, d.cmds.Resize(a)
 		}),
 
-		"file_read": op(func(ctx context.Context, rid string, a FileReadArgs) (any, error) { return d.fileRead(a) }),
-		"file_write": op(func(ctx context.Context, rid string, a FileWriteArgs) (any, error) {
+		"file_read": op(func(ctx context.Context, rid string, a api.FileReadArgs) (any, error) { return d.fileRead(a) }),
+		"file_write": op(func(ctx context.Context, rid string, a api.FileWriteArgs) (any, error) {
 			return d.fileWrite(ctx, rid, a)
 		}),
-		"file_edit":   op(func(ctx context.Context, rid string, a FileEditArgs) (any, error) { return d.fileEdit(ctx, rid, a) }),
-		"file_list":   op(func(ctx context.Context, rid string, a FileListArgs) (any, error) { return d.fileList(a) }),
-		"file_delete": op(func(ctx context.Context, rid string, a FileDeleteArgs) (any, error) { return d.fileDelete(ctx, rid, a) }),
-		"file_move":   op(func(ctx context.Context, rid string, a FileMoveArgs) (any, error) { return d.fileMove(ctx, rid, a) }),
-		"file_search": op(func(ctx context.Context, rid string, a FileSearchArgs) (any, error) { return d.fileSearch(ctx, a) }),
+		"file_edit": op(func(ctx context.Context, rid string, a api.FileEditArgs) (any, error) { return d.fileEdit(ctx, rid, a) }),
+		"file_list": op(func(ctx context.Context, rid string, a api.FileListArgs) (any, error) { return d.fileList(a) }),
+		"file_delete": op(func(ctx context.Context, rid string, a api.FileDeleteArgs) (any, error) {
+			return d.fileDelete(ctx, rid, a)
+		}),
+		"file_move":   op(func(ctx context.Context, rid string, a api.FileMoveArgs) (any, error) { return d.fileMove(ctx, rid, a) }),
+		"file_search": op(func(ctx context.Context, rid string, a api.FileSearchArgs) (any, error) { return d.fileSearch(ctx, a) }),
 		"file_blame": op(func(ctx context.Context, rid string, a struct {
 			Path string `json:"path"`
 		}) (any, error) {
 			return d.fileBlame(a.Path)
 		}),
 
-		"init_base":         op(func(ctx context.Context, rid string, a InitBaseArgs) (any, error) { return d.initBase(ctx, a) }),
+		"init_base":         op(func(ctx context.Context, rid string, a api.InitBaseArgs) (any, error) { return d.initBase(ctx, a) }),
 		"squash_layerstack": op(func(ctx context.Context, rid string, _ struct{}) (any, error) { return d.store.Squash(ctx) }),
-		"export_layerstack": op(func(ctx context.Context, rid string, a ExportArgs) (any, error) {
+		"export_layerstack": op(func(ctx context.Context, rid string, a api.ExportArgs) (any, error) {
 			return &exportStream{d: d, format: a.Format}, nil
 		}),
 		"layerstack_history": op(func(ctx context.Context, rid string, a struct {
@@ -88,15 +102,7 @@ func (d *Daemon) operations() map[string]handler {
 	}
 }
 
-// InitBaseArgs import the sandbox's base from a directory inside the
-// container (the product copies the host tree there first).
-type InitBaseArgs struct {
-	SourceDir string `json:"source_dir"`
-	All       bool   `json:"all,omitempty"` // include gitignored files of a git work tree
-	Remove    bool   `json:"remove_source,omitempty"`
-}
-
-func (d *Daemon) initBase(ctx context.Context, a InitBaseArgs) (any, error) {
+func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) {
 	if m, err := d.store.Manifest(); err == nil {
 		return map[string]any{"base_id": m.Base().ID, "revision": m.Revision(), "already_initialized": true}, nil
 	}
@@ -115,11 +121,6 @@ func (d *Daemon) initBase(ctx context.Context, a InitBaseArgs) (any, error) {
 		_ = os.RemoveAll(a.SourceDir)
 	}
 	return map[string]any{"base_id": info.ID, "root_hash": info.RootHash, "revision": m.Revision(), "import": rep}, nil
-}
-
-// ExportArgs select the export encoding.
-type ExportArgs struct {
-	Format string `json:"format,omitempty"` // tar (default), tar-zst, patch
 }
 
 type exportStream struct {

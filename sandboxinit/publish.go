@@ -14,22 +14,6 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
 
-// PublishArgs are publish_workspace_session's arguments. TxID makes the
-// publish idempotent (the workflow layer derives it); the default is unique
-// per session generation.
-type PublishArgs struct {
-	WorkspaceSessionID string `json:"workspace_session_id"`
-	TxID               string `json:"txid,omitempty"`
-	Keep               bool   `json:"keep,omitempty"`
-	Message            string `json:"message,omitempty"`
-	GraceS             *int   `json:"grace_s,omitempty"`
-}
-
-// SessionArgs name a session.
-type SessionArgs struct {
-	WorkspaceSessionID string `json:"workspace_session_id"`
-}
-
 // busy refuses an operation on a session with running commands.
 func (d *Daemon) busy(s *session, op string) error {
 	if active := d.cmds.Active(s.rec.ID); len(active) > 0 {
@@ -39,7 +23,7 @@ func (d *Daemon) busy(s *session, op string) error {
 	return nil
 }
 
-func (d *Daemon) publishSession(ctx context.Context, a PublishArgs) (map[string]any, error) {
+func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (map[string]any, error) {
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -53,7 +37,7 @@ func (d *Daemon) publishSession(ctx context.Context, a PublishArgs) (map[string]
 }
 
 // publishLocked runs with the session gate held: capture, commit, finalize.
-func (d *Daemon) publishLocked(ctx context.Context, s *session, a PublishArgs) (map[string]any, error) {
+func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArgs) (map[string]any, error) {
 	if a.TxID == "" {
 		a.TxID = fmt.Sprintf("publish:%s:%d", s.rec.ID, s.rec.Generation)
 	}
@@ -144,7 +128,7 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	return d.start(ctx, s, lease)
 }
 
-func (d *Daemon) refreshSession(ctx context.Context, a SessionArgs) (map[string]any, error) {
+func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -181,7 +165,7 @@ func (d *Daemon) refreshSession(ctx context.Context, a SessionArgs) (map[string]
 	return out, nil
 }
 
-func (d *Daemon) diffSession(ctx context.Context, a SessionArgs) (map[string]any, error) {
+func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -198,7 +182,7 @@ func (d *Daemon) diffSession(ctx context.Context, a SessionArgs) (map[string]any
 	return map[string]any{"workspace_session_id": s.rec.ID, "diff": buf.String(), "paths": sum.Paths}, nil
 }
 
-func (d *Daemon) checkPublish(ctx context.Context, a SessionArgs) (map[string]any, error) {
+func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err

@@ -225,7 +225,7 @@ func (s *Server) serveFilesList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a, err := decode[FileListArgs](body)
+	a, err := decode[api.FileListArgs](body)
 	if err != nil {
 		writeError(w, err)
 		return

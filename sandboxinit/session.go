@@ -76,40 +76,12 @@ func (s *session) save() error {
 	return writeFileAtomic(filepath.Join(s.dir, "session.json"), b)
 }
 
-// CreateSessionArgs are the arguments of create_workspace_session.
-type CreateSessionArgs struct {
-	NetworkProfile string         `json:"network_profile,omitempty"` // shared (default) or isolated
-	Agent          string         `json:"agent,omitempty"`
-	Limits         *SessionLimits `json:"limits,omitempty"`
-}
-
-// SessionLimits are a session's cgroup limits on the wire.
-type SessionLimits struct {
-	PidsMax     int64   `json:"pids_max,omitempty"`
-	MemoryBytes int64   `json:"memory_bytes,omitempty"`
-	CPUs        float64 `json:"cpus,omitempty"`
-}
-
-// SessionInfo describes a session on the wire.
-type SessionInfo struct {
-	WorkspaceSessionID string   `json:"workspace_session_id"`
-	NetworkProfile     string   `json:"network_profile"`
-	FinalizePolicy     string   `json:"finalize_policy"`
-	Agent              string   `json:"agent,omitempty"`
-	State              string   `json:"finalization_state"`
-	Implicit           bool     `json:"implicit"`
-	Created            string   `json:"created"`
-	ManifestVersion    int64    `json:"base_manifest_version"`
-	IP                 string   `json:"ip,omitempty"`
-	ActiveCommands     []string `json:"active_command_session_ids"`
-}
-
-func (d *Daemon) info(s *session) SessionInfo {
+func (d *Daemon) info(s *session) api.SessionInfo {
 	policy := "no_op"
 	if s.rec.Implicit {
 		policy = "publish_then_destroy"
 	}
-	inf := SessionInfo{WorkspaceSessionID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, FinalizePolicy: policy,
+	inf := api.SessionInfo{WorkspaceSessionID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, FinalizePolicy: policy,
 		Agent: s.rec.Agent, State: s.state, Implicit: s.rec.Implicit, Created: s.rec.Created.Format(time.RFC3339Nano),
 		ActiveCommands: d.cmds.Active(s.rec.ID)}
 	if l, err := d.store.Lease(s.rec.LeaseID); err == nil {
@@ -126,7 +98,7 @@ func (d *Daemon) info(s *session) SessionInfo {
 
 // createSession makes a session on the current head. Any failure undoes
 // every step, so nothing (lease, mount, dirs, container) is left behind.
-func (d *Daemon) createSession(ctx context.Context, a CreateSessionArgs, implicit bool) (_ *session, retErr error) {
+func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, implicit bool) (_ *session, retErr error) {
 	switch a.NetworkProfile {
 	case "":
 		a.NetworkProfile = "shared"
@@ -242,7 +214,7 @@ func (d *Daemon) session(id string) (*session, error) {
 	return s, nil
 }
 
-func (d *Daemon) listSessions() []SessionInfo {
+func (d *Daemon) listSessions() []api.SessionInfo {
 	d.mu.Lock()
 	ss := make([]*session, 0, len(d.sessions))
 	for _, s := range d.sessions {
@@ -250,22 +222,14 @@ func (d *Daemon) listSessions() []SessionInfo {
 	}
 	d.mu.Unlock()
 	sort.Slice(ss, func(i, j int) bool { return ss[i].rec.Created.Before(ss[j].rec.Created) })
-	out := make([]SessionInfo, 0, len(ss))
+	out := make([]api.SessionInfo, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, d.info(s))
 	}
 	return out
 }
 
-// DestroySessionArgs are the arguments of destroy_workspace_session.
-type DestroySessionArgs struct {
-	WorkspaceSessionID string `json:"workspace_session_id"`
-	GraceS             *int   `json:"grace_s,omitempty"`
-	// Force kills running commands instead of refusing.
-	Force bool `json:"force,omitempty"`
-}
-
-func (d *Daemon) destroySession(ctx context.Context, a DestroySessionArgs) (map[string]any, error) {
+func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (map[string]any, error) {
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -303,6 +267,9 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 			d.log.Warn("session dir without a valid record; archived", "dir", s.dir, "err", err)
 			_ = os.Rename(s.dir, filepath.Join(d.cfg.StateDir, "archive", e.Name()+"-"+time.Now().UTC().Format("20060102T150405")))
 			continue
+		}
+		if d.pendingPublish(s.rec.ID) {
+			s.state = StatePublishing
 		}
 		if err := d.restore(ctx, s); err != nil {
 			d.log.Error("restore session failed; its upper dir is kept", "workspace_session_id", s.rec.ID, "err", err)
@@ -400,4 +367,17 @@ func readJSON(name string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// pendingPublish reports whether a prepared publish of the session is not
+// finalized yet (its commands stay refused until it is).
+func (d *Daemon) pendingPublish(id string) bool {
+	ents, _ := os.ReadDir(filepath.Join(d.cfg.StateDir, "txns"))
+	for _, e := range ents {
+		var p preparedPublish
+		if readJSON(filepath.Join(d.cfg.StateDir, "txns", e.Name(), "prepared.json"), &p) == nil && p.SessionID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -39,7 +39,7 @@ var (
 )
 
 // daemonBinary builds cmd/sandbox-daemon statically, once per test run.
-func daemonBinary(t *testing.T) string {
+func daemonBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "eos-daemon-bin-")
@@ -60,7 +60,7 @@ func daemonBinary(t *testing.T) string {
 	return binPath
 }
 
-func requireDocker(t *testing.T) {
+func requireDocker(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Fatalf("docker CLI not found: these tests need a Docker Engine (run scripts/ensure-docker.sh)")
@@ -73,7 +73,7 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-func docker(t *testing.T, args ...string) string {
+func docker(t testing.TB, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -87,7 +87,7 @@ func docker(t *testing.T, args ...string) string {
 
 // sandbox is one running sandbox container with the daemon as PID 1.
 type sandbox struct {
-	t       *testing.T
+	t       testing.TB
 	name    string
 	volume  string
 	image   string
@@ -98,7 +98,7 @@ type sandbox struct {
 
 // startSandbox creates and starts a sandbox from image with base as the
 // workspace, and imports the base.
-func startSandbox(t *testing.T, image string, base map[string]string) *sandbox {
+func startSandbox(t testing.TB, image string, base map[string]string) *sandbox {
 	t.Helper()
 	requireDocker(t)
 	bin := daemonBinary(t)

@@ -1,0 +1,170 @@
+package api
+
+// Edit replaces OldString by NewString in a file: exactly one occurrence
+// unless ReplaceAll. Edits apply in order, each to the previous result.
+type Edit struct {
+	OldString  string `json:"old_string"`
+	NewString  string `json:"new_string"`
+	ReplaceAll bool   `json:"replace_all,omitempty"`
+}
+
+// CreateSessionArgs are the arguments of create_workspace_session.
+type CreateSessionArgs struct {
+	NetworkProfile string         `json:"network_profile,omitempty"` // shared (default) or isolated
+	Agent          string         `json:"agent,omitempty"`
+	Limits         *SessionLimits `json:"limits,omitempty"`
+}
+
+// SessionLimits are a session's cgroup limits on the wire.
+type SessionLimits struct {
+	PidsMax     int64   `json:"pids_max,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+}
+
+// SessionInfo describes a session on the wire.
+type SessionInfo struct {
+	WorkspaceSessionID string   `json:"workspace_session_id"`
+	NetworkProfile     string   `json:"network_profile"`
+	FinalizePolicy     string   `json:"finalize_policy"`
+	Agent              string   `json:"agent,omitempty"`
+	State              string   `json:"finalization_state"`
+	Implicit           bool     `json:"implicit"`
+	Created            string   `json:"created"`
+	ManifestVersion    int64    `json:"base_manifest_version"`
+	IP                 string   `json:"ip,omitempty"`
+	ActiveCommands     []string `json:"active_command_session_ids"`
+}
+
+// DestroySessionArgs are the arguments of destroy_workspace_session.
+type DestroySessionArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	GraceS             *int   `json:"grace_s,omitempty"`
+	// Force kills running commands instead of refusing.
+	Force bool `json:"force,omitempty"`
+}
+
+// PublishArgs are publish_workspace_session's arguments. TxID makes the
+// publish idempotent (the workflow layer derives it); the default is unique
+// per session generation.
+type PublishArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	TxID               string `json:"txid,omitempty"`
+	Keep               bool   `json:"keep,omitempty"`
+	Message            string `json:"message,omitempty"`
+	GraceS             *int   `json:"grace_s,omitempty"`
+}
+
+// SessionArgs name a session.
+type SessionArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+}
+
+// FileReadArgs are file_read's arguments.
+type FileReadArgs struct {
+	Path               string `json:"path"`
+	Offset             int    `json:"offset,omitempty"` // 1-based first line
+	Limit              int    `json:"limit,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// FileReadResult is file_read's result.
+type FileReadResult struct {
+	Path       string `json:"path"`
+	Content    string `json:"content"`
+	StartLine  int    `json:"start_line"`
+	NumLines   int    `json:"num_lines"`
+	TotalLines int    `json:"total_lines"`
+	BytesRead  int    `json:"bytes_read"`
+	TotalBytes int64  `json:"total_bytes"`
+	NextOffset *int   `json:"next_offset"`
+	Truncated  bool   `json:"truncated"`
+}
+
+// FileWriteArgs are file_write's arguments.
+type FileWriteArgs struct {
+	Path               string `json:"path"`
+	Content            string `json:"content"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	Executable         *bool  `json:"executable,omitempty"` // a new file's exec bit (existing files keep theirs)
+}
+
+// FileEditArgs are file_edit's arguments.
+type FileEditArgs struct {
+	Path               string `json:"path"`
+	Edits              []Edit `json:"edits"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// FileListArgs are file_list's (and POST /files/list's) arguments.
+type FileListArgs struct {
+	Path               string `json:"path,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	Limit              int    `json:"limit,omitempty"`
+}
+
+// ListEntry is one file_list entry.
+type ListEntry struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // file, directory, symlink, other
+	Size int64  `json:"size"`
+}
+
+// FileDeleteArgs are file_delete's arguments.
+type FileDeleteArgs struct {
+	Path               string `json:"path"`
+	Recursive          bool   `json:"recursive,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// FileMoveArgs are file_move's arguments.
+type FileMoveArgs struct {
+	From               string `json:"from"`
+	To                 string `json:"to"`
+	Overwrite          bool   `json:"overwrite,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// FileSearchArgs are file_search's arguments: Glob filters paths (a pattern
+// without "/" matches base names), Query is a regular expression matched
+// against each line of text files.
+type FileSearchArgs struct {
+	Path               string `json:"path,omitempty"`
+	Glob               string `json:"glob,omitempty"`
+	Query              string `json:"query,omitempty"`
+	Limit              int    `json:"limit,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+}
+
+// SearchMatch is one file_search hit (Line 0 for a path-only match).
+type SearchMatch struct {
+	Path string `json:"path"`
+	Line int    `json:"line,omitempty"`
+	Text string `json:"text,omitempty"`
+}
+
+// InitBaseArgs import the sandbox's base from a directory inside the
+// container (the product copies the host tree there first).
+type InitBaseArgs struct {
+	SourceDir string `json:"source_dir"`
+	All       bool   `json:"all,omitempty"` // include gitignored files of a git work tree
+	Remove    bool   `json:"remove_source,omitempty"`
+}
+
+// ExportArgs select the export encoding.
+type ExportArgs struct {
+	Format string `json:"format,omitempty"` // tar (default), tar-zst, patch
+}
+
+// PublishStepArgs drive the publish steps the workflow layer runs one by
+// one, each idempotent by TxID: publish_prepare (capture and freeze the
+// session's changes, dry-run them, stop admitting commands),
+// publish_commit (commit the frozen changes), publish_finalize (destroy the
+// session, or with Keep move it onto the new head) and publish_abort (give
+// the session back after a rejected commit).
+type PublishStepArgs struct {
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	TxID               string `json:"txid"`
+	Keep               bool   `json:"keep,omitempty"`
+	Message            string `json:"message,omitempty"`
+}

@@ -1,0 +1,214 @@
+package sandboxinit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+// StatePublishing: a publish was prepared; commands wait until it is
+// finalized or aborted.
+const StatePublishing = "publishing"
+
+// preparedPublish is what publish_prepare leaves on the state volume for
+// publish_commit, so the steps survive a daemon or container restart.
+type preparedPublish struct {
+	TxID      string                    `json:"txid"`
+	SessionID string                    `json:"workspace_session_id"`
+	LeaseID   string                    `json:"lease_id"`
+	Owner     string                    `json:"owner"`
+	Agent     string                    `json:"agent,omitempty"`
+	Message   string                    `json:"message,omitempty"`
+	Keep      bool                      `json:"keep"`
+	Implicit  bool                      `json:"implicit"`
+	Changes   layerstack.ChangeSet      `json:"changes"`
+	Sources   map[string]string         `json:"sources"` // path -> frozen copy
+	Result    *layerstack.PublishResult `json:"result,omitempty"`
+}
+
+func (d *Daemon) txDir(txid string) string {
+	sum := sha256.Sum256([]byte(txid))
+	return filepath.Join(d.cfg.StateDir, "txns", hex.EncodeToString(sum[:12]))
+}
+
+func (d *Daemon) loadPrepared(txid string) (*preparedPublish, error) {
+	var p preparedPublish
+	if err := readJSON(filepath.Join(d.txDir(txid), "prepared.json"), &p); err != nil {
+		return nil, api.Errorf(api.KindNotFound, map[string]any{"txid": txid}, "no prepared publish %s", txid)
+	}
+	for i := range p.Changes.Changes {
+		if src, ok := p.Sources[p.Changes.Changes[i].Path]; ok {
+			p.Changes.Changes[i].Source = src
+		}
+	}
+	return &p, nil
+}
+
+func (d *Daemon) savePrepared(p *preparedPublish) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(d.txDir(p.TxID), "prepared.json"), b)
+}
+
+// publishPrepare captures the session's upper dir, freezes every file in a
+// copy under txns/, and dry-runs the result against the head.
+func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+	if a.TxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
+	}
+	if p, err := d.loadPrepared(a.TxID); err == nil {
+		return map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "prepared": true, "replayed": true, "changed_paths": len(p.Changes.Changes)}, nil
+	}
+	s, err := d.session(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if err := d.busy(s, "publish"); err != nil {
+		return nil, err
+	}
+	cs, err := layerstack.Capture(s.upper())
+	if err != nil {
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "capture", "session_retained": true}, "capture failed: %v", err)
+	}
+	dir := d.txDir(a.TxID)
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
+		return nil, err
+	}
+	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Agent: s.rec.Agent,
+		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Sources: map[string]string{}}
+	for i, c := range cs.Changes {
+		if c.Kind != layerstack.ChangeWrite {
+			continue
+		}
+		dst := filepath.Join(dir, "files", strconv.Itoa(i))
+		if err := copyRegular(c.Source, dst); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("freeze %s: %w", c.Path, err)
+		}
+		p.Sources[c.Path] = dst
+		cs.Changes[i].Source = dst
+	}
+	p.Changes = *cs
+	if err := d.savePrepared(p); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s.state = StatePublishing
+	out := map[string]any{"txid": a.TxID, "workspace_session_id": s.rec.ID, "prepared": true, "changed_paths": len(cs.Changes)}
+	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit})
+	var ce *layerstack.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		return mergeMaps(mergeMaps(out, map[string]any{"clean": false}), rejectionDetails(ce)), nil
+	case err != nil:
+		return nil, err
+	}
+	out["clean"], out["publish"] = true, publishJSON(res)
+	return out, nil
+}
+
+// publishCommit commits a prepared publish; a retry returns the first result.
+func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+	p, err := d.loadPrepared(a.TxID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: p.TxID, LeaseID: p.LeaseID, Changes: &p.Changes,
+		Owner: p.Owner, Agent: p.Agent, Message: p.Message, Keep: p.Keep, AllowDrops: p.Implicit})
+	if err != nil {
+		var ce *layerstack.ConflictError
+		if errors.As(err, &ce) {
+			return nil, api.Errorf(api.KindOperationFailed, mergeMaps(map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID,
+				"stage": "publish", "session_retained": true}, rejectionDetails(ce)), "publish rejected: %s", ce.Error())
+		}
+		return nil, err
+	}
+	p.Result = res
+	if err := d.savePrepared(p); err != nil {
+		return nil, err
+	}
+	d.event("workspace_session.published", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
+	return map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "publish": publishJSON(res)}, nil
+}
+
+// publishFinalize closes the session after its commit: destroyed, or with
+// keep moved onto the new head with an empty upper dir. Idempotent.
+func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+	p, err := d.loadPrepared(a.TxID)
+	if err != nil {
+		return nil, err
+	}
+	if p.Result == nil {
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s is not committed yet", a.TxID)
+	}
+	out := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "publish": publishJSON(p.Result)}
+	s, err := d.session(p.SessionID)
+	if err != nil {
+		out["destroyed"] = true // finalized before
+		_ = os.RemoveAll(d.txDir(a.TxID))
+		return out, nil
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if p.Keep {
+		if s.rec.LeaseID != p.Result.LeaseID {
+			if err := d.rebase(ctx, s, p.Result.LeaseID); err != nil {
+				s.state = StateFinalizeFailed
+				return nil, finalizeFailed(s, p.Result, err)
+			}
+		}
+		s.state = StateActive
+		out["destroyed"], out["kept"] = false, true
+	} else {
+		bytes, err := d.teardown(ctx, s, true)
+		if err != nil {
+			s.state = StateFinalizeFailed
+			return nil, finalizeFailed(s, p.Result, err)
+		}
+		out["destroyed"], out["evicted_upperdir_bytes"] = true, bytes
+	}
+	_ = os.RemoveAll(d.txDir(a.TxID))
+	return out, nil
+}
+
+// publishAbort drops a prepared, uncommitted publish and gives the session
+// back to its agent.
+func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+	p, err := d.loadPrepared(a.TxID)
+	if err != nil {
+		return nil, err
+	}
+	if p.Result != nil {
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s is committed: finalize it", a.TxID)
+	}
+	if s, err := d.session(p.SessionID); err == nil {
+		s.gate.Lock()
+		if s.state == StatePublishing {
+			s.state = StateActive
+		}
+		s.gate.Unlock()
+	}
+	_ = os.RemoveAll(d.txDir(a.TxID))
+	return map[string]any{"txid": a.TxID, "workspace_session_id": p.SessionID, "aborted": true}, nil
+}
+
+func copyRegular(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
+}
