@@ -34,6 +34,7 @@ type SessionInfo struct {
 	ManifestVersion    int64    `json:"base_manifest_version"`
 	IP                 string   `json:"ip,omitempty"`
 	ActiveCommands     []string `json:"active_command_session_ids"`
+	IdleSeconds        int64    `json:"idle_seconds"`
 }
 
 // DestroySessionArgs are the arguments of destroy_workspace_session.

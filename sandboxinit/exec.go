@@ -55,11 +55,12 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (*api.CommandO
 		}
 		return p, nil
 	}
-	meta := command.Meta{WorkspaceSessionID: s.rec.ID}
+	s.act.touch()
+	meta := command.Meta{WorkspaceSessionID: s.rec.ID, OnExit: func(string, *api.CommandOutput) { s.act.touch() }}
 	var done chan func(*api.CommandOutput)
 	if implicit {
 		done = make(chan func(*api.CommandOutput), 1)
-		meta.OnExit = func(id string, _ *api.CommandOutput) { go d.finishImplicit(s, id, done) }
+		meta.OnExit = func(id string, _ *api.CommandOutput) { s.act.touch(); go d.finishImplicit(s, id, done) }
 	}
 	out, err := d.cmds.Start(ctx, starter, a, meta)
 	s.gate.Unlock()

@@ -50,6 +50,7 @@ func (d *Daemon) view(sessionID string) (*fileView, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.act.touch()
 	return &fileView{d: d, s: s, rt: r}, nil
 }
 

@@ -29,8 +29,9 @@ func (d *Daemon) operations() map[string]handler {
 			return d.info(s), nil
 		}),
 		"list_workspace_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
-			return map[string]any{"workspace_sessions": d.listSessions()}, nil
+			return map[string]any{"workspace_sessions": d.listSessions(), "archived_sessions": d.listArchived()}, nil
 		}),
+		"archive_idle_sessions": op(func(ctx context.Context, rid string, a ArchiveIdleArgs) (any, error) { return d.archiveIdle(ctx, a) }),
 		"destroy_workspace_session": op(func(ctx context.Context, rid string, a api.DestroySessionArgs) (any, error) {
 			return d.destroySession(ctx, a)
 		}),

@@ -38,6 +38,7 @@ type session struct {
 	// refresh, destroy) against admitting commands.
 	gate  sync.Mutex
 	state string
+	act   activity
 }
 
 // sessionRecord is what persists in <state>/sessions/<id>/session.json, so
@@ -83,7 +84,7 @@ func (d *Daemon) info(s *session) api.SessionInfo {
 	}
 	inf := api.SessionInfo{WorkspaceSessionID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, FinalizePolicy: policy,
 		Agent: s.rec.Agent, State: s.state, Implicit: s.rec.Implicit, Created: s.rec.Created.Format(time.RFC3339Nano),
-		ActiveCommands: d.cmds.Active(s.rec.ID)}
+		ActiveCommands: d.cmds.Active(s.rec.ID), IdleSeconds: int64(s.act.since().Seconds())}
 	if l, err := d.store.Lease(s.rec.LeaseID); err == nil {
 		inf.ManifestVersion = l.ManifestVersion
 	}
@@ -136,6 +137,7 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	if err := d.start(ctx, s, lease); err != nil {
 		return nil, err
 	}
+	s.act.touch()
 	d.mu.Lock()
 	d.sessions[s.rec.ID] = s
 	d.mu.Unlock()
@@ -268,6 +270,7 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 			_ = os.Rename(s.dir, filepath.Join(d.cfg.StateDir, "archive", e.Name()+"-"+time.Now().UTC().Format("20060102T150405")))
 			continue
 		}
+		s.act.touch()
 		if d.pendingPublish(s.rec.ID) {
 			s.state = StatePublishing
 		}

@@ -48,7 +48,7 @@ func daemonBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "sandbox-daemon")
-		cmd := exec.Command("go", "build", "-tags", "osusergo netgo", "-ldflags", "-linkmode external -extldflags -static",
+		cmd := exec.Command("go", "build", "-tags", "seccomp osusergo netgo", "-ldflags", "-linkmode external -extldflags -static",
 			"-o", binPath, "./cmd/sandbox-daemon")
 		cmd.Dir = filepath.Join("..", "..")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")

@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	_ "github.com/opencontainers/runc/libcontainer/nsenter" // the C constructor that runs before the Go runtime in "init"
+	"github.com/opencontainers/runc/libcontainer/seccomp"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runc/libcontainer/utils"
 	"golang.org/x/sys/unix"
@@ -63,6 +64,7 @@ type containerSpec struct {
 	swap        bool // the kernel accounts swap: limit it together with memory
 	// noNewKeyring: keyctl is blocked by the sandbox's seccomp profile.
 	noNewKeyring bool
+	seccomp      *sessionFilter // nil only in tests
 	net          *netSpec
 }
 
@@ -140,6 +142,7 @@ func buildConfig(cs containerSpec) *configs.Config {
 		Capabilities:    &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps},
 		NoNewPrivileges: true,
 		NoNewKeyring:    cs.noNewKeyring,
+		Seccomp:         cs.seccomp.config(),
 		Cgroups: &cgroups.Cgroup{
 			// Relative: resolved under the daemon's own cgroup (v1) or next
 			// to the daemon's leaf (v2), which is what a nested runtime can write.
@@ -152,6 +155,70 @@ func buildConfig(cs containerSpec) *configs.Config {
 		MaskPaths:     append(append([]string(nil), maskedPaths...), cs.hiddenFiles...),
 		ReadonlyPaths: readonlyPaths,
 	}
+}
+
+// sessionFilter is the sessions' seccomp filter in libcontainer's form. runc
+// init loads it (with no_new_privs, as late as possible: right before it
+// execs the session's init or an exec'd process), stacked on the sandbox's
+// own filter.
+type sessionFilter struct {
+	c *configs.Seccomp
+}
+
+func (f *sessionFilter) config() *configs.Seccomp {
+	if f == nil {
+		return nil
+	}
+	return f.c
+}
+
+// flagSpecAllow is runtime-spec's SECCOMP_FILTER_FLAG_SPEC_ALLOW: like runc
+// (and so Docker) do by default, do not force the speculative store bypass
+// mitigation on every filtered process.
+const flagSpecAllow = "SECCOMP_FILTER_FLAG_SPEC_ALLOW"
+
+// newSessionFilter translates f for libcontainer. It fails when the binary
+// was built without libseccomp: libcontainer would then refuse to start any
+// session with a filter, and a session without one could create user
+// namespaces (the sandbox's profile allows unshare for the sandbox's sake).
+func newSessionFilter(f *seccompFilter) (*sessionFilter, error) {
+	if !seccomp.Enabled {
+		return nil, fmt.Errorf("%w: this binary was built without libseccomp, so sessions cannot get their seccomp filter; "+
+			"build with CGO_ENABLED=1 -tags 'seccomp osusergo netgo' against libseccomp-dev (scripts/ensure-build-deps.sh)", ErrUnsupported)
+	}
+	def, err := seccomp.ConvertStringToAction(f.defaultAction)
+	if err != nil {
+		return nil, fmt.Errorf("session seccomp filter: %w", err)
+	}
+	c := &configs.Seccomp{DefaultAction: def, DefaultErrnoRet: f.defaultErrnoRet, Syscalls: []*configs.Syscall{}}
+	for _, a := range f.arches {
+		arch, err := seccomp.ConvertStringToArch(a)
+		if err != nil {
+			return nil, fmt.Errorf("session seccomp filter: %w", err)
+		}
+		c.Architectures = append(c.Architectures, arch)
+	}
+	if seccomp.FlagSupported(flagSpecAllow) == nil {
+		c.Flags = append(c.Flags, flagSpecAllow)
+	}
+	for _, r := range f.rules {
+		act, err := seccomp.ConvertStringToAction(r.action)
+		if err != nil {
+			return nil, fmt.Errorf("session seccomp filter: %v: %w", r.names, err)
+		}
+		args := make([]*configs.Arg, 0, len(r.args))
+		for _, a := range r.args {
+			op, err := seccomp.ConvertStringToOperator(a.Op)
+			if err != nil {
+				return nil, fmt.Errorf("session seccomp filter: %v: %w", r.names, err)
+			}
+			args = append(args, &configs.Arg{Index: a.Index, Value: a.Value, ValueTwo: a.ValueTwo, Op: op})
+		}
+		for _, name := range r.names {
+			c.Syscalls = append(c.Syscalls, &configs.Syscall{Name: name, Action: act, ErrnoRet: r.errnoRet, Args: args})
+		}
+	}
+	return &sessionFilter{c: c}, nil
 }
 
 // container is a created or loaded libcontainer container.
@@ -278,6 +345,13 @@ func exitCode(st *os.ProcessState) int {
 		return -int(ws.Signal())
 	}
 	return st.ExitCode()
+}
+
+// filtered reports whether the container's processes get a seccomp filter
+// of their own (false for sessions started by a daemon built before sessions
+// had one).
+func (c *container) filtered() bool {
+	return c.c.Config().Seccomp != nil
 }
 
 func (c *container) running() bool {

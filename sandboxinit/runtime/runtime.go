@@ -52,7 +52,8 @@ func New(stateRoot string) (*Runtime, error) {
 		return nil, fmt.Errorf("session runtime preflight: %w", err)
 	}
 	r.log.Info("session runtime ready", "state_root", r.root, "cgroup_v2", r.cgroups.v2,
-		"swap_accounting", r.cgroups.swap, "net_admin", r.netAdmin, "no_new_keyring", r.seccomp.noNewKeyring)
+		"swap_accounting", r.cgroups.swap, "net_admin", r.netAdmin, "no_new_keyring", r.seccomp.noNewKeyring,
+		"session_seccomp_rules", len(r.seccomp.session.config().Syscalls))
 	return r, nil
 }
 
@@ -101,6 +102,9 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
+	if r.seccomp.session == nil { // New always builds it: never start a session without it
+		return nil, fmt.Errorf("start %s: %w: no session seccomp filter", spec.ID, ErrUnsupported)
+	}
 	if spec.Isolated && !r.netAdmin {
 		return nil, fmt.Errorf("start %s: %w: isolated sessions need NET_ADMIN in the sandbox", spec.ID, ErrUnsupported)
 	}
@@ -128,6 +132,7 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	cs := containerSpec{
 		id: spec.ID, rootfs: s.dirs.merged, workspace: spec.Workspace,
 		limits: spec.Limits, swap: r.cgroups.swap, noNewKeyring: r.seccomp.noNewKeyring,
+		seccomp: r.seccomp.session,
 	}
 	cs.hiddenDirs, cs.hiddenFiles = splitHidden(spec.Hidden)
 	if spec.Isolated {
@@ -195,6 +200,10 @@ func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
 			}
 		}
 		s.fastSock = execSocketPath(spec.Dir)
+		if !c.filtered() {
+			r.log.Warn("session runs without its own seccomp filter (started by an older daemon); restart it to get one",
+				"session_id", id)
+		}
 		return s, nil
 	}
 	if err != nil && !errors.Is(err, ErrGone) {
