@@ -1,0 +1,195 @@
+package activities
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+)
+
+// Paths inside the sandbox container. The daemon's defaults match them
+// (sandboxinit.Config: state dir /eos, token <state>/secret/daemon.token,
+// RPC on :7001, layer store <state>/layerstack).
+const (
+	DaemonPath   = "/usr/local/lib/eos/sandbox-daemon"
+	StateDir     = "/eos"
+	TokenPath    = "/eos/secret/daemon.token"
+	ImportDir    = "/eos/import/src"
+	DaemonPort   = 7001
+	manifestPath = "/eos/layerstack/manifest.json"
+)
+
+// sandboxCaps is the capability set of a sandbox container on top of
+// --cap-drop ALL (see the libcontainer probe's findings: SYS_ADMIN,
+// DAC_OVERRIDE, SYS_CHROOT, SETUID, SETGID and SETPCAP are what nested
+// sessions need; the rest is what sessions may keep).
+var sandboxCaps = []string{
+	"SYS_ADMIN", "DAC_OVERRIDE", "SYS_CHROOT", "SETUID", "SETGID", "SETPCAP", "NET_ADMIN",
+	"CHOWN", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP",
+}
+
+// Docker is the narrow part of github.com/docker/docker/client the
+// activities use; unit tests fake it.
+type Docker interface {
+	ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
+
+	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
+	VolumeInspect(ctx context.Context, volumeID string) (volume.Volume, error)
+	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
+	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
+	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
+	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error
+	ContainerStop(ctx context.Context, containerID string, options container.StopOptions) error
+	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
+	ContainerStats(ctx context.Context, containerID string, stream bool) (container.StatsResponseReader, error)
+	ContainerLogs(ctx context.Context, containerID string, options container.LogsOptions) (io.ReadCloser, error)
+
+	CopyToContainer(ctx context.Context, containerID, dstPath string, content io.Reader, options container.CopyToContainerOptions) error
+	CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error)
+}
+
+var _ Docker = (*client.Client)(nil)
+
+// NewDockerClient connects to the Docker Engine named by the environment
+// (DOCKER_HOST, ...) and negotiates the API version with it.
+func NewDockerClient() (*client.Client, error) {
+	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+}
+
+// Config configures the activities.
+type Config struct {
+	DaemonBinary   string // host path of the static sandbox-daemon copied into every sandbox
+	SeccompProfile string // JSON text of the sandbox seccomp profile (the caller reads the file)
+	Secret         []byte // gateway secret; daemon tokens are derived from it (DaemonToken)
+	WorkerID       string // value of the eos.worker label
+	Logger         *slog.Logger
+}
+
+// Activities holds what the activities share: the Docker client, the
+// configuration and one keep-alive HTTP client for every daemon. Every
+// exported method is a Temporal activity.
+type Activities struct {
+	cfg    Config
+	docker Docker
+	log    *slog.Logger
+	http   *http.Client
+}
+
+// New builds the activities over a Docker client.
+func New(cfg Config, docker Docker) *Activities {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // per call, through the context
+		DisableCompression:    true,
+	}
+	return &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities"), http: &http.Client{Transport: tr}}
+}
+
+// DaemonToken derives a sandbox's daemon token from the gateway secret:
+// hex(HMAC-SHA256(secret, "daemon-token/"+sandboxID)). Deriving it where it
+// is needed keeps it out of workflow history, Docker labels, env and argv.
+func DaemonToken(secret []byte, sandboxID string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("daemon-token/" + sandboxID))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (a *Activities) token(sandboxID string) string { return DaemonToken(a.cfg.Secret, sandboxID) }
+
+// heartbeat records progress when ctx is an activity context, and does
+// nothing otherwise, so that the activities also run as plain functions
+// (the reconciler, tests).
+func heartbeat(ctx context.Context, details ...any) {
+	if activity.IsActivity(ctx) {
+		activity.RecordHeartbeat(ctx, details...)
+	}
+}
+
+// keepHeartbeating heartbeats every interval until the returned stop is
+// called; progress (optional) supplies the details.
+func keepHeartbeating(ctx context.Context, every time.Duration, progress func() any) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if progress != nil {
+					activity.RecordHeartbeat(ctx, progress())
+				} else {
+					activity.RecordHeartbeat(ctx)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// Non-retryable failures.
+
+func invalidArgument(format string, a ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrInvalidArgument, nil)
+}
+
+func notFound(cause error, format string, a ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrNotFound, cause)
+}
+
+func conflict(format string, a ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrConflict, nil)
+}
+
+// AsDaemonError returns the daemon's error envelope carried by err: the
+// detail of an ErrDaemon ApplicationError (also after it crossed Temporal),
+// or a *DaemonError wrapped in a retryable error.
+func AsDaemonError(err error) (*DaemonError, bool) {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == ErrDaemon && appErr.HasDetails() {
+		var de DaemonError
+		if appErr.Details(&de) == nil {
+			return &de, true
+		}
+	}
+	var de *DaemonError
+	if errors.As(err, &de) {
+		return de, true
+	}
+	return nil, false
+}

@@ -1,0 +1,266 @@
+package activities
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+// maxSkippedPaths bounds CopyReport.SkippedPaths.
+const maxSkippedPaths = 20
+
+// bootstrapTar is the one tar copied into a created sandbox container
+// before it starts: the daemon binary (0755) and the daemon token (0600,
+// root-owned, in a 0700 directory of the state volume).
+func bootstrapTar(daemonBinary, token string) ([]byte, error) {
+	bin, err := os.ReadFile(daemonBinary)
+	if err != nil {
+		return nil, invalidArgument("read daemon binary: %v", err)
+	}
+	now := time.Now()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := func(name string, mode int64) error {
+		return tw.WriteHeader(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: mode, ModTime: now})
+	}
+	file := func(name string, mode int64, data []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(data)), ModTime: now}); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	daemonDir := strings.TrimPrefix(filepath.Dir(DaemonPath), "/")
+	var parts []string
+	for p := range strings.SplitSeq(daemonDir, "/") {
+		parts = append(parts, p)
+		if err := dir(strings.Join(parts, "/"), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	steps := []error{
+		file(strings.TrimPrefix(DaemonPath, "/"), 0o755, bin),
+		dir(strings.TrimPrefix(filepath.Dir(TokenPath), "/"), 0o700),
+		file(strings.TrimPrefix(TokenPath, "/"), 0o600, []byte(token)),
+		tw.Close(),
+	}
+	if err := errors.Join(steps...); err != nil {
+		return nil, fmt.Errorf("build bootstrap tar: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// CopyWorkspace streams the host directory spec.WorkspaceRoot into the
+// container's /eos/import/src as a tar, for the daemon's init_base. It
+// copies everything, .git included (the daemon's import does the git-aware
+// selection): regular files, directories and symlinks (as links, never
+// followed) with their modes and mtimes. FIFOs, sockets and devices are
+// skipped and counted. It heartbeats its progress.
+//
+// Repeating it overwrites what an earlier attempt copied; files removed
+// from the host between attempts would stay in the import dir.
+func (a *Activities) CopyWorkspace(ctx context.Context, spec SandboxSpec) (CopyReport, error) {
+	if err := checkSandboxID(spec.SandboxID); err != nil {
+		return CopyReport{}, err
+	}
+	root := spec.WorkspaceRoot
+	if !filepath.IsAbs(root) {
+		return CopyReport{}, invalidArgument("workspace_root must be an absolute host path, got %q", root)
+	}
+	root = filepath.Clean(root)
+	fi, err := os.Stat(root) // the root itself may be reached through a symlink
+	if err != nil {
+		return CopyReport{}, invalidArgument("workspace_root: %v", err)
+	}
+	if !fi.IsDir() {
+		return CopyReport{}, invalidArgument("workspace_root %s is not a directory", root)
+	}
+	c, err := a.inspectContainer(ctx, spec.SandboxID)
+	if err != nil {
+		return CopyReport{}, err
+	}
+
+	w := &workspaceTar{ctx: ctx, root: root, prefix: strings.TrimPrefix(ImportDir, "/")}
+	stop := keepHeartbeating(ctx, 5*time.Second, w.progress)
+	defer stop()
+	pr, pw := io.Pipe()
+	werr := make(chan error, 1)
+	go func() {
+		err := w.write(pw)
+		pw.CloseWithError(err)
+		werr <- err
+	}()
+	cerr := a.docker.CopyToContainer(ctx, c.ID, "/", pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(errors.New("copy to container ended"))
+	if err := <-werr; err != nil {
+		return CopyReport{}, fmt.Errorf("copy workspace %s: %w", root, err)
+	}
+	if cerr != nil {
+		return CopyReport{}, fmt.Errorf("copy workspace %s into %s: %w", root, c.Name, cerr)
+	}
+	rep := w.report()
+	a.log.Info("workspace copied", "sandbox_id", spec.SandboxID, "root", root, "files", rep.Files,
+		"dirs", rep.Dirs, "symlinks", rep.Symlinks, "bytes", rep.Bytes, "skipped", rep.Skipped)
+	return rep, nil
+}
+
+// workspaceTar writes a host tree as a tar under prefix.
+type workspaceTar struct {
+	ctx    context.Context
+	root   string
+	prefix string
+	mu     sync.Mutex
+	rep    CopyReport
+	buf    []byte
+}
+
+func (w *workspaceTar) progress() any {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return map[string]any{"files": w.rep.Files, "bytes": w.rep.Bytes}
+}
+
+func (w *workspaceTar) report() CopyReport {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rep
+}
+
+func (w *workspaceTar) count(f func(r *CopyReport)) {
+	w.mu.Lock()
+	f(&w.rep)
+	w.mu.Unlock()
+}
+
+func (w *workspaceTar) write(out io.Writer) error {
+	tw := tar.NewWriter(out)
+	w.buf = make([]byte, 256<<10)
+	// Parents of the import dir: only the daemon reads them.
+	parts := strings.Split(w.prefix, "/")
+	for i := 1; i < len(parts); i++ {
+		if err := tw.WriteHeader(&tar.Header{Name: strings.Join(parts[:i], "/") + "/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: time.Now()}); err != nil {
+			return err
+		}
+	}
+	err := filepath.WalkDir(w.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(w.root, p)
+		if err != nil {
+			return err
+		}
+		name := w.prefix
+		if rel != "." {
+			name += "/" + filepath.ToSlash(rel)
+		}
+		return w.entry(tw, p, rel, name, d)
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+func (w *workspaceTar) entry(tw *tar.Writer, p, rel, name string, d fs.DirEntry) error {
+	var fi fs.FileInfo
+	var err error
+	if rel == "." {
+		fi, err = os.Stat(p)
+	} else {
+		fi, err = d.Info()
+	}
+	if err != nil {
+		return err
+	}
+	hdr := &tar.Header{Name: name, Mode: tarMode(fi.Mode()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+	switch {
+	case fi.IsDir():
+		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		w.count(func(r *CopyReport) { r.Dirs++ })
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, target, 0o777
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		w.count(func(r *CopyReport) { r.Symlinks++ })
+	case fi.Mode().IsRegular():
+		return w.file(tw, p, hdr)
+	default:
+		w.count(func(r *CopyReport) {
+			r.Skipped++
+			if len(r.SkippedPaths) < maxSkippedPaths {
+				r.SkippedPaths = append(r.SkippedPaths, filepath.ToSlash(rel))
+			}
+		})
+	}
+	return nil
+}
+
+// file copies one regular file. It is opened without following a symlink
+// swapped in since the walk saw it, and its size is taken from the open
+// file; a file that shrinks while being copied is an error.
+func (w *workspaceTar) file(tw *tar.Writer, p string, hdr *tar.Header) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s changed type during the copy", p)
+	}
+	hdr.Typeflag, hdr.Size, hdr.Mode, hdr.ModTime = tar.TypeReg, fi.Size(), tarMode(fi.Mode()), fi.ModTime()
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(tw, io.LimitReader(struct{ io.Reader }{f}, fi.Size()), w.buf)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", p, err)
+	}
+	if n != fi.Size() {
+		return fmt.Errorf("%s shrank during the copy (%d of %d bytes)", p, n, fi.Size())
+	}
+	w.count(func(r *CopyReport) { r.Files++; r.Bytes += n })
+	return nil
+}
+
+// tarMode is the permission bits plus setuid, setgid and sticky.
+func tarMode(m fs.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}

@@ -1,0 +1,219 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+)
+
+// fakeDaemon is an httptest server speaking the daemon's RPC conventions.
+type fakeDaemon struct {
+	*httptest.Server
+	token string
+	calls atomic.Int64
+	last  atomic.Pointer[http.Request]
+	body  atomic.Pointer[[]byte]
+}
+
+func newFakeDaemon(t *testing.T, sandboxID string, h http.HandlerFunc) *fakeDaemon {
+	t.Helper()
+	fd := &fakeDaemon{token: DaemonToken(testSecret, sandboxID)}
+	fd.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fd.calls.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		fd.last.Store(r)
+		fd.body.Store(&b)
+		if r.Header.Get("Authorization") != "Bearer "+fd.token {
+			writeEnvelope(w, http.StatusUnauthorized, "unauthorized", "missing or wrong sandbox token", nil)
+			return
+		}
+		h(w, r)
+	}))
+	t.Cleanup(fd.Close)
+	return fd
+}
+
+func (fd *fakeDaemon) endpoint(t *testing.T) Endpoint {
+	host, port, err := net.SplitHostPort(fd.Listener.Addr().String())
+	require.NoError(t, err)
+	p, _ := strconv.Atoi(port)
+	return Endpoint{Host: host, Port: p}
+}
+
+func writeEnvelope(w http.ResponseWriter, status int, kind, msg string, details map[string]any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"kind": kind, "message": msg, "details": details}})
+}
+
+func TestCallDaemonSuccess(t *testing.T) {
+	fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok","exit_code":0}`)
+	})
+	acts := newTestActivities(t, newFakeDocker())
+	res, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command",
+		Args: json.RawMessage(`{"cmd":"true"}`), RequestID: "req-1"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"status":"ok","exit_code":0}`, string(res))
+	r := fd.last.Load()
+	require.Equal(t, "/rpc/exec_command", r.URL.Path)
+	require.Equal(t, http.MethodPost, r.Method)
+	require.Equal(t, "req-1", r.Header.Get("X-Request-Id"))
+	require.Equal(t, `{"cmd":"true"}`, string(*fd.body.Load()))
+
+	// No args: an empty object.
+	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
+	require.NoError(t, err)
+	require.Equal(t, `{}`, string(*fd.body.Load()))
+}
+
+func TestCallDaemonErrorMapping(t *testing.T) {
+	conflictDetails := map[string]any{"session_retained": true, "conflicts": []any{map[string]any{"path": "f.txt", "kind": "content"}}}
+	for _, tc := range []struct {
+		name      string
+		status    int
+		kind      string
+		details   map[string]any
+		retryable bool
+	}{
+		{"conflict report", http.StatusConflict, "operation_failed", conflictDetails, false},
+		{"not found", http.StatusNotFound, "not_found", map[string]any{}, false},
+		{"internal", http.StatusInternalServerError, "internal_error", map[string]any{}, false},
+		{"busy", http.StatusTooManyRequests, "server_busy", map[string]any{"max_concurrent_requests": float64(128)}, true},
+		{"shutting down", http.StatusServiceUnavailable, "server_shutting_down", map[string]any{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
+				writeEnvelope(w, tc.status, tc.kind, "it went wrong", tc.details)
+			})
+			acts := newTestActivities(t, newFakeDocker())
+			_, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "publish_workspace_session"})
+			require.Error(t, err)
+			var appErr *temporal.ApplicationError
+			if tc.retryable {
+				require.False(t, errors.As(err, &appErr), "retryable errors are plain: %v", err)
+			} else {
+				requireAppError(t, err, ErrDaemon, true)
+			}
+			de, ok := AsDaemonError(err)
+			require.True(t, ok)
+			require.Equal(t, tc.kind, de.Kind)
+			require.Equal(t, "it went wrong", de.Message)
+			require.Equal(t, tc.status, de.Status)
+			require.Equal(t, tc.details, de.Details)
+		})
+	}
+}
+
+func TestCallDaemonWrongTokenIsNotRetried(t *testing.T) {
+	fd := newFakeDaemon(t, "another-sandbox", func(w http.ResponseWriter, r *http.Request) {
+		t.Error("must not be reached")
+	})
+	acts := newTestActivities(t, newFakeDocker())
+	_, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
+	requireAppError(t, err, ErrDaemon, true)
+	de, ok := AsDaemonError(err)
+	require.True(t, ok)
+	require.Equal(t, "unauthorized", de.Kind)
+	require.Equal(t, http.StatusUnauthorized, de.Status)
+}
+
+func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
+	acts := newTestActivities(t, newFakeDocker())
+
+	// Nothing listens.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: Endpoint{Host: "127.0.0.1", Port: port}, Op: "health"})
+	require.Error(t, err)
+	require.True(t, isRetryable(err), "%v", err)
+
+	// Too slow for the call's timeout.
+	release := make(chan struct{})
+	fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	start := time.Now()
+	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command", Timeout: 100 * time.Millisecond})
+	require.Error(t, err)
+	require.True(t, isRetryable(err), "%v", err)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	// A proxy's non-envelope 502.
+	fd2 := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	})
+	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd2.endpoint(t), Op: "health"})
+	require.Error(t, err)
+	require.True(t, isRetryable(err), "%v", err)
+}
+
+func TestCallDaemonRejectsBadCalls(t *testing.T) {
+	acts := newTestActivities(t, newFakeDocker())
+	ep := Endpoint{Host: "127.0.0.1", Port: 1}
+	for _, call := range []DaemonCall{
+		{SandboxID: "sbx1", Daemon: ep, Op: "../health"},
+		{SandboxID: "sbx1", Daemon: ep, Op: ""},
+		{SandboxID: "sbx1", Daemon: Endpoint{}, Op: "health"},
+		{SandboxID: "sbx1", Daemon: ep, Op: "health", Args: json.RawMessage(`{nope`)},
+		{SandboxID: "", Daemon: ep, Op: "health"},
+	} {
+		_, err := acts.CallDaemon(context.Background(), call)
+		requireAppError(t, err, ErrInvalidArgument, true)
+	}
+}
+
+func TestWaitReady(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	_, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	_, err = acts.StartContainer(ctx, "sbx1")
+	require.NoError(t, err)
+
+	var n atomic.Int64
+	fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "/health", r.URL.Path)
+		if n.Add(1) < 3 {
+			writeEnvelope(w, http.StatusServiceUnavailable, "server_shutting_down", "starting", nil)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	require.NoError(t, acts.WaitReady(ctx, "sbx1", fd.endpoint(t)))
+	require.EqualValues(t, 3, n.Load())
+
+	// A daemon that refuses the token is not waited for.
+	wrong := newFakeDaemon(t, "other", func(w http.ResponseWriter, r *http.Request) {})
+	err = acts.WaitReady(ctx, "sbx1", wrong.endpoint(t))
+	requireAppError(t, err, ErrDaemon, true)
+
+	// Nothing answers: give up with the context.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err = acts.WaitReady(tctx, "sbx1", Endpoint{Host: "127.0.0.1", Port: port})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}

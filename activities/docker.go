@@ -1,0 +1,546 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-connections/nat"
+	"go.temporal.io/sdk/temporal"
+)
+
+const (
+	roleSandbox = "sandbox" // LabelRole of the container
+	roleState   = "state"   // LabelRole of the volume
+)
+
+var daemonPort = nat.Port(strconv.Itoa(DaemonPort) + "/tcp")
+
+// sandboxIDPattern keeps sandbox ids usable in Docker names, labels and
+// URLs.
+var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+func checkSandboxID(id string) error {
+	if !sandboxIDPattern.MatchString(id) {
+		return invalidArgument("invalid sandbox id %q: 1-128 characters of [A-Za-z0-9_.-], starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// labels are the labels of one of our objects. The token never goes here.
+func (a *Activities) labels(sandboxID, role string, extra map[string]string) map[string]string {
+	l := make(map[string]string, len(extra)+4)
+	for k, v := range extra {
+		l[k] = v
+	}
+	l[LabelManaged] = "true"
+	l[LabelSandboxID] = sandboxID
+	l[LabelRole] = role
+	l[LabelWorker] = a.cfg.WorkerID
+	return l
+}
+
+func isOurs(labels map[string]string, sandboxID string) bool {
+	return labels[LabelManaged] == "true" && labels[LabelSandboxID] == sandboxID
+}
+
+// CheckImage fails with a non-retryable ErrImageNotFound unless image is
+// present on this Docker host. Nothing is ever pulled.
+func (a *Activities) CheckImage(ctx context.Context, img string) error {
+	_, err := a.inspectImage(ctx, img)
+	return err
+}
+
+func (a *Activities) inspectImage(ctx context.Context, img string) (image.InspectResponse, error) {
+	if strings.TrimSpace(img) == "" {
+		return image.InspectResponse{}, invalidArgument("image is empty")
+	}
+	info, err := a.docker.ImageInspect(ctx, img)
+	if cerrdefs.IsNotFound(err) {
+		return info, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("image %s is not present on this Docker host; build or load it first (no pull is attempted)", img),
+			ErrImageNotFound, err)
+	}
+	if err != nil {
+		return info, fmt.Errorf("inspect image %s: %w", img, err)
+	}
+	return info, nil
+}
+
+// CreateVolume creates the sandbox's state volume, or returns the one an
+// earlier attempt created. A volume of that name without our labels is a
+// non-retryable ErrConflict: it may hold someone's data.
+func (a *Activities) CreateVolume(ctx context.Context, spec SandboxSpec) (string, error) {
+	if err := checkSandboxID(spec.SandboxID); err != nil {
+		return "", err
+	}
+	name := VolumeName(spec.SandboxID)
+	v, err := a.docker.VolumeInspect(ctx, name)
+	switch {
+	case err == nil:
+		if !isOurs(v.Labels, spec.SandboxID) {
+			return "", conflict("volume %s exists but is not the state volume of sandbox %s (labels %v); remove it or pick another sandbox id", name, spec.SandboxID, v.Labels)
+		}
+		return name, nil
+	case !cerrdefs.IsNotFound(err):
+		return "", fmt.Errorf("inspect volume %s: %w", name, err)
+	}
+	if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: a.labels(spec.SandboxID, roleState, spec.Labels)}); err != nil {
+		return "", fmt.Errorf("create volume %s: %w", name, err)
+	}
+	a.log.Info("volume created", "sandbox_id", spec.SandboxID, "volume", name)
+	return name, nil
+}
+
+// CreateContainer creates the sandbox container (not started) and copies
+// the daemon binary and the daemon token into it. It is idempotent by the
+// container name: a container of that name with our labels for this
+// sandbox, created from the same image, is adopted (Adopted=true, the copy
+// is redone unless it is running); any other is force-removed and
+// recreated.
+func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (ContainerInfo, error) {
+	if err := checkSandboxID(spec.SandboxID); err != nil {
+		return ContainerInfo{}, err
+	}
+	if a.cfg.DaemonBinary == "" {
+		return ContainerInfo{}, invalidArgument("no daemon binary configured")
+	}
+	if strings.TrimSpace(a.cfg.SeccompProfile) == "" {
+		return ContainerInfo{}, invalidArgument("no seccomp profile configured")
+	}
+	var seccomp bytes.Buffer
+	if err := json.Compact(&seccomp, []byte(a.cfg.SeccompProfile)); err != nil {
+		return ContainerInfo{}, invalidArgument("seccomp profile is not valid JSON: %v", err)
+	}
+	img, err := a.inspectImage(ctx, spec.Image)
+	if err != nil {
+		return ContainerInfo{}, err
+	}
+	// Docker would create a missing volume silently and without our labels.
+	if _, err := a.CreateVolume(ctx, spec); err != nil {
+		return ContainerInfo{}, err
+	}
+	name := ContainerName(spec.SandboxID)
+	info := ContainerInfo{Name: name, Volume: VolumeName(spec.SandboxID)}
+	for attempt := 0; ; attempt++ {
+		existing, err := a.docker.ContainerInspect(ctx, name)
+		switch {
+		case err == nil:
+			if isOurs(existing.Config.Labels, spec.SandboxID) && existing.Image == img.ID {
+				info.ContainerID, info.Adopted, info.State = existing.ID, true, stateOf(existing)
+				if existing.State != nil && existing.State.Running {
+					info.Daemon = daemonEndpoint(existing)
+					a.log.Info("container adopted", "sandbox_id", spec.SandboxID, "container", name, "running", true)
+					return info, nil
+				}
+				if err := a.copyBootstrap(ctx, existing.ID, spec.SandboxID); err != nil {
+					return ContainerInfo{}, err
+				}
+				a.log.Info("container adopted", "sandbox_id", spec.SandboxID, "container", name, "running", false)
+				return info, nil
+			}
+			a.log.Warn("replacing container", "sandbox_id", spec.SandboxID, "container", name,
+				"image", existing.Image, "want_image", img.ID, "ours", isOurs(existing.Config.Labels, spec.SandboxID))
+			if err := a.docker.ContainerRemove(ctx, existing.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				return ContainerInfo{}, fmt.Errorf("remove container %s to recreate it: %w", name, err)
+			}
+		case !cerrdefs.IsNotFound(err):
+			return ContainerInfo{}, fmt.Errorf("inspect container %s: %w", name, err)
+		}
+
+		cfg, hc := a.containerConfig(spec, seccomp.String())
+		created, err := a.docker.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+		if cerrdefs.IsConflict(err) && attempt < 3 {
+			// Someone (an earlier attempt whose answer was lost) created it
+			// meanwhile: look again.
+			continue
+		}
+		if err != nil {
+			return ContainerInfo{}, fmt.Errorf("create container %s: %w", name, err)
+		}
+		info.ContainerID, info.State = created.ID, "created"
+		if err := a.copyBootstrap(ctx, created.ID, spec.SandboxID); err != nil {
+			return ContainerInfo{}, err
+		}
+		a.log.Info("container created", "sandbox_id", spec.SandboxID, "container", name, "image", spec.Image)
+		return info, nil
+	}
+}
+
+// containerConfig is the sandbox container: explicit capabilities on top of
+// cap-drop ALL (never privileged), the custom seccomp profile, the state
+// volume at /eos, the daemon port on loopback only, the daemon as
+// entrypoint, and the resource profile.
+func (a *Activities) containerConfig(spec SandboxSpec, seccomp string) (*container.Config, *container.HostConfig) {
+	cfg := &container.Config{
+		Image:        spec.Image,
+		Entrypoint:   []string{DaemonPath},
+		Labels:       a.labels(spec.SandboxID, roleSandbox, spec.Labels),
+		ExposedPorts: nat.PortSet{daemonPort: struct{}{}},
+		Hostname:     "sandbox",
+	}
+	hc := &container.HostConfig{
+		CapDrop:     []string{"ALL"},
+		CapAdd:      append([]string(nil), sandboxCaps...),
+		SecurityOpt: []string{"seccomp=" + seccomp},
+		Sysctls:     map[string]string{"net.ipv4.ip_forward": "1"},
+		Mounts: []mount.Mount{{
+			Type: mount.TypeVolume, Source: VolumeName(spec.SandboxID), Target: StateDir,
+		}},
+		PortBindings: nat.PortMap{daemonPort: []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}},
+		LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
+	}
+	p := spec.Profile
+	hc.Memory = p.MemoryBytes
+	if p.CPUs > 0 {
+		hc.NanoCPUs = int64(p.CPUs * 1e9)
+	}
+	if p.PidsLimit > 0 {
+		limit := p.PidsLimit
+		hc.PidsLimit = &limit
+	}
+	return cfg, hc
+}
+
+// copyBootstrap copies the daemon binary and the daemon token into the
+// (created, not yet started) container as one tar.
+func (a *Activities) copyBootstrap(ctx context.Context, containerID, sandboxID string) error {
+	tarball, err := bootstrapTar(a.cfg.DaemonBinary, a.token(sandboxID))
+	if err != nil {
+		return err
+	}
+	if err := a.docker.CopyToContainer(ctx, containerID, "/", bytes.NewReader(tarball), container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("copy daemon binary and token into %s: %w", ContainerName(sandboxID), err)
+	}
+	return nil
+}
+
+// StartContainer starts the sandbox container (nothing to do if it runs)
+// and returns where its daemon listens on the host.
+func (a *Activities) StartContainer(ctx context.Context, sandboxID string) (ContainerInfo, error) {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return ContainerInfo{}, err
+	}
+	name := ContainerName(sandboxID)
+	c, err := a.inspectContainer(ctx, sandboxID)
+	if err != nil {
+		return ContainerInfo{}, err
+	}
+	if c.State == nil || !c.State.Running {
+		if err := a.docker.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil && !cerrdefs.IsNotModified(err) {
+			return ContainerInfo{}, fmt.Errorf("start container %s: %w", name, err)
+		}
+		if c, err = a.inspectContainer(ctx, sandboxID); err != nil {
+			return ContainerInfo{}, err
+		}
+	}
+	info := containerInfo(c, sandboxID)
+	if c.State == nil || !c.State.Running {
+		return info, fmt.Errorf("container %s is not running after start (%s)%s", name, stateString(c), a.logTail(ctx, c.ID))
+	}
+	if info.Daemon.Port == 0 {
+		return info, fmt.Errorf("container %s runs but has no host port published for %s", name, daemonPort)
+	}
+	a.log.Info("container started", "sandbox_id", sandboxID, "container", name, "port", info.Daemon.Port)
+	return info, nil
+}
+
+// inspectContainer inspects the sandbox's container; a missing one is a
+// non-retryable ErrNotFound.
+func (a *Activities) inspectContainer(ctx context.Context, sandboxID string) (container.InspectResponse, error) {
+	name := ContainerName(sandboxID)
+	c, err := a.docker.ContainerInspect(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return c, notFound(err, "sandbox %s has no container (%s)", sandboxID, name)
+	}
+	if err != nil {
+		return c, fmt.Errorf("inspect container %s: %w", name, err)
+	}
+	return c, nil
+}
+
+func containerInfo(c container.InspectResponse, sandboxID string) ContainerInfo {
+	return ContainerInfo{ContainerID: c.ID, Name: ContainerName(sandboxID), Volume: VolumeName(sandboxID),
+		Daemon: daemonEndpoint(c), State: stateOf(c)}
+}
+
+func stateOf(c container.InspectResponse) string {
+	if c.State == nil {
+		return ""
+	}
+	return c.State.Status
+}
+
+// daemonEndpoint is the loopback host port Docker published for the daemon.
+func daemonEndpoint(c container.InspectResponse) Endpoint {
+	if c.NetworkSettings == nil {
+		return Endpoint{}
+	}
+	for _, b := range c.NetworkSettings.Ports[daemonPort] {
+		port, err := strconv.Atoi(b.HostPort)
+		if err != nil || port == 0 {
+			continue
+		}
+		host := b.HostIP
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		return Endpoint{Host: host, Port: port}
+	}
+	return Endpoint{}
+}
+
+func stateString(c container.InspectResponse) string {
+	if c.State == nil {
+		return "unknown state"
+	}
+	s := c.State.Status
+	if !c.State.Running && c.State.FinishedAt != "" && c.State.Status == "exited" {
+		s += fmt.Sprintf(", exit code %d", c.State.ExitCode)
+	}
+	if c.State.Error != "" {
+		s += ": " + c.State.Error
+	}
+	return s
+}
+
+// logTail returns the last lines of the container's output for error
+// messages (the daemon never logs its token).
+func (a *Activities) logTail(ctx context.Context, containerID string) string {
+	rc, err := a.docker.ContainerLogs(ctx, containerID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 64<<10)); err != nil && out.Len() == 0 {
+		return ""
+	}
+	s := strings.TrimSpace(out.String())
+	if s == "" {
+		return ""
+	}
+	return "; last output:\n" + s
+}
+
+// StopContainer stops the sandbox container (the daemon gets SIGTERM and
+// its shutdown grace). A stopped or missing container is fine.
+func (a *Activities) StopContainer(ctx context.Context, sandboxID string) error {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return err
+	}
+	name := ContainerName(sandboxID)
+	timeout := 15
+	stop := keepHeartbeating(ctx, 5*time.Second, nil)
+	defer stop()
+	err := a.docker.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsNotModified(err) {
+		return fmt.Errorf("stop container %s: %w", name, err)
+	}
+	return nil
+}
+
+// RemoveSandbox force-removes the sandbox's container and state volume.
+// Missing objects are fine, so it is safe to repeat.
+func (a *Activities) RemoveSandbox(ctx context.Context, sandboxID string) error {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return err
+	}
+	if err := a.removeContainer(ctx, ContainerName(sandboxID)); err != nil {
+		return err
+	}
+	if err := a.removeVolume(ctx, VolumeName(sandboxID)); err != nil {
+		return err
+	}
+	a.log.Info("sandbox removed", "sandbox_id", sandboxID)
+	return nil
+}
+
+func (a *Activities) removeContainer(ctx context.Context, name string) error {
+	err := a.docker.ContainerRemove(ctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove container %s: %w", name, err)
+	}
+	return nil
+}
+
+func (a *Activities) removeVolume(ctx context.Context, name string) error {
+	var err error
+	// A just-removed container can hold its volume for a moment.
+	for i := 0; i < 10; i++ {
+		err = a.docker.VolumeRemove(ctx, name, true)
+		if err == nil || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if !cerrdefs.IsConflict(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("remove volume %s: %w", name, err)
+}
+
+// Inspect reports whether the sandbox's container exists, and its state
+// and endpoint. (One result struct rather than (info, exists, error):
+// Temporal activities return at most a result and an error.)
+func (a *Activities) Inspect(ctx context.Context, sandboxID string) (InspectResult, error) {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return InspectResult{}, err
+	}
+	c, err := a.docker.ContainerInspect(ctx, ContainerName(sandboxID))
+	if cerrdefs.IsNotFound(err) {
+		return InspectResult{}, nil
+	}
+	if err != nil {
+		return InspectResult{}, fmt.Errorf("inspect container %s: %w", ContainerName(sandboxID), err)
+	}
+	return InspectResult{Exists: true, Container: containerInfo(c, sandboxID)}, nil
+}
+
+// Stats samples the container's resource use. It takes about a second:
+// Docker measures CPU over one interval.
+func (a *Activities) Stats(ctx context.Context, sandboxID string) (ContainerStats, error) {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return ContainerStats{}, err
+	}
+	name := ContainerName(sandboxID)
+	r, err := a.docker.ContainerStats(ctx, name, false)
+	if cerrdefs.IsNotFound(err) {
+		return ContainerStats{}, notFound(err, "sandbox %s has no container (%s)", sandboxID, name)
+	}
+	if err != nil {
+		return ContainerStats{}, fmt.Errorf("stats of %s: %w", name, err)
+	}
+	defer r.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(r.Body).Decode(&s); err != nil {
+		return ContainerStats{}, fmt.Errorf("decode stats of %s: %w", name, err)
+	}
+	return statsOf(s), nil
+}
+
+// statsOf computes what `docker stats` shows.
+func statsOf(s container.StatsResponse) ContainerStats {
+	out := ContainerStats{MemoryLimit: s.MemoryStats.Limit, Pids: s.PidsStats.Current}
+	cache := s.MemoryStats.Stats["total_inactive_file"] // cgroup v1
+	if v, ok := s.MemoryStats.Stats["inactive_file"]; ok && cache == 0 {
+		cache = v // cgroup v2
+	}
+	if s.MemoryStats.Usage > cache {
+		out.MemoryBytes = s.MemoryStats.Usage - cache
+	}
+	cpu := float64(s.CPUStats.CPUUsage.TotalUsage) - float64(s.PreCPUStats.CPUUsage.TotalUsage)
+	sys := float64(s.CPUStats.SystemUsage) - float64(s.PreCPUStats.SystemUsage)
+	n := float64(s.CPUStats.OnlineCPUs)
+	if n == 0 {
+		n = float64(len(s.CPUStats.CPUUsage.PercpuUsage))
+	}
+	if cpu > 0 && sys > 0 && s.PreCPUStats.SystemUsage > 0 {
+		out.CPUPercent = cpu / sys * n * 100
+	}
+	return out
+}
+
+// ListImages lists the images present on this Docker host.
+func (a *Activities) ListImages(ctx context.Context) ([]ImageInfo, error) {
+	list, err := a.docker.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	out := make([]ImageInfo, 0, len(list))
+	for _, im := range list {
+		tags := []string{}
+		for _, t := range im.RepoTags {
+			if t != "<none>:<none>" {
+				tags = append(tags, t)
+			}
+		}
+		out = append(out, ImageInfo{ID: im.ID, Tags: tags, Size: im.Size, Created: im.Created})
+	}
+	return out, nil
+}
+
+// ListLeftovers lists the containers and volumes labelled as ours (and, when
+// a WorkerID is configured, as this worker's: another worker sharing the
+// Docker host keeps its own).
+func (a *Activities) ListLeftovers(ctx context.Context) ([]Leftover, error) {
+	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"))
+	if a.cfg.WorkerID != "" {
+		f.Add("label", LabelWorker+"="+a.cfg.WorkerID)
+	}
+	cs, err := a.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	out := []Leftover{}
+	for _, c := range cs {
+		name := c.ID
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		out = append(out, Leftover{Kind: "container", Name: name, SandboxID: c.Labels[LabelSandboxID]})
+	}
+	vs, err := a.docker.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	for _, v := range vs.Volumes {
+		if v == nil {
+			continue
+		}
+		out = append(out, Leftover{Kind: "volume", Name: v.Name, SandboxID: v.Labels[LabelSandboxID]})
+	}
+	return out, nil
+}
+
+// RemoveLeftovers removes every labelled container and volume (see
+// ListLeftovers) whose sandbox keep says nobody owns, containers first, and
+// returns what it removed. It is the worker-start reconciler's tool and runs
+// without Temporal (it is registered like every method, but its predicate
+// cannot cross Temporal: call it directly).
+func (a *Activities) RemoveLeftovers(ctx context.Context, keep func(sandboxID string) bool) ([]Leftover, error) {
+	all, err := a.ListLeftovers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	removed := []Leftover{}
+	var errs []error
+	for _, kind := range []string{"container", "volume"} {
+		for _, l := range all {
+			if l.Kind != kind || keep(l.SandboxID) {
+				continue
+			}
+			var err error
+			if kind == "container" {
+				err = a.removeContainer(ctx, l.Name)
+			} else {
+				err = a.removeVolume(ctx, l.Name)
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			a.log.Info("leftover removed", "kind", l.Kind, "name", l.Name, "sandbox_id", l.SandboxID)
+			removed = append(removed, l)
+		}
+	}
+	return removed, errors.Join(errs...)
+}

@@ -1,0 +1,387 @@
+package activities
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+const testSeccomp = `{
+  "defaultAction": "SCMP_ACT_ERRNO",
+  "syscalls": [ { "names": ["read", "write"], "action": "SCMP_ACT_ALLOW" } ]
+}`
+
+func newTestActivities(t *testing.T, d Docker) *Activities {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sandbox-daemon")
+	require.NoError(t, os.WriteFile(bin, []byte("#!daemon binary"), 0o755))
+	return New(Config{DaemonBinary: bin, SeccompProfile: testSeccomp, Secret: testSecret, WorkerID: "w1"}, d)
+}
+
+func testSpec(id string) SandboxSpec {
+	return SandboxSpec{SandboxID: id, Image: "img:1", Labels: map[string]string{"eos.test": "unit"},
+		Profile: ResourceProfile{MemoryBytes: 1 << 30, CPUs: 1.5, PidsLimit: 512}}
+}
+
+// requireAppError asserts err is a temporal ApplicationError of errType.
+func requireAppError(t *testing.T, err error, errType string, nonRetryable bool) *temporal.ApplicationError {
+	t.Helper()
+	require.Error(t, err)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "want ApplicationError %s, got %T: %v", errType, err, err)
+	require.Equal(t, errType, appErr.Type(), "%v", err)
+	require.Equal(t, nonRetryable, appErr.NonRetryable(), "%v", err)
+	return appErr
+}
+
+func TestDaemonTokenDeterministic(t *testing.T) {
+	a := DaemonToken(testSecret, "sbx1")
+	require.Equal(t, a, DaemonToken(testSecret, "sbx1"))
+	require.Len(t, a, 64)
+	require.NotEqual(t, a, DaemonToken(testSecret, "sbx2"))
+	require.NotEqual(t, a, DaemonToken([]byte("another secret"), "sbx1"))
+	m := hmac.New(sha256.New, testSecret)
+	m.Write([]byte("daemon-token/sbx1"))
+	require.Equal(t, hex.EncodeToString(m.Sum(nil)), a)
+}
+
+func TestCheckImage(t *testing.T) {
+	acts := newTestActivities(t, newFakeDocker())
+	require.NoError(t, acts.CheckImage(context.Background(), "img:1"))
+
+	err := acts.CheckImage(context.Background(), "missing:1")
+	appErr := requireAppError(t, err, ErrImageNotFound, true)
+	require.Contains(t, appErr.Error(), "image missing:1 is not present on this Docker host; build or load it first (no pull is attempted)")
+
+	requireAppError(t, acts.CheckImage(context.Background(), " "), ErrInvalidArgument, true)
+}
+
+func TestCreateContainerFresh(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	spec := testSpec("sbx1")
+
+	info, err := acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+	require.False(t, info.Adopted)
+	require.Equal(t, "eos-sbx-sbx1", info.Name)
+	require.Equal(t, "eos-state-sbx1", info.Volume)
+	require.Len(t, d.creates, 1)
+
+	// The volume exists with our labels (CreateContainer makes sure of it).
+	v := d.volumes["eos-state-sbx1"]
+	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "state", LabelWorker: "w1", "eos.test": "unit"}, v.Labels)
+
+	c := d.creates[0]
+	require.Equal(t, "img:1", c.cfg.Image)
+	require.Equal(t, []string{DaemonPath}, []string(c.cfg.Entrypoint))
+	require.Empty(t, c.cfg.Cmd)
+	require.Empty(t, c.cfg.Env)
+	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "sandbox", LabelWorker: "w1", "eos.test": "unit"}, c.cfg.Labels)
+	require.False(t, c.hc.Privileged)
+	require.Equal(t, []string{"ALL"}, []string(c.hc.CapDrop))
+	require.ElementsMatch(t, sandboxCaps, []string(c.hc.CapAdd))
+	require.Equal(t, []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"}]}`}, c.hc.SecurityOpt)
+	require.Equal(t, map[string]string{"net.ipv4.ip_forward": "1"}, c.hc.Sysctls)
+	require.Equal(t, []mount.Mount{{Type: mount.TypeVolume, Source: "eos-state-sbx1", Target: "/eos"}}, c.hc.Mounts)
+	pb := c.hc.PortBindings["7001/tcp"]
+	require.Len(t, pb, 1)
+	require.Equal(t, "127.0.0.1", pb[0].HostIP)
+	require.Equal(t, "", pb[0].HostPort, "an ephemeral host port")
+	require.EqualValues(t, 1<<30, c.hc.Memory)
+	require.EqualValues(t, 1_500_000_000, c.hc.NanoCPUs)
+	require.NotNil(t, c.hc.PidsLimit)
+	require.EqualValues(t, 512, *c.hc.PidsLimit)
+
+	// One copy before start: the binary (0755) and the token (0600).
+	require.Len(t, d.copies, 1)
+	require.Equal(t, "/", d.copies[0].path)
+	entries, _, err := readTar(d.copies[0].data)
+	require.NoError(t, err)
+	bin := entries[strings.TrimPrefix(DaemonPath, "/")]
+	require.Equal(t, "#!daemon binary", string(bin.data))
+	require.EqualValues(t, 0o755, bin.hdr.Mode)
+	tok := entries["eos/secret/daemon.token"]
+	require.Equal(t, DaemonToken(testSecret, "sbx1"), string(tok.data))
+	require.EqualValues(t, 0o600, tok.hdr.Mode)
+	require.EqualValues(t, 0o700, entries["eos/secret/"].hdr.Mode)
+}
+
+// The token appears nowhere but the copied file: not in labels, env,
+// argv, the create call, or the activity's output.
+func TestTokenNeverLeaks(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	token := DaemonToken(testSecret, "sbx1")
+
+	info, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	started, err := acts.StartContainer(ctx, "sbx1")
+	require.NoError(t, err)
+	for _, v := range []any{d.creates[0].cfg, d.creates[0].hc, info, started, d.volumes} {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		require.NotContains(t, string(b), token)
+	}
+	ci := d.containers["eos-sbx-sbx1"]
+	for _, s := range append(append(append([]string{}, ci.Config.Env...), ci.Config.Cmd...), ci.Config.Entrypoint...) {
+		require.NotContains(t, s, token)
+	}
+}
+
+func TestCreateContainerAdoptsSameImageAndLabels(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+
+	first, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	second, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.True(t, second.Adopted)
+	require.Equal(t, first.ContainerID, second.ContainerID)
+	require.Len(t, d.creates, 1, "no second create")
+	require.Empty(t, d.removed)
+	require.Len(t, d.copies, 2, "a created container gets the copy again")
+
+	// Once running it is adopted as is, with its endpoint.
+	_, err = acts.StartContainer(ctx, "sbx1")
+	require.NoError(t, err)
+	third, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.True(t, third.Adopted)
+	require.Equal(t, Endpoint{Host: "127.0.0.1", Port: 49153}, third.Daemon)
+	require.Equal(t, "running", third.State)
+	require.Len(t, d.copies, 2)
+}
+
+func TestCreateContainerReplaces(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		image  string
+	}{
+		{"foreign container", map[string]string{"other": "x"}, "img:1"},
+		{"another sandbox's labels", map[string]string{LabelManaged: "true", LabelSandboxID: "sbx9"}, "img:1"},
+		{"different image", nil, "img:2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newFakeDocker()
+			acts := newTestActivities(t, d)
+			ctx := context.Background()
+			var old string
+			if tc.labels == nil {
+				info, err := acts.CreateContainer(ctx, SandboxSpec{SandboxID: "sbx1", Image: tc.image})
+				require.NoError(t, err)
+				old = info.ContainerID
+			} else {
+				res, err := d.ContainerCreate(ctx, &container.Config{Image: tc.image, Labels: tc.labels}, &container.HostConfig{}, nil, nil, "eos-sbx-sbx1")
+				require.NoError(t, err)
+				old = res.ID
+			}
+			info, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+			require.NoError(t, err)
+			require.False(t, info.Adopted)
+			require.NotEqual(t, old, info.ContainerID)
+			require.Contains(t, d.removed, "container/eos-sbx-sbx1")
+			require.Equal(t, "sha256:aaaa", d.containers["eos-sbx-sbx1"].Image)
+		})
+	}
+}
+
+func TestCreateVolume(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	name, err := acts.CreateVolume(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	again, err := acts.CreateVolume(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.Equal(t, name, again)
+
+	// A volume of that name that is not ours is left alone.
+	d.volumes["eos-state-sbx2"] = volume.Volume{Name: "eos-state-sbx2", Labels: map[string]string{"app": "db"}}
+	_, err = acts.CreateVolume(ctx, testSpec("sbx2"))
+	requireAppError(t, err, ErrConflict, true)
+
+	_, err = acts.CreateVolume(ctx, testSpec("../x"))
+	requireAppError(t, err, ErrInvalidArgument, true)
+}
+
+func TestCreateContainerNeedsConfigAndImage(t *testing.T) {
+	d := newFakeDocker()
+	acts := New(Config{Secret: testSecret}, d)
+	_, err := acts.CreateContainer(context.Background(), testSpec("sbx1"))
+	requireAppError(t, err, ErrInvalidArgument, true)
+
+	acts = newTestActivities(t, d)
+	spec := testSpec("sbx1")
+	spec.Image = "missing:1"
+	_, err = acts.CreateContainer(context.Background(), spec)
+	requireAppError(t, err, ErrImageNotFound, true)
+}
+
+func TestStartStopRemoveInspect(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+
+	_, err := acts.StartContainer(ctx, "sbx1")
+	requireAppError(t, err, ErrNotFound, true)
+	ins, err := acts.Inspect(ctx, "sbx1")
+	require.NoError(t, err)
+	require.False(t, ins.Exists)
+
+	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	info, err := acts.StartContainer(ctx, "sbx1")
+	require.NoError(t, err)
+	require.Equal(t, Endpoint{Host: "127.0.0.1", Port: 49153}, info.Daemon)
+	info, err = acts.StartContainer(ctx, "sbx1") // running: nothing to do
+	require.NoError(t, err)
+	require.Equal(t, 49153, info.Daemon.Port)
+	ins, err = acts.Inspect(ctx, "sbx1")
+	require.NoError(t, err)
+	require.True(t, ins.Exists)
+	require.Equal(t, "running", ins.Container.State)
+
+	require.NoError(t, acts.StopContainer(ctx, "sbx1"))
+	require.NoError(t, acts.RemoveSandbox(ctx, "sbx1"))
+	require.NoError(t, acts.RemoveSandbox(ctx, "sbx1"), "removing twice is fine")
+	require.NoError(t, acts.StopContainer(ctx, "sbx1"), "stopping a missing container is fine")
+	require.Empty(t, d.containers)
+	require.Empty(t, d.volumes)
+}
+
+func TestLeftovers(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	for _, id := range []string{"keep1", "drop1", "drop2"} {
+		_, err := acts.CreateContainer(ctx, testSpec(id))
+		require.NoError(t, err)
+	}
+	_, err := acts.CreateVolume(ctx, testSpec("orphanvol"))
+	require.NoError(t, err)
+	// Another worker's sandbox on the same host is not ours to list.
+	other := New(Config{DaemonBinary: acts.cfg.DaemonBinary, SeccompProfile: testSeccomp, Secret: testSecret, WorkerID: "w2"}, d)
+	_, err = other.CreateContainer(ctx, testSpec("elsewhere"))
+	require.NoError(t, err)
+
+	left, err := acts.ListLeftovers(ctx)
+	require.NoError(t, err)
+	require.Len(t, left, 7) // 3 containers, 4 volumes
+	for _, l := range left {
+		require.NotEqual(t, "elsewhere", l.SandboxID)
+	}
+
+	removed, err := acts.RemoveLeftovers(ctx, func(id string) bool { return id == "keep1" })
+	require.NoError(t, err)
+	require.Len(t, removed, 5)
+	require.Equal(t, "container", removed[0].Kind, "containers go first")
+	left, err = acts.ListLeftovers(ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []Leftover{
+		{Kind: "container", Name: "eos-sbx-keep1", SandboxID: "keep1"},
+		{Kind: "volume", Name: "eos-state-keep1", SandboxID: "keep1"},
+	}, left)
+	ins, err := other.Inspect(ctx, "elsewhere")
+	require.NoError(t, err)
+	require.True(t, ins.Exists)
+}
+
+func TestListImages(t *testing.T) {
+	acts := newTestActivities(t, newFakeDocker())
+	imgs, err := acts.ListImages(context.Background())
+	require.NoError(t, err)
+	require.Len(t, imgs, 2)
+	for _, im := range imgs {
+		require.Len(t, im.Tags, 1, "<none>:<none> is dropped")
+	}
+}
+
+func TestCopyWorkspaceTar(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	_, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+
+	root := t.TempDir()
+	mtime := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "sub", ".git"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("alpha\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "sub", "run.sh"), []byte("#!/bin/sh\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "sub", ".git", "HEAD"), []byte("ref\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, ".gitignore"), []byte("*.log\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "x.log"), []byte("ignored by git, copied anyway\n"), 0o644))
+	require.NoError(t, os.Chtimes(filepath.Join(root, "a.txt"), mtime, mtime))
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(root, "abs-link")))
+	require.NoError(t, os.Symlink("sub", filepath.Join(root, "dir-link")))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644))
+
+	rep, err := acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: root})
+	require.NoError(t, err)
+	require.Equal(t, CopyReport{Files: 5, Dirs: 3, Symlinks: 2, Bytes: 6 + 10 + 4 + 6 + 30, Skipped: 1, SkippedPaths: []string{"fifo"}}, rep)
+
+	last := d.copies[len(d.copies)-1]
+	require.Equal(t, "/", last.path)
+	entries, order, err := readTar(last.data)
+	require.NoError(t, err)
+	require.Equal(t, "eos/", order[0])
+	require.Equal(t, "eos/import/", order[1])
+	require.Contains(t, entries, "eos/import/src/")
+	a := entries["eos/import/src/a.txt"]
+	require.Equal(t, "alpha\n", string(a.data))
+	require.EqualValues(t, 0o644, a.hdr.Mode)
+	require.True(t, a.hdr.ModTime.Equal(mtime))
+	require.EqualValues(t, 0o755, entries["eos/import/src/sub/run.sh"].hdr.Mode)
+	require.Contains(t, entries, "eos/import/src/sub/.git/HEAD")
+	require.Contains(t, entries, "eos/import/src/x.log")
+	link := entries["eos/import/src/abs-link"]
+	require.EqualValues(t, '2', link.hdr.Typeflag)
+	require.Equal(t, "/etc/passwd", link.hdr.Linkname)
+	require.Equal(t, "sub", entries["eos/import/src/dir-link"].hdr.Linkname)
+	require.NotContains(t, entries, "eos/import/src/dir-link/run.sh", "symlinks are never followed")
+	require.NotContains(t, entries, "eos/import/src/fifo")
+
+	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: "relative"})
+	requireAppError(t, err, ErrInvalidArgument, true)
+	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: filepath.Join(root, "a.txt")})
+	requireAppError(t, err, ErrInvalidArgument, true)
+	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "nope", WorkspaceRoot: root})
+	requireAppError(t, err, ErrNotFound, true)
+}
+
+func TestStatsOf(t *testing.T) {
+	var s container.StatsResponse
+	s.CPUStats.CPUUsage.TotalUsage = 3_000
+	s.PreCPUStats.CPUUsage.TotalUsage = 1_000
+	s.CPUStats.SystemUsage = 20_000
+	s.PreCPUStats.SystemUsage = 10_000
+	s.CPUStats.OnlineCPUs = 2
+	s.MemoryStats.Usage = 1000
+	s.MemoryStats.Limit = 4000
+	s.MemoryStats.Stats = map[string]uint64{"inactive_file": 200}
+	s.PidsStats.Current = 7
+	require.Equal(t, ContainerStats{CPUPercent: 40, MemoryBytes: 800, MemoryLimit: 4000, Pids: 7}, statsOf(s))
+}

@@ -1,0 +1,395 @@
+package activities
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/klauspost/compress/zstd"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+// Export formats of ExportSpec.Format.
+const (
+	FormatDir    = "dir"
+	FormatTar    = "tar"
+	FormatTarZst = "tar-zst"
+	FormatPatch  = "patch"
+)
+
+// exportAttempts bounds how often an export is redone because the layer
+// stack moved while it streamed.
+const exportAttempts = 3
+
+// errStackMoved: a publish landed while the export streamed, so the stream
+// cannot be tied to one manifest version.
+var errStackMoved = errors.New("the layer stack changed during the export")
+
+func normalizeFormat(f string) (string, bool) {
+	switch strings.ToLower(strings.ReplaceAll(f, "_", "-")) {
+	case "", FormatDir:
+		return FormatDir, true
+	case FormatTar:
+		return FormatTar, true
+	case FormatTarZst, "tar.zst", "tzst":
+		return FormatTarZst, true
+	case FormatPatch:
+		return FormatPatch, true
+	}
+	return "", false
+}
+
+// ExportChanges exports everything published above the base (folded
+// newest-wins) from the sandbox's daemon (export_layerstack) to the host.
+//
+//   - "dir" (default): applied to spec.Dest with layerstack.ApplyTar, which
+//     validates the whole stream before touching Dest. Result keys:
+//     manifest_version, format, layers_exported, files_written,
+//     symlinks_written, deletes_applied, opaque_clears, skipped_unchanged,
+//     bytes_written (file content bytes), and live_workspace_sessions when
+//     sessions exist.
+//   - "tar", "tar-zst": the OCI layer tar written to the file spec.Dest,
+//     which must not exist (it appears complete or not at all). Result keys:
+//     manifest_version, format, layers_exported, files_written,
+//     symlinks_written, whiteouts_emitted (deletions and opaque markers),
+//     bytes_written (archive bytes), counted by reading the tar as it is
+//     written.
+//   - "patch": a git-style patch written to the file spec.Dest likewise;
+//     keys manifest_version, format, layers_exported, files_changed,
+//     bytes_written.
+//
+// manifest_version and layers_exported come from the store's manifest,
+// read through Docker before and after the stream: if a publish landed in
+// between, the export is redone (nothing is applied or written before the
+// versions agree).
+func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (ExportResult, error) {
+	if err := checkSandboxID(spec.SandboxID); err != nil {
+		return nil, err
+	}
+	format, ok := normalizeFormat(spec.Format)
+	if !ok {
+		return nil, invalidArgument("unknown export format %q (dir, tar, tar-zst, patch)", spec.Format)
+	}
+	if !filepath.IsAbs(spec.Dest) {
+		return nil, invalidArgument("dest must be an absolute host path, got %q", spec.Dest)
+	}
+	dest := filepath.Clean(spec.Dest)
+	if format != FormatDir {
+		if _, err := os.Lstat(dest); err == nil {
+			return nil, conflict("export destination %s already exists; refusing to overwrite it", dest)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("export destination: %w", err)
+		}
+	}
+	var streamed atomic.Int64
+	stop := keepHeartbeating(ctx, 5*time.Second, func() any { return map[string]any{"bytes": streamed.Load()} })
+	defer stop()
+	for attempt := 1; attempt <= exportAttempts; attempt++ {
+		m, err := a.readManifest(ctx, spec.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		res, err := a.exportOnce(ctx, spec, format, dest, m, &streamed)
+		if errors.Is(err, errStackMoved) {
+			a.log.Info("export redone: the layer stack moved", "sandbox_id", spec.SandboxID, "attempt", attempt)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		res["manifest_version"] = m.Version
+		res["format"] = format
+		res["layers_exported"] = m.exported()
+		a.log.Info("changes exported", "sandbox_id", spec.SandboxID, "format", format, "dest", dest, "manifest_version", m.Version)
+		return res, nil
+	}
+	return nil, fmt.Errorf("export of sandbox %s: %w %d times in a row; try again", spec.SandboxID, errStackMoved, exportAttempts)
+}
+
+// exportOnce streams one export and applies or writes it.
+func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, dest string, m manifest, streamed *atomic.Int64) (ExportResult, error) {
+	wire := FormatTar
+	if format != FormatDir {
+		wire = format
+	}
+	body, _ := json.Marshal(map[string]string{"format": wire})
+	req, err := a.newDaemonRequest(ctx, http.MethodPost, spec.SandboxID, spec.Daemon, "/rpc/export_layerstack", body, "")
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("export from sandbox %s: %w", spec.SandboxID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, daemonFailure("export_layerstack", resp.StatusCode, raw)
+	}
+	stream := &exportStream{ctx: ctx, a: a, resp: resp, sandboxID: spec.SandboxID, version: m.Version, n: streamed}
+
+	if format == FormatDir {
+		rep, err := layerstack.ApplyTar(ctx, stream, dest, layerstack.ApplyOptions{Mode: layerstack.ApplyChanges})
+		if err != nil {
+			if errors.Is(err, errStackMoved) {
+				return nil, errStackMoved
+			}
+			if stream.err != nil && !errors.Is(stream.err, errStackMoved) {
+				return nil, stream.err // the daemon's own failure, or a lost connection
+			}
+			var ae *layerstack.ApplyError
+			if errors.As(err, &ae) && ae.Phase == layerstack.PhaseValidate && ae.Reason != layerstack.ReasonIO && ae.Reason != layerstack.ReasonCanceled {
+				msg := fmt.Sprintf("export of sandbox %s refused: %v", spec.SandboxID, err)
+				return nil, temporal.NewNonRetryableApplicationError(msg, ErrDaemon, err,
+					DaemonError{Kind: "bad_export", Message: msg, Details: map[string]any{"path": ae.Path, "reason": ae.Reason}})
+			}
+			return nil, fmt.Errorf("apply export of sandbox %s to %s: %w", spec.SandboxID, dest, err)
+		}
+		res := ExportResult{
+			"files_written":     rep.FilesWritten,
+			"symlinks_written":  rep.SymlinksWritten,
+			"deletes_applied":   rep.DeletesApplied,
+			"opaque_clears":     rep.OpaqueClears,
+			"skipped_unchanged": rep.SkippedUnchanged,
+			"bytes_written":     rep.BytesWritten,
+		}
+		if h, err := a.getHealth(ctx, spec.SandboxID, spec.Daemon); err == nil && h.Sessions > 0 {
+			res["live_workspace_sessions"] = h.Sessions
+		}
+		return res, nil
+	}
+	return a.writeExportFile(stream, format, dest)
+}
+
+// writeExportFile writes the stream to a temp file next to dest, counting
+// entries as it goes, and links it into place only when complete.
+func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (ExportResult, error) {
+	dir := filepath.Dir(dest)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("export destination: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(dest)+".eos-export-*")
+	if err != nil {
+		return nil, fmt.Errorf("export destination: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		f.Close()
+		os.Remove(tmp)
+	}()
+
+	pr, pw := io.Pipe()
+	counted := make(chan exportCounts, 1)
+	go func() {
+		var c exportCounts
+		if format == FormatPatch {
+			c.err = countPatch(pr, &c)
+		} else {
+			c.err = countTar(pr, format == FormatTarZst, &c)
+		}
+		_, _ = io.Copy(io.Discard, pr) // never block the writer
+		counted <- c
+	}()
+	n, err := io.Copy(io.MultiWriter(f, pw), stream)
+	pw.CloseWithError(err)
+	c := <-counted
+	if err != nil {
+		if errors.Is(err, errStackMoved) {
+			return nil, errStackMoved
+		}
+		return nil, fmt.Errorf("write export %s: %w", dest, err)
+	}
+	if c.err != nil {
+		return nil, fmt.Errorf("export stream is not a valid %s: %w", format, c.err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("write export %s: %w", dest, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return nil, fmt.Errorf("write export %s: %w", dest, err)
+	}
+	if err := os.Link(tmp, dest); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, conflict("export destination %s already exists; refusing to overwrite it", dest)
+		}
+		return nil, fmt.Errorf("write export %s: %w", dest, err)
+	}
+	syncDir(dir)
+	if format == FormatPatch {
+		return ExportResult{"files_changed": c.files, "bytes_written": n}, nil
+	}
+	return ExportResult{"files_written": c.files, "symlinks_written": c.symlinks, "whiteouts_emitted": c.whiteouts, "bytes_written": n}, nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+type exportCounts struct {
+	files, symlinks, whiteouts int
+	err                        error
+}
+
+// countTar counts a layer tar's entries: whiteouts (.wh.<name> and the
+// opaque marker .wh..wh..opq), regular files and symlinks.
+func countTar(r io.Reader, compressed bool, c *exportCounts) error {
+	if compressed {
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		r = zr
+	}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case strings.HasPrefix(path.Base(hdr.Name), ".wh."):
+			c.whiteouts++
+		case hdr.Typeflag == tar.TypeReg:
+			c.files++
+		case hdr.Typeflag == tar.TypeSymlink:
+			c.symlinks++
+		}
+	}
+}
+
+// countPatch counts the file diffs of a git-style patch.
+func countPatch(r io.Reader, c *exportCounts) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	atStart := true
+	for {
+		line, err := br.ReadSlice('\n')
+		if atStart && strings.HasPrefix(string(line), "diff --git ") {
+			c.files++
+		}
+		atStart = !errors.Is(err, bufio.ErrBufferFull)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return err
+		}
+	}
+}
+
+// exportStream is the export's body. At its end it checks the daemon's
+// X-Export-Error trailer and that the manifest did not move, and reports
+// either as the read error instead of io.EOF, so a consumer never takes an
+// incomplete or unattributable stream for a complete one.
+type exportStream struct {
+	ctx       context.Context
+	a         *Activities
+	resp      *http.Response
+	sandboxID string
+	version   int64
+	n         *atomic.Int64
+	err       error
+}
+
+func (s *exportStream) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.resp.Body.Read(p)
+	s.n.Add(int64(n))
+	if errors.Is(err, io.EOF) {
+		err = s.finish()
+		if err == nil {
+			err = io.EOF
+		}
+	}
+	if err != nil {
+		s.err = err
+	}
+	return n, err
+}
+
+func (s *exportStream) finish() error {
+	if msg := s.resp.Trailer.Get("X-Export-Error"); msg != "" {
+		return fmt.Errorf("the daemon's export failed: %s", msg)
+	}
+	m, err := s.a.readManifest(s.ctx, s.sandboxID)
+	if err != nil {
+		return err
+	}
+	if m.Version != s.version {
+		return errStackMoved
+	}
+	return nil
+}
+
+// manifest is the part of the layer store's manifest the export reports.
+type manifest struct {
+	Version int64 `json:"version"`
+	Layers  []struct {
+		ID string `json:"layer_id"`
+	} `json:"layers"`
+}
+
+// exported lists the layers above the base, newest first (as the store's
+// export does).
+func (m manifest) exported() []string {
+	ids := []string{}
+	for i := 0; i < len(m.Layers)-1; i++ {
+		ids = append(ids, m.Layers[i].ID)
+	}
+	return ids
+}
+
+// readManifest reads the store's manifest out of the container (it is
+// replaced by rename, so any read is a whole version). The daemon has no
+// operation that reports the layer ids, so this is the one place that knows
+// the store's path inside the state volume.
+func (a *Activities) readManifest(ctx context.Context, sandboxID string) (manifest, error) {
+	var m manifest
+	name := ContainerName(sandboxID)
+	rc, _, err := a.docker.CopyFromContainer(ctx, name, manifestPath)
+	if cerrdefs.IsNotFound(err) {
+		return m, notFound(err, "sandbox %s has no layer stack to export (no container, or the base was never imported)", sandboxID)
+	}
+	if err != nil {
+		return m, fmt.Errorf("read manifest of sandbox %s: %w", sandboxID, err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	if _, err := tr.Next(); err != nil {
+		return m, fmt.Errorf("read manifest of sandbox %s: %w", sandboxID, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(tr, 16<<20))
+	if err != nil {
+		return m, fmt.Errorf("read manifest of sandbox %s: %w", sandboxID, err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, fmt.Errorf("manifest of sandbox %s: %w", sandboxID, err)
+	}
+	if len(m.Layers) == 0 {
+		return m, fmt.Errorf("manifest of sandbox %s lists no layers", sandboxID)
+	}
+	return m, nil
+}

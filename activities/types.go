@@ -1,0 +1,146 @@
+package activities
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Labels every Docker object of ours carries. The reconciler finds leftovers
+// by them; the daemon token never goes into labels.
+const (
+	LabelManaged   = "eos.managed"    // "true"
+	LabelSandboxID = "eos.sandbox_id" // the sandbox id
+	LabelRole      = "eos.role"       // "sandbox" (container), "state" (volume)
+	LabelWorker    = "eos.worker"     // the worker (host) that owns it
+)
+
+// Error types of non-retryable activity failures (temporal ApplicationError
+// types); the gateway maps them to the wire's error kinds once.
+const (
+	ErrImageNotFound   = "ImageNotFound"
+	ErrInvalidArgument = "InvalidArgument"
+	ErrDaemon          = "DaemonError" // the daemon answered with an error envelope; details carry it
+	ErrNotFound        = "NotFound"
+)
+
+// SandboxSpec is everything needed to create one sandbox's Docker objects.
+// It is deterministic (derived from workflow input), so a retried activity
+// creates the same names.
+type SandboxSpec struct {
+	SandboxID     string            `json:"sandbox_id"`
+	Image         string            `json:"image"`
+	WorkspaceRoot string            `json:"workspace_root"` // host directory imported as the base
+	ImportAll     bool              `json:"import_all,omitempty"`
+	Profile       ResourceProfile   `json:"profile"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// ResourceProfile limits the sandbox container.
+type ResourceProfile struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	PidsLimit   int64   `json:"pids_limit,omitempty"`
+}
+
+// ContainerName and VolumeName are the deterministic Docker names of a sandbox.
+func ContainerName(sandboxID string) string { return "eos-sbx-" + sandboxID }
+func VolumeName(sandboxID string) string    { return "eos-state-" + sandboxID }
+
+// Endpoint is where a sandbox's daemon listens on the host (loopback).
+type Endpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+}
+
+// ContainerInfo describes a created sandbox container.
+type ContainerInfo struct {
+	ContainerID string   `json:"container_id"`
+	Name        string   `json:"name"`
+	Volume      string   `json:"volume"`
+	Daemon      Endpoint `json:"daemon"`
+	Adopted     bool     `json:"adopted"`         // an existing container of the same name was reused
+	State       string   `json:"state,omitempty"` // Docker's status: created, running, exited, ...
+}
+
+// DaemonCall is one RPC to a sandbox's daemon. The activity derives the
+// daemon token from the gateway secret and the sandbox id itself, so the
+// token never appears in workflow history.
+type DaemonCall struct {
+	SandboxID string          `json:"sandbox_id"`
+	Daemon    Endpoint        `json:"daemon"`
+	Op        string          `json:"op"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	RequestID string          `json:"request_id,omitempty"` // idempotency key / trace id, derived by the workflow
+	Timeout   time.Duration   `json:"timeout,omitempty"`
+}
+
+// ExportSpec exports a sandbox's published changes to the host.
+type ExportSpec struct {
+	SandboxID string   `json:"sandbox_id"`
+	Daemon    Endpoint `json:"daemon"`
+	Dest      string   `json:"dest"`   // absolute host path
+	Format    string   `json:"format"` // dir (default), tar, tar-zst, patch
+}
+
+// ExportResult is the seed's export_changes result (dir or tar shape).
+type ExportResult map[string]any
+
+// ContainerStats is a snapshot of the sandbox container's resource use.
+type ContainerStats struct {
+	CPUPercent  float64 `json:"cpu_percent"`
+	MemoryBytes uint64  `json:"memory_bytes"`
+	MemoryLimit uint64  `json:"memory_limit"`
+	Pids        uint64  `json:"pids"`
+}
+
+// ImageInfo is one entry of list_docker_images.
+type ImageInfo struct {
+	ID      string   `json:"id"`
+	Tags    []string `json:"tags"`
+	Size    int64    `json:"size"`
+	Created int64    `json:"created"`
+}
+
+// Leftover is a Docker object with our labels.
+type Leftover struct {
+	Kind      string `json:"kind"` // container, volume
+	Name      string `json:"name"`
+	SandboxID string `json:"sandbox_id"`
+}
+
+// ErrConflict: a Docker object of ours has a name that is taken by something
+// we must not touch (a volume without our labels), or an export destination
+// already exists.
+const ErrConflict = "Conflict"
+
+// CopyReport is what CopyWorkspace streamed into the container.
+type CopyReport struct {
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Symlinks int   `json:"symlinks"`
+	Bytes    int64 `json:"bytes"`
+	// Skipped counts FIFOs, sockets and device nodes, which are not copied;
+	// SkippedPaths lists the first few of them (relative to the root).
+	Skipped      int      `json:"skipped"`
+	SkippedPaths []string `json:"skipped_paths,omitempty"`
+}
+
+// DaemonError is the body of the daemon's error envelope
+// {"error": {kind, message, details}}. It is the one detail of an ErrDaemon
+// ApplicationError (read it with AsDaemonError), so workflows and the gateway
+// see the daemon's conflict reports unchanged.
+type DaemonError struct {
+	Kind    string         `json:"kind"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+	Status  int            `json:"status,omitempty"` // the HTTP status it came with
+}
+
+func (e *DaemonError) Error() string { return e.Kind + ": " + e.Message }
+
+// InspectResult is Inspect's answer: whether the sandbox's container
+// exists and, if it does, its description.
+type InspectResult struct {
+	Exists    bool          `json:"exists"`
+	Container ContainerInfo `json:"container"`
+}

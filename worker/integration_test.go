@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// stack is the lifecycle service on the embedded Temporal with real Docker.
+type stack struct {
+	t      *testing.T
+	svc    *Service
+	acts   *activities.Activities
+	secret []byte
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	testenv.RequireDocker(t)
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	dc, err := activities.NewDockerClient()
+	require.NoError(t, err)
+	acts := activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(t), SeccompProfile: testenv.SeccompProfile(t),
+		Secret: secret, WorkerID: "test"}, dc)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := Start(context.Background(), Options{StateDir: t.TempDir(), EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
+		Activities: acts, HostQueue: "eos-host-test-" + randHex(4), Logger: log})
+	require.NoError(t, err)
+	t.Cleanup(svc.Stop)
+	return &stack{t: t, svc: svc, acts: acts, secret: secret}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// create starts a sandbox workflow and waits until it is ready.
+func (s *stack) create(workspace string) (string, *workflows.SandboxState) {
+	id := "it-" + randHex(6)
+	s.t.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
+	ctx := context.Background()
+	_, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
+			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
+	require.NoError(s.t, err)
+	var st workflows.SandboxState
+	require.NoError(s.t, s.update(id, workflows.UpdateWaitReady, &st))
+	return id, &st
+}
+
+func (s *stack) update(id, name string, out any, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h, err := s.svc.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(id),
+		UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, out)
+}
+
+// daemon calls a runtime op directly, as the gateway will.
+func (s *stack) daemon(id string, ep activities.Endpoint, op string, args any) map[string]any {
+	s.t.Helper()
+	body, _ := json.Marshal(args)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s:%d/rpc/%s", ep.Host, ep.Port, op), bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+activities.DaemonToken(s.secret, id))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&out))
+	require.Equal(s.t, 200, resp.StatusCode, "%s: %v", op, out)
+	return out
+}
+
+func TestLifecycleThroughTemporal(t *testing.T) {
+	s := startStack(t)
+	ws := t.TempDir()
+	var b strings.Builder
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte(b.String()), 0o644))
+	id, st := s.create(ws)
+	require.Equal(t, workflows.PhaseReady, st.Phase)
+	ep := st.Container.Daemon
+
+	var sess []string
+	for i := 0; i < 3; i++ {
+		var out map[string]any
+		require.NoError(t, s.update(id, workflows.UpdateCreateSession, &out, workflows.CreateSessionRequest{Agent: fmt.Sprintf("agent-%d", i)}))
+		sess = append(sess, out["workspace_session_id"].(string))
+	}
+	for i, script := range []string{
+		"sed -i 's/^line 2$/LINE TWO/' f.txt", "sed -i 's/^line 9$/LINE NINE/' f.txt", "sed -i 's/^line 2$/line deux/' f.txt",
+	} {
+		out := s.daemon(id, ep, "exec_command", map[string]any{"cmd": script, "workspace_session_id": sess[i], "yield_time_ms": 30000})
+		require.Equal(t, "ok", out["status"])
+	}
+	var pub map[string]any
+	require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[0]}))
+	require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[1]}))
+	read := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})
+	require.Contains(t, read["content"], "LINE TWO\n")
+	require.Contains(t, read["content"], "LINE NINE\n")
+
+	err := s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[2]})
+	var app *temporal.ApplicationError
+	require.True(t, errors.As(err, &app), "a conflict, got %v", err)
+	var det map[string]any
+	require.NoError(t, app.Details(&det))
+	conflicts := det["details"].(map[string]any)["conflicts"].([]any)
+	require.Equal(t, "f.txt", conflicts[0].(map[string]any)["path"])
+	require.Equal(t, read["content"], s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})["content"], "nothing changed")
+
+	var final workflows.SandboxState
+	require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+	require.Equal(t, workflows.PhaseStopped, final.Phase)
+	left, err := s.acts.ListLeftovers(context.Background())
+	require.NoError(t, err)
+	for _, l := range left {
+		require.NotEqual(t, id, l.SandboxID, "leftover %+v", l)
+	}
+}
+
+func TestFailedCreateLeavesNothing(t *testing.T) {
+	s := startStack(t)
+	id := "it-" + randHex(6)
+	ctx := context.Background()
+	run, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
+			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
+	require.NoError(t, err)
+	var res workflows.SandboxResult
+	require.Error(t, run.Get(ctx, &res))
+	left, err := s.acts.ListLeftovers(ctx)
+	require.NoError(t, err)
+	for _, l := range left {
+		require.NotEqual(t, id, l.SandboxID, "leftover %+v", l)
+	}
+	// A missing image fails fast with its own error type.
+	run, err = s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id + "-img"), TaskQueue: workflows.TaskQueue},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
+			Spec: activities.SandboxSpec{SandboxID: id + "-img", Image: "eos-no-such-image:404", WorkspaceRoot: t.TempDir()}})
+	require.NoError(t, err)
+	err = run.Get(ctx, &res)
+	var app *temporal.ApplicationError
+	require.True(t, errors.As(err, &app), "%v", err)
+	require.Equal(t, activities.ErrImageNotFound, app.Type())
+}

@@ -1,0 +1,21 @@
+// Package workflows holds the durable lifecycle of sandboxes on Temporal:
+// SandboxWorkflow, one entity per sandbox (id "sandbox/<id>"), and
+// PublishWorkflow, a child per publish.
+//
+// Invariants:
+//   - Deterministic code only: no I/O, clocks, randomness or map iteration
+//     outside workflow APIs (workflowcheck runs over this package in CI).
+//   - Creation is a saga: every Docker object created is compensated in
+//     reverse order when a later step fails, so a failed create leaves no
+//     container, volume or running workflow behind.
+//   - Everything that commits to a sandbox's layer stack (publish, amend,
+//     refresh, squash) runs under one workflow mutex: commits are serialised
+//     per sandbox.
+//   - A publish is exactly once: its transaction id is the child workflow's
+//     id, and every daemon step (prepare, commit, finalize) is idempotent by
+//     that id, so retries and worker crashes at any step converge.
+//   - Activity inputs and outputs never carry the daemon token: activities
+//     derive it from the gateway secret and the sandbox id.
+//   - The state struct is the continue-as-new payload; the workflow
+//     continues as new once Temporal suggests it and no handler is running.
+package workflows

@@ -1,0 +1,47 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+)
+
+// nonRetryable are activity error types that no retry can fix.
+var nonRetryable = []string{activities.ErrImageNotFound, activities.ErrInvalidArgument, activities.ErrDaemon, activities.ErrNotFound}
+
+// dockerOptions: Docker calls on the sandbox's host; long ones heartbeat.
+func dockerOptions(ctx workflow.Context, hostQueue string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              hostQueue,
+		ScheduleToCloseTimeout: 10 * time.Minute,
+		StartToCloseTimeout:    5 * time.Minute,
+		HeartbeatTimeout:       30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 10 * time.Second, MaximumAttempts: 6, NonRetryableErrorTypes: nonRetryable},
+	})
+}
+
+// daemonOptions: RPCs to the sandbox's daemon. They are idempotent by the
+// request id the workflow derives, so retries are safe.
+func daemonOptions(ctx workflow.Context, hostQueue string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              hostQueue,
+		ScheduleToCloseTimeout: 15 * time.Minute,
+		StartToCloseTimeout:    6 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 5 * time.Second, MaximumAttempts: 10, NonRetryableErrorTypes: nonRetryable},
+	})
+}
+
+// cleanupOptions: compensations and destroy retry longer; they must finish.
+func cleanupOptions(ctx workflow.Context, hostQueue string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              hostQueue,
+		ScheduleToCloseTimeout: 30 * time.Minute,
+		StartToCloseTimeout:    2 * time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+	})
+}

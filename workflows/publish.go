@@ -1,0 +1,62 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+)
+
+// PublishWorkflow publishes one session's change set exactly once:
+// prepare (capture and freeze, dry run), commit, finalize. Each step is
+// idempotent at the daemon by the transaction id (this workflow's id), so a
+// step retried after a worker or daemon crash converges on one layer. A
+// rejected commit is aborted so the session goes back to its agent, and the
+// workflow fails with the daemon's conflict report.
+func PublishWorkflow(ctx workflow.Context, in PublishInput) (json.RawMessage, error) {
+	step := func(op string) (json.RawMessage, error) {
+		args, _ := json.Marshal(map[string]any{"workspace_session_id": in.SessionID, "txid": in.TxID, "keep": in.Keep, "message": in.Message})
+		call := activities.DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: in.TxID + "/" + op}
+		var out json.RawMessage
+		err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), acts.CallDaemon, call).Get(ctx, &out)
+		return out, err
+	}
+	prep, err := step("publish_prepare")
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	var p struct {
+		Clean bool `json:"clean"`
+	}
+	_ = json.Unmarshal(prep, &p)
+	if !p.Clean {
+		_, _ = step("publish_abort")
+		var det map[string]any
+		_ = json.Unmarshal(prep, &det)
+		return nil, temporal.NewNonRetryableApplicationError("publish rejected: conflicts with the head", activities.ErrDaemon, nil,
+			map[string]any{"kind": "operation_failed", "message": "publish rejected", "details": mergeDetails(det, in)})
+	}
+	if _, err := step("publish_commit"); err != nil {
+		_, _ = step("publish_abort")
+		return nil, err
+	}
+	return step("publish_finalize")
+}
+
+func mergeDetails(det map[string]any, in PublishInput) map[string]any {
+	if det == nil {
+		det = map[string]any{}
+	}
+	det["stage"], det["session_retained"], det["txid"] = "publish", true, in.TxID
+	return det
+}
+
+func hostQueue(q string) string {
+	if q == "" {
+		return TaskQueue
+	}
+	return q
+}

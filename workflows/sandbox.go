@@ -1,0 +1,412 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+)
+
+// continueAsNewAfter bounds the history of one run even where the server
+// does not suggest continuing as new yet.
+const continueAsNewAfter = 4000
+
+// SandboxWorkflow is the entity of one sandbox: it creates the sandbox's
+// Docker objects (compensating on failure), serves the lifecycle updates,
+// reaps idle sessions, and destroys everything when asked.
+func SandboxWorkflow(ctx workflow.Context, in SandboxInput) (SandboxResult, error) {
+	s, err := newSandbox(ctx, in)
+	if err != nil {
+		return SandboxResult{}, err
+	}
+	if in.State == nil {
+		if err := s.create(ctx); err != nil {
+			s.state.Phase, s.state.Error = PhaseFailed, err.Error()
+			s.settle(ctx)
+			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: err.Error()}, err
+		}
+	}
+	return s.run(ctx)
+}
+
+type sandbox struct {
+	in       SandboxInput
+	state    *SandboxState
+	commitMu workflow.Mutex
+	lost     bool
+	log      interface {
+		Info(string, ...interface{})
+		Error(string, ...interface{})
+	}
+}
+
+var acts *activities.Activities
+
+func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
+	s := &sandbox{in: in, state: in.State, commitMu: workflow.NewMutex(ctx), log: workflow.GetLogger(ctx)}
+	if s.state == nil {
+		s.state = &SandboxState{SandboxID: in.Spec.SandboxID, Phase: PhaseCreating, Sessions: map[string]*SessionRecord{},
+			Created: workflow.Now(ctx).UTC()}
+	}
+	s.state.Runs++
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (*SandboxState, error) { return s.state, nil }); err != nil {
+		return nil, err
+	}
+	handlers := []struct {
+		name     string
+		fn       any
+		validate any
+	}{
+		{UpdateWaitReady, s.waitReady, nil},
+		{UpdateCreateSession, s.createSession, s.validateReady},
+		{UpdateDestroySession, s.destroySession, s.validateSession},
+		{UpdatePublish, s.publish, s.validatePublish},
+		{UpdateRefresh, s.refresh, s.validateSession},
+		{UpdateAmend, s.amend, s.validateAmend},
+		{UpdateSquash, s.squash, s.validateReadyNoArg},
+		{UpdateExport, s.export, s.validateExport},
+		{UpdateDestroy, s.destroy, nil},
+	}
+	for _, h := range handlers {
+		opts := workflow.UpdateHandlerOptions{}
+		if h.validate != nil {
+			opts.Validator = h.validate
+		}
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.fn, opts); err != nil {
+			return nil, err
+		}
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		ch := workflow.GetSignalChannel(ctx, SignalContainerLost)
+		for {
+			var reason string
+			ch.Receive(ctx, &reason)
+			s.lost = true
+			s.state.Error = "container lost: " + reason
+		}
+	})
+	return s, nil
+}
+
+func (s *sandbox) id() string { return s.state.SandboxID }
+
+func (s *sandbox) queue() string {
+	if s.in.HostQueue != "" {
+		return s.in.HostQueue
+	}
+	return TaskQueue
+}
+
+// create runs the creation saga: each step that made something pushes its
+// compensation; a failure runs them in reverse on a disconnected context.
+func (s *sandbox) create(ctx workflow.Context) (err error) {
+	spec := s.in.Spec
+	dctx := dockerOptions(ctx, s.queue())
+	var undo []func(workflow.Context) error
+	defer func() {
+		if err == nil {
+			return
+		}
+		cctx, _ := workflow.NewDisconnectedContext(ctx)
+		cctx = cleanupOptions(cctx, s.queue())
+		for i := len(undo) - 1; i >= 0; i-- {
+			if cerr := undo[i](cctx); cerr != nil {
+				s.log.Error("compensation failed", "sandbox_id", spec.SandboxID, "error", cerr)
+			}
+		}
+	}()
+	if err := workflow.ExecuteActivity(dctx, acts.CheckImage, spec.Image).Get(ctx, nil); err != nil {
+		return s.stepFailed("check image", err)
+	}
+	remove := func(c workflow.Context) error {
+		return workflow.ExecuteActivity(c, acts.RemoveSandbox, spec.SandboxID).Get(c, nil)
+	}
+	undo = append(undo, remove) // removes the container and the volume, whichever exist
+	if err := workflow.ExecuteActivity(dctx, acts.CreateVolume, spec).Get(ctx, nil); err != nil {
+		return s.stepFailed("create volume", err)
+	}
+	var info activities.ContainerInfo
+	if err := workflow.ExecuteActivity(dctx, acts.CreateContainer, spec).Get(ctx, &info); err != nil {
+		return s.stepFailed("create container", err)
+	}
+	if err := workflow.ExecuteActivity(dctx, acts.CopyWorkspace, spec).Get(ctx, nil); err != nil {
+		return s.stepFailed("copy workspace", err)
+	}
+	if err := workflow.ExecuteActivity(dctx, acts.StartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
+		return s.stepFailed("start container", err)
+	}
+	if err := workflow.ExecuteActivity(dctx, acts.WaitReady, spec.SandboxID, info.Daemon).Get(ctx, nil); err != nil {
+		return s.stepFailed("wait for the daemon", err)
+	}
+	s.state.Container = info
+	args, _ := json.Marshal(map[string]any{"source_dir": "/eos/import/src", "all": spec.ImportAll, "remove_source": true})
+	if _, err := s.call(ctx, "init_base", args, "init_base"); err != nil {
+		return s.stepFailed("import base", err)
+	}
+	s.state.Phase = PhaseReady
+	return nil
+}
+
+// stepFailed logs which creation step failed and returns the activity's
+// application error itself, so its type (ImageNotFound, DaemonError...)
+// reaches the caller unwrapped.
+func (s *sandbox) stepFailed(step string, err error) error {
+	s.log.Error("sandbox creation step failed", "sandbox_id", s.id(), "step", step, "error", err)
+	return unwrapChild(err)
+}
+
+// call runs one daemon RPC with a request id derived from the workflow.
+func (s *sandbox) call(ctx workflow.Context, op string, args json.RawMessage, key string) (json.RawMessage, error) {
+	var out json.RawMessage
+	call := activities.DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: op, Args: args,
+		RequestID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + key}
+	err := workflow.ExecuteActivity(daemonOptions(ctx, s.queue()), acts.CallDaemon, call).Get(ctx, &out)
+	return out, err
+}
+
+// run serves updates until the sandbox is destroyed or its container is
+// lost, reaping idle sessions and continuing as new when history is long.
+func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
+	for {
+		wait := 24 * time.Hour
+		if s.in.SessionTTL > 0 {
+			wait = s.in.SessionTTL / 2
+		}
+		done, err := workflow.AwaitWithTimeout(ctx, wait, func() bool {
+			return s.state.Phase == PhaseStopped || s.lost || s.suggestContinue(ctx)
+		})
+		if err != nil {
+			return SandboxResult{}, err
+		}
+		switch {
+		case s.state.Phase == PhaseStopped:
+			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			return SandboxResult{SandboxID: s.id(), Phase: PhaseStopped}, nil
+		case s.lost:
+			s.state.Phase = PhaseFailed
+			s.settle(ctx)
+			cctx := cleanupOptions(ctx, s.queue())
+			_ = workflow.ExecuteActivity(cctx, acts.RemoveSandbox, s.id()).Get(ctx, nil)
+			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: s.state.Error}, nil
+		case s.suggestContinue(ctx):
+			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			in := s.in
+			in.State = s.state
+			return SandboxResult{}, workflow.NewContinueAsNewError(ctx, SandboxWorkflowName, in)
+		case !done && s.in.SessionTTL > 0:
+			s.reap(ctx)
+		}
+	}
+}
+
+func (s *sandbox) suggestContinue(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > continueAsNewAfter
+}
+
+// settle waits for running handlers, so none outlives the run.
+func (s *sandbox) settle(ctx workflow.Context) {
+	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// reap archives sessions idle for longer than the TTL: the daemon keeps
+// their unpublished changes on the state volume and lists them.
+func (s *sandbox) reap(ctx workflow.Context) {
+	if s.state.Phase != PhaseReady {
+		return
+	}
+	args, _ := json.Marshal(map[string]any{"idle_for_ms": s.in.SessionTTL.Milliseconds()})
+	out, err := s.call(ctx, "archive_idle_sessions", args, fmt.Sprintf("reap/%d", workflow.GetInfo(ctx).GetCurrentHistoryLength()))
+	if err != nil {
+		s.log.Error("reap idle sessions", "sandbox_id", s.id(), "error", err)
+		return
+	}
+	var res struct {
+		Archived []ArchivedSession `json:"archived"`
+	}
+	if json.Unmarshal(out, &res) == nil {
+		for _, a := range res.Archived {
+			if _, known := s.state.Sessions[a.ID]; !known {
+				continue // already recorded (a retried reap)
+			}
+			delete(s.state.Sessions, a.ID)
+			s.state.Archived = append(s.state.Archived, a)
+		}
+	}
+}
+
+// errNotReady rejects updates before the sandbox is ready or after it stopped.
+func (s *sandbox) validateReadyNoArg() error { return s.validateReady(CreateSessionRequest{}) }
+
+func (s *sandbox) validateReady(CreateSessionRequest) error {
+	if s.state.Phase != PhaseReady {
+		return temporal.NewApplicationError(fmt.Sprintf("sandbox %s is %s", s.id(), s.state.Phase), "NotReady")
+	}
+	return nil
+}
+
+func (s *sandbox) validateSession(r SessionRequest) error {
+	if err := s.validateReady(CreateSessionRequest{}); err != nil {
+		return err
+	}
+	if _, ok := s.state.Sessions[r.WorkspaceSessionID]; !ok {
+		return temporal.NewApplicationError("workspace session not found: "+r.WorkspaceSessionID, "NotFound")
+	}
+	return nil
+}
+
+func (s *sandbox) validatePublish(r PublishRequest) error {
+	return s.validateSession(SessionRequest{WorkspaceSessionID: r.WorkspaceSessionID})
+}
+
+func (s *sandbox) validateAmend(r AmendRequest) error {
+	if err := s.validateReady(CreateSessionRequest{}); err != nil {
+		return err
+	}
+	switch r.Op {
+	case "file_write", "file_edit", "file_delete", "file_move":
+		return nil
+	}
+	return temporal.NewApplicationError("amend supports file_write, file_edit, file_delete, file_move, not "+r.Op, "InvalidArgument")
+}
+
+func (s *sandbox) validateExport(r ExportRequest) error {
+	if err := s.validateReady(CreateSessionRequest{}); err != nil {
+		return err
+	}
+	if r.Dest == "" || r.Dest[0] != '/' {
+		return temporal.NewApplicationError("dest must be an absolute host path", "InvalidArgument")
+	}
+	return nil
+}
+
+func (s *sandbox) waitReady(ctx workflow.Context) (*SandboxState, error) {
+	if err := workflow.Await(ctx, func() bool { return s.state.Phase != PhaseCreating }); err != nil {
+		return nil, err
+	}
+	if s.state.Phase == PhaseFailed {
+		return s.state, temporal.NewNonRetryableApplicationError("sandbox creation failed: "+s.state.Error, "CreateFailed", nil)
+	}
+	return s.state, nil
+}
+
+func (s *sandbox) updateKey(ctx workflow.Context) string {
+	return "update/" + workflow.GetCurrentUpdateInfo(ctx).ID
+}
+
+func (s *sandbox) createSession(ctx workflow.Context, r CreateSessionRequest) (json.RawMessage, error) {
+	args, _ := json.Marshal(r)
+	out, err := s.call(ctx, "create_workspace_session", args, s.updateKey(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var info struct {
+		ID      string `json:"workspace_session_id"`
+		Profile string `json:"network_profile"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil || info.ID == "" {
+		return nil, fmt.Errorf("daemon returned no session id: %s", out)
+	}
+	s.state.Sessions[info.ID] = &SessionRecord{ID: info.ID, NetworkProfile: info.Profile, Agent: r.Agent, Created: workflow.Now(ctx).UTC()}
+	return out, nil
+}
+
+func (s *sandbox) destroySession(ctx workflow.Context, r SessionRequest) (json.RawMessage, error) {
+	args, _ := json.Marshal(r)
+	out, err := s.call(ctx, "destroy_workspace_session", args, s.updateKey(ctx))
+	if err != nil {
+		return nil, err
+	}
+	delete(s.state.Sessions, r.WorkspaceSessionID)
+	return out, nil
+}
+
+// publish runs a PublishWorkflow child under the commit mutex.
+func (s *sandbox) publish(ctx workflow.Context, r PublishRequest) (json.RawMessage, error) {
+	if err := s.commitMu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.commitMu.Unlock()
+	s.state.PublishSeq++
+	id := PublishWorkflowID(s.id(), r.WorkspaceSessionID, s.state.PublishSeq)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TaskQueue: TaskQueue})
+	in := PublishInput{SandboxID: s.id(), HostQueue: s.in.HostQueue, Daemon: s.state.Container.Daemon,
+		SessionID: r.WorkspaceSessionID, TxID: id, Keep: r.Keep, Message: r.Message}
+	var out json.RawMessage
+	err := workflow.ExecuteChildWorkflow(cctx, PublishWorkflowName, in).Get(ctx, &out)
+	if err != nil {
+		return nil, unwrapChild(err)
+	}
+	s.state.Publishes++
+	if !r.Keep {
+		delete(s.state.Sessions, r.WorkspaceSessionID)
+	}
+	return out, nil
+}
+
+// unwrapChild returns the application error inside a child's failure, so
+// callers see the daemon's conflict report, not a wrapper.
+func unwrapChild(err error) error {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app
+	}
+	return err
+}
+
+func (s *sandbox) refresh(ctx workflow.Context, r SessionRequest) (json.RawMessage, error) {
+	if err := s.commitMu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.commitMu.Unlock()
+	args, _ := json.Marshal(map[string]any{"workspace_session_id": r.WorkspaceSessionID})
+	return s.call(ctx, "refresh_workspace_session", args, s.updateKey(ctx))
+}
+
+func (s *sandbox) amend(ctx workflow.Context, r AmendRequest) (json.RawMessage, error) {
+	if err := s.commitMu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.commitMu.Unlock()
+	return s.call(ctx, r.Op, r.Args, s.updateKey(ctx))
+}
+
+func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
+	if err := s.commitMu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.commitMu.Unlock()
+	return s.call(ctx, "squash_layerstack", nil, s.updateKey(ctx))
+}
+
+func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (activities.ExportResult, error) {
+	var out activities.ExportResult
+	spec := activities.ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
+	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), acts.ExportChanges, spec).Get(ctx, &out)
+	return out, err
+}
+
+// destroy stops and removes the sandbox's container and volume. It is
+// idempotent: a second destroy of a stopped sandbox returns at once.
+func (s *sandbox) destroy(ctx workflow.Context) (*SandboxState, error) {
+	if s.state.Phase == PhaseStopped || s.state.Phase == PhaseStopping {
+		_ = workflow.Await(ctx, func() bool { return s.state.Phase == PhaseStopped })
+		return s.state, nil
+	}
+	if err := workflow.Await(ctx, func() bool { return s.state.Phase != PhaseCreating }); err != nil {
+		return nil, err
+	}
+	s.state.Phase = PhaseStopping
+	cctx := cleanupOptions(ctx, s.queue())
+	if err := workflow.ExecuteActivity(cctx, acts.RemoveSandbox, s.id()).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	s.state.Sessions = map[string]*SessionRecord{}
+	s.state.Phase = PhaseStopped
+	return s.state, nil
+}

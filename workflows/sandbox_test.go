@@ -1,0 +1,363 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+)
+
+type env struct {
+	*testsuite.TestWorkflowEnvironment
+	t *testing.T
+}
+
+func newEnv(t *testing.T) *env {
+	s := &testsuite.WorkflowTestSuite{}
+	e := s.NewTestWorkflowEnvironment()
+	e.RegisterWorkflowWithOptions(SandboxWorkflow, workflowOpts(SandboxWorkflowName))
+	e.RegisterWorkflowWithOptions(PublishWorkflow, workflowOpts(PublishWorkflowName))
+	e.RegisterActivityWithOptions(acts, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	e.SetTestTimeout(30 * time.Second)
+	return &env{e, t}
+}
+
+var spec = activities.SandboxSpec{SandboxID: "sb1", Image: "img", WorkspaceRoot: "/src"}
+
+var daemonEP = activities.Endpoint{Host: "127.0.0.1", Port: 40001}
+
+// happyCreate mocks every creation step to succeed.
+func (e *env) happyCreate() {
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("eos-state-sb1", nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(activities.ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, nil)
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(activities.ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+}
+
+// daemon answers CallDaemon by op.
+func (e *env) daemon(f func(call activities.DaemonCall) (json.RawMessage, error)) {
+	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(func(_ context.Context, call activities.DaemonCall) (json.RawMessage, error) {
+		return f(call)
+	})
+}
+
+func okDaemon(call activities.DaemonCall) (json.RawMessage, error) {
+	switch call.Op {
+	case "init_base":
+		return json.RawMessage(`{"base_id":"B-1"}`), nil
+	case "create_workspace_session":
+		return json.RawMessage(`{"workspace_session_id":"ws-1","network_profile":"shared"}`), nil
+	case "publish_prepare":
+		return json.RawMessage(`{"clean":true}`), nil
+	case "publish_commit":
+		return json.RawMessage(`{"publish":{"no_op":false}}`), nil
+	case "publish_finalize":
+		return json.RawMessage(`{"workspace_session_id":"ws-1","publish":{"no_op":false},"destroyed":true}`), nil
+	}
+	return json.RawMessage(`{}`), nil
+}
+
+// step is one update of a scripted conversation with the workflow.
+type step struct {
+	name  string
+	args  []any
+	check func(out json.RawMessage, err error)
+	then  func() // runs after check, before the next step (queries, flags)
+}
+
+// script runs steps one after another, each when the previous completed
+// (updates in the test environment finish asynchronously), starting at
+// delay; it fails the test if a step never completes.
+func (e *env) script(delay time.Duration, steps ...step) {
+	ran := 0
+	var run func(i int)
+	run = func(i int) {
+		if i == len(steps) {
+			return
+		}
+		st := steps[i]
+		finish := func(out json.RawMessage, err error) {
+			ran++
+			if st.check != nil {
+				st.check(out, err)
+			}
+			if st.then != nil {
+				st.then()
+			}
+			run(i + 1)
+		}
+		e.UpdateWorkflow(st.name, fmt.Sprintf("%s-%d", st.name, i), &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { finish(nil, err) },
+			OnComplete: func(v interface{}, err error) {
+				var out json.RawMessage
+				if b, ok := v.(json.RawMessage); ok {
+					out = b
+				} else if v != nil {
+					out, _ = json.Marshal(v)
+				}
+				finish(out, err)
+			},
+		}, st.args...)
+	}
+	e.RegisterDelayedCallback(func() { run(0) }, delay)
+	e.t.Cleanup(func() { require.Equal(e.t, len(steps), ran, "scripted updates that completed") })
+}
+
+func ok(t *testing.T) func(json.RawMessage, error) {
+	return func(_ json.RawMessage, err error) { require.NoError(t, err) }
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+	var published json.RawMessage
+	e.script(time.Second,
+		step{name: UpdateWaitReady, check: ok(t)},
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			require.Contains(t, string(out), "ws-1")
+		}},
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			published = out
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseStopped, res.Phase)
+	require.Contains(t, string(published), `"destroyed":true`)
+	e.AssertExpectations(t)
+}
+
+func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
+	for _, step := range []string{"CreateContainer", "CopyWorkspace", "StartContainer", "WaitReady", "init_base"} {
+		t.Run(step, func(t *testing.T) {
+			e := newEnv(t)
+			fail := temporal.NewNonRetryableApplicationError("boom", activities.ErrInvalidArgument, nil)
+			e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+			e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
+			ret := func(name string) error {
+				if name == step {
+					return fail
+				}
+				return nil
+			}
+			e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(activities.ContainerInfo{}, ret("CreateContainer")).Maybe()
+			e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, ret("CopyWorkspace")).Maybe()
+			e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(activities.ContainerInfo{Daemon: daemonEP}, ret("StartContainer")).Maybe()
+			e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(ret("WaitReady")).Maybe()
+			e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+				if call.Op == "init_base" && step == "init_base" {
+					return nil, fail
+				}
+				return okDaemon(call)
+			})
+			removed := 0
+			e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(_ context.Context, _ string) error { removed++; return nil })
+			e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+			require.True(t, e.IsWorkflowCompleted())
+			require.Error(t, e.GetWorkflowError())
+			require.Equal(t, 1, removed, "the saga removed what it created")
+		})
+	}
+}
+
+func TestMissingImageCreatesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(temporal.NewNonRetryableApplicationError("image img is not present", activities.ErrImageNotFound, nil))
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	err := e.GetWorkflowError()
+	require.Error(t, err)
+	var app *temporal.ApplicationError
+	require.True(t, errors.As(err, &app))
+	require.Equal(t, activities.ErrImageNotFound, app.Type())
+	e.AssertNotCalled(t, "CreateVolume", mock.Anything, mock.Anything)
+}
+
+func TestTransientFailureIsRetried(t *testing.T) {
+	e := newEnv(t)
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(activities.ContainerInfo{}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, nil)
+	calls := 0
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(func(_ context.Context, _ string) (activities.ContainerInfo, error) {
+		calls++
+		if calls < 3 {
+			return activities.ContainerInfo{}, errors.New("docker daemon hiccup")
+		}
+		return activities.ContainerInfo{Daemon: daemonEP}, nil
+	})
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Minute, step{name: UpdateWaitReady, check: ok(t)}, step{name: UpdateDestroy, check: ok(t)})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 3, calls)
+}
+
+func TestUpdateValidation(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+		if call.Op == "destroy_workspace_session" {
+			return nil, temporal.NewNonRetryableApplicationError("busy", activities.ErrDaemon, nil,
+				map[string]any{"kind": "operation_failed", "details": map[string]any{"active_command_session_ids": []string{"cmd_1"}}})
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Second,
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-nope"}}, check: func(_ json.RawMessage, err error) {
+			require.ErrorContains(t, err, "workspace session not found")
+		}},
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdateDestroySession, args: []any{SessionRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+			var app *temporal.ApplicationError
+			require.True(t, errors.As(err, &app), "%v", err)
+			require.Equal(t, activities.ErrDaemon, app.Type())
+		}},
+		step{name: UpdateAmend, args: []any{AmendRequest{Op: "exec_command"}}, check: func(_ json.RawMessage, err error) {
+			require.ErrorContains(t, err, "amend supports")
+		}},
+		step{name: UpdateExport, args: []any{ExportRequest{Dest: "relative/path"}}, check: func(_ json.RawMessage, err error) {
+			require.ErrorContains(t, err, "absolute")
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+}
+
+func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
+	e := newEnv(t)
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(func(_ context.Context, _ string) error {
+		return nil
+	})
+	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).After(time.Hour).Return(activities.ContainerInfo{}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, nil)
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(activities.ContainerInfo{Daemon: daemonEP}, nil)
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Minute, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: func(_ json.RawMessage, err error) {
+		require.ErrorContains(t, err, "is creating")
+	}}, step{name: UpdateDestroy, check: ok(t)})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+}
+
+func TestPublishConflictReachesTheCaller(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	aborted := false
+	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+		switch call.Op {
+		case "publish_prepare":
+			return json.RawMessage(`{"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`), nil
+		case "publish_abort":
+			aborted = true
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Second,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+			var app *temporal.ApplicationError
+			require.True(t, errors.As(err, &app), "%v", err)
+			var det map[string]any
+			require.NoError(t, app.Details(&det))
+			require.Equal(t, "operation_failed", det["kind"])
+			require.Contains(t, det["details"], "conflicts")
+		}, then: func() {
+			// The session is kept for the agent to fix and publish again.
+			v, err := e.QueryWorkflow(QueryState)
+			require.NoError(t, err)
+			var st SandboxState
+			require.NoError(t, v.Get(&st))
+			require.Contains(t, st.Sessions, "ws-1")
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.True(t, aborted)
+}
+
+func TestContinueAsNewCarriesState(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.script(time.Second, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t),
+		then: func() { e.SetContinueAsNewSuggested(true) }})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, SessionTTL: time.Minute})
+	err := e.GetWorkflowError()
+	var can interface{ Error() string }
+	require.Error(t, err)
+	can = err
+	require.Contains(t, can.Error(), "continue as new")
+}
+
+func TestContainerLostFailsAndCleansUp(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	removed := false
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(_ context.Context, _ string) error { removed = true; return nil })
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalContainerLost, "gone") }, time.Minute)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseFailed, res.Phase)
+	require.True(t, removed)
+}
+
+func TestIdleSessionsAreReaped(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	reaps := 0
+	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+		if call.Op == "archive_idle_sessions" {
+			reaps++
+			return json.RawMessage(`{"archived":[{"workspace_session_id":"ws-1","path":"/eos/archive/ws-1","bytes":3}]}`), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Second, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)})
+	e.RegisterDelayedCallback(func() {
+		v, err := e.QueryWorkflow(QueryState)
+		require.NoError(t, err)
+		var st SandboxState
+		require.NoError(t, v.Get(&st))
+		require.NotContains(t, st.Sessions, "ws-1")
+		require.Len(t, st.Archived, 1)
+	}, 2*time.Hour)
+	e.script(3*time.Hour, step{name: UpdateDestroy, check: ok(t)})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, SessionTTL: time.Hour})
+	require.NoError(t, e.GetWorkflowError())
+	require.Positive(t, reaps)
+}

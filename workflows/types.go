@@ -1,0 +1,106 @@
+package workflows
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+)
+
+// SandboxInput starts (or continues) a sandbox.
+type SandboxInput struct {
+	Spec activities.SandboxSpec `json:"spec"`
+	// HostQueue is the task queue of the worker on the Docker host that owns
+	// the sandbox; its activities run there ("" = TaskQueue).
+	HostQueue string `json:"host_queue,omitempty"`
+	// SessionTTL reaps sessions idle for longer (0 = never).
+	SessionTTL time.Duration `json:"session_ttl,omitempty"`
+	// State is set when the workflow continues as new.
+	State *SandboxState `json:"state,omitempty"`
+}
+
+// SandboxState is the durable state of a sandbox (query "state").
+type SandboxState struct {
+	SandboxID  string                    `json:"sandbox_id"`
+	Phase      string                    `json:"state"`
+	Container  activities.ContainerInfo  `json:"container"`
+	Sessions   map[string]*SessionRecord `json:"sessions"`
+	Archived   []ArchivedSession         `json:"archived_sessions,omitempty"`
+	PublishSeq int                       `json:"publish_seq"`
+	Publishes  int                       `json:"publishes"`
+	Error      string                    `json:"error,omitempty"`
+	Created    time.Time                 `json:"created"`
+	Runs       int                       `json:"runs"`
+}
+
+// SessionRecord is what the workflow knows of a workspace session.
+type SessionRecord struct {
+	ID             string    `json:"workspace_session_id"`
+	NetworkProfile string    `json:"network_profile"`
+	Agent          string    `json:"agent,omitempty"`
+	Created        time.Time `json:"created"`
+}
+
+// ArchivedSession is a reaped idle session whose unpublished changes were
+// kept on the state volume.
+type ArchivedSession struct {
+	ID       string    `json:"workspace_session_id"`
+	Path     string    `json:"path"`
+	Archived time.Time `json:"archived"`
+	Bytes    int64     `json:"bytes"`
+}
+
+// SandboxResult is the final state of a sandbox workflow.
+type SandboxResult struct {
+	SandboxID string `json:"sandbox_id"`
+	Phase     string `json:"state"`
+	Error     string `json:"error,omitempty"`
+}
+
+// CreateSessionRequest is the create_workspace_session update's argument.
+type CreateSessionRequest struct {
+	NetworkProfile string          `json:"network_profile,omitempty"`
+	Agent          string          `json:"agent,omitempty"`
+	Limits         json.RawMessage `json:"limits,omitempty"`
+}
+
+// SessionRequest names a session (destroy, refresh).
+type SessionRequest struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	GraceS             *int   `json:"grace_s,omitempty"`
+	Force              bool   `json:"force,omitempty"`
+}
+
+// PublishRequest is the publish_workspace_session update's argument.
+type PublishRequest struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	Keep               bool   `json:"keep,omitempty"`
+	Message            string `json:"message,omitempty"`
+}
+
+// AmendRequest is a sessionless file_write / file_edit / file_delete /
+// file_move, committed as one layer under the sandbox's commit mutex.
+type AmendRequest struct {
+	Op   string          `json:"op"` // file_write, file_edit, file_delete, file_move
+	Args json.RawMessage `json:"args"`
+}
+
+// ExportRequest is the export_changes update's argument.
+type ExportRequest struct {
+	Dest   string `json:"dest"`
+	Format string `json:"format,omitempty"`
+}
+
+// PublishInput is PublishWorkflow's input. TxID is the workflow's own id.
+type PublishInput struct {
+	SandboxID string              `json:"sandbox_id"`
+	HostQueue string              `json:"host_queue,omitempty"`
+	Daemon    activities.Endpoint `json:"daemon"`
+	SessionID string              `json:"workspace_session_id"`
+	TxID      string              `json:"txid"`
+	Keep      bool                `json:"keep,omitempty"`
+	Message   string              `json:"message,omitempty"`
+}
+
+// PublishOutput is the daemon's finalize result (seed shape).
+type PublishOutput = json.RawMessage
