@@ -36,6 +36,7 @@ test-deps:
 # SIGKILLed child processes). CI runs as root.
 test: test-deps
 	$(GO) vet $(PKGS)
+	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 	$(MAKE) fuzz
 
@@ -54,6 +55,7 @@ lint:
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 
 run: build
 	@echo "The gateway arrives with the gateway issue; today the project ships the layerstack library."

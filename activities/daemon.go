@@ -193,7 +193,12 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep Endpoin
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("daemon of sandbox %s not ready at %s:%d: %w (last: %v)", sandboxID, ep.Host, ep.Port, ctx.Err(), last)
+			// The daemon's supervisor restarts a failing daemon inside a
+			// running container, so its output is the only clue.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return fmt.Errorf("daemon of sandbox %s not ready at %s:%d: %w (last: %v)%s",
+				sandboxID, ep.Host, ep.Port, ctx.Err(), last, a.logTail(lctx, ContainerName(sandboxID)))
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 500*time.Millisecond)

@@ -54,6 +54,13 @@ func (a *Activities) labels(sandboxID, role string, extra map[string]string) map
 	return l
 }
 
+func labelsOf(c container.InspectResponse) map[string]string {
+	if c.Config == nil {
+		return nil
+	}
+	return c.Config.Labels
+}
+
 func isOurs(labels map[string]string, sandboxID string) bool {
 	return labels[LabelManaged] == "true" && labels[LabelSandboxID] == sandboxID
 }
@@ -140,7 +147,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (Con
 		existing, err := a.docker.ContainerInspect(ctx, name)
 		switch {
 		case err == nil:
-			if isOurs(existing.Config.Labels, spec.SandboxID) && existing.Image == img.ID {
+			if isOurs(labelsOf(existing), spec.SandboxID) && existing.Image == img.ID {
 				info.ContainerID, info.Adopted, info.State = existing.ID, true, stateOf(existing)
 				if existing.State != nil && existing.State.Running {
 					info.Daemon = daemonEndpoint(existing)
@@ -154,7 +161,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (Con
 				return info, nil
 			}
 			a.log.Warn("replacing container", "sandbox_id", spec.SandboxID, "container", name,
-				"image", existing.Image, "want_image", img.ID, "ours", isOurs(existing.Config.Labels, spec.SandboxID))
+				"image", existing.Image, "want_image", img.ID, "ours", isOurs(labelsOf(existing), spec.SandboxID))
 			if err := a.docker.ContainerRemove(ctx, existing.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 				return ContainerInfo{}, fmt.Errorf("remove container %s to recreate it: %w", name, err)
 			}
@@ -191,7 +198,6 @@ func (a *Activities) containerConfig(spec SandboxSpec, seccomp string) (*contain
 		Entrypoint:   []string{DaemonPath},
 		Labels:       a.labels(spec.SandboxID, roleSandbox, spec.Labels),
 		ExposedPorts: nat.PortSet{daemonPort: struct{}{}},
-		Hostname:     "sandbox",
 	}
 	hc := &container.HostConfig{
 		CapDrop:     []string{"ALL"},

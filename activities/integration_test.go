@@ -293,6 +293,7 @@ func TestActivitiesRegisterWithTemporal(t *testing.T) {
 	suite := &testsuite.WorkflowTestSuite{}
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler))) // the expected failures would be logged as errors
 	env := suite.NewTestActivityEnvironment()
+	env.SetTestTimeout(90 * time.Second)
 	env.RegisterActivity(acts)
 
 	_, err := env.ExecuteActivity(acts.CheckImage, testImage)

@@ -113,6 +113,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.restoreSessions(ctx); err != nil {
 		return nil, err
 	}
+	d.sweepTxns()
 	return d, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
@@ -33,6 +34,9 @@ type preparedPublish struct {
 	Changes   layerstack.ChangeSet      `json:"changes"`
 	Sources   map[string]string         `json:"sources"` // path -> frozen copy
 	Result    *layerstack.PublishResult `json:"result,omitempty"`
+	// Finalized is finalize's answer, kept so a retried finalize returns it.
+	Finalized map[string]any `json:"finalized,omitempty"`
+	Aborted   bool           `json:"aborted,omitempty"`
 }
 
 func (d *Daemon) txDir(txid string) string {
@@ -67,8 +71,11 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (map
 	if a.TxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
 	}
-	if p, err := d.loadPrepared(a.TxID); err == nil {
-		return map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "prepared": true, "replayed": true, "changed_paths": len(p.Changes.Changes)}, nil
+	if p, err := d.loadPrepared(a.TxID); err == nil && !p.Aborted {
+		// A retried prepare answers as the first did: the same frozen
+		// changes, checked against the head.
+		out := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "prepared": true, "replayed": true, "changed_paths": len(p.Changes.Changes)}
+		return d.checkPrepared(ctx, p, out)
 	}
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
@@ -108,7 +115,16 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (map
 	}
 	s.state = StatePublishing
 	out := map[string]any{"txid": a.TxID, "workspace_session_id": s.rec.ID, "prepared": true, "changed_paths": len(cs.Changes)}
-	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit})
+	return d.checkPrepared(ctx, p, out)
+}
+
+// checkPrepared dry-runs frozen changes against the head.
+func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out map[string]any) (map[string]any, error) {
+	if p.Result != nil {
+		out["clean"], out["publish"], out["committed"] = true, publishJSON(p.Result), true
+		return out, nil
+	}
+	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: p.LeaseID, Changes: &p.Changes, AllowDrops: p.Implicit})
 	var ce *layerstack.ConflictError
 	switch {
 	case errors.As(err, &ce):
@@ -125,6 +141,9 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (map[
 	p, err := d.loadPrepared(a.TxID)
 	if err != nil {
 		return nil, err
+	}
+	if p.Aborted {
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s was aborted", a.TxID)
 	}
 	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: p.TxID, LeaseID: p.LeaseID, Changes: &p.Changes,
 		Owner: p.Owner, Agent: p.Agent, Message: p.Message, Keep: p.Keep, AllowDrops: p.Implicit})
@@ -151,15 +170,17 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (ma
 	if err != nil {
 		return nil, err
 	}
+	if p.Finalized != nil {
+		return p.Finalized, nil // a retried finalize
+	}
 	if p.Result == nil {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s is not committed yet", a.TxID)
 	}
 	out := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "publish": publishJSON(p.Result)}
 	s, err := d.session(p.SessionID)
 	if err != nil {
-		out["destroyed"] = true // finalized before
-		_ = os.RemoveAll(d.txDir(a.TxID))
-		return out, nil
+		out["destroyed"] = true // the session went away with an earlier attempt
+		return d.finalized(p, out)
 	}
 	s.gate.Lock()
 	defer s.gate.Unlock()
@@ -180,8 +201,36 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (ma
 		}
 		out["destroyed"], out["evicted_upperdir_bytes"] = true, bytes
 	}
-	_ = os.RemoveAll(d.txDir(a.TxID))
+	return d.finalized(p, out)
+}
+
+// finalized records finalize's answer: the frozen files go, the record
+// stays (a day, see sweepTxns) so a retry gets the same answer.
+func (d *Daemon) finalized(p *preparedPublish, out map[string]any) (map[string]any, error) {
+	p.Finalized = out
+	_ = os.RemoveAll(filepath.Join(d.txDir(p.TxID), "files"))
+	p.Sources = nil
+	if err := d.savePrepared(p); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// sweepTxns removes publish records finished more than a day ago.
+func (d *Daemon) sweepTxns() {
+	root := filepath.Join(d.cfg.StateDir, "txns")
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		var p preparedPublish
+		name := filepath.Join(root, e.Name(), "prepared.json")
+		fi, err := os.Stat(name)
+		if err != nil || readJSON(name, &p) != nil {
+			continue
+		}
+		if (p.Finalized != nil || p.Aborted) && time.Since(fi.ModTime()) > 24*time.Hour {
+			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
 }
 
 // publishAbort drops a prepared, uncommitted publish and gives the session
@@ -201,7 +250,12 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (map[s
 		}
 		s.gate.Unlock()
 	}
-	_ = os.RemoveAll(d.txDir(a.TxID))
+	p.Aborted = true
+	_ = os.RemoveAll(filepath.Join(d.txDir(p.TxID), "files"))
+	p.Sources = nil
+	if err := d.savePrepared(p); err != nil {
+		return nil, err
+	}
 	return map[string]any{"txid": a.TxID, "workspace_session_id": p.SessionID, "aborted": true}, nil
 }
 

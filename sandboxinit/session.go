@@ -378,7 +378,8 @@ func (d *Daemon) pendingPublish(id string) bool {
 	ents, _ := os.ReadDir(filepath.Join(d.cfg.StateDir, "txns"))
 	for _, e := range ents {
 		var p preparedPublish
-		if readJSON(filepath.Join(d.cfg.StateDir, "txns", e.Name(), "prepared.json"), &p) == nil && p.SessionID == id {
+		if readJSON(filepath.Join(d.cfg.StateDir, "txns", e.Name(), "prepared.json"), &p) == nil && p.SessionID == id &&
+			p.Finalized == nil && !p.Aborted {
 			return true
 		}
 	}

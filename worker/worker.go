@@ -12,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -31,6 +32,7 @@ type Options struct {
 	Activities       *activities.Activities
 	NoWorkers        bool // a client only (the gateway in front of separate sandbox-workers)
 	NoWorkflowWorker bool // a host worker that runs only its own queue's activities
+	Interceptors     []interceptor.WorkerInterceptor
 	Logger           *slog.Logger
 }
 
@@ -94,7 +96,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		svc.Stop()
 		return nil, errors.New("worker: Activities are required to run workers")
 	}
-	wopts := worker.Options{DisableRegistrationAliasing: true}
+	wopts := worker.Options{DisableRegistrationAliasing: true, Interceptors: o.Interceptors}
 	if !o.NoWorkflowWorker {
 		shared := worker.New(c, workflows.TaskQueue, wopts)
 		Register(shared, o.Activities)

@@ -23,8 +23,11 @@ func TestPublishSteps(t *testing.T) {
 	c2 := sb.ok("publish_commit", map[string]any{"txid": "tx-a"})
 	require.Equal(t, c1["publish"].(map[string]any)["layer_id"], c2["publish"].(map[string]any)["layer_id"], "a retried commit returns the first result")
 	require.Equal(t, true, c2["publish"].(map[string]any)["no_op"] == false)
-	sb.ok("publish_finalize", map[string]any{"txid": "tx-a"})
-	sb.fail("publish_finalize", map[string]any{"txid": "tx-a"}, "not_found")
+	f1 := sb.ok("publish_finalize", map[string]any{"txid": "tx-a"})
+	f2 := sb.ok("publish_finalize", map[string]any{"txid": "tx-a"})
+	require.Equal(t, f1, f2, "a retried finalize returns the first answer")
+	p2 := sb.ok("publish_prepare", map[string]any{"workspace_session_id": a, "txid": "tx-a"})
+	require.Equal(t, true, p2["replayed"], "a retried prepare answers as the first did")
 	require.Contains(t, sb.read("", "f.txt"), "LINE THREE\n")
 
 	prep = sb.ok("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b"})

@@ -1,0 +1,236 @@
+package worker
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// The crash tests run the workers in a child process (this test binary
+// again) against a Temporal server in the test process, SIGKILL it at a
+// failpoint right after a side effect and before Temporal records it, start
+// a fresh worker, and check the operation completed exactly once.
+
+const (
+	childEnv     = "EOS_TEST_WORKER_CHILD"
+	childSecret  = "EOS_TEST_SECRET"
+	childQueue   = "EOS_TEST_HOST_QUEUE"
+	childDaemon  = "EOS_TEST_DAEMON_BIN"
+	childSeccomp = "EOS_TEST_SECCOMP"
+)
+
+// TestWorkerChild is the child side; it does nothing in a normal run.
+func TestWorkerChild(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		return
+	}
+	secret, err := hex.DecodeString(os.Getenv(childSecret))
+	require.NoError(t, err)
+	profile, err := os.ReadFile(os.Getenv(childSeccomp))
+	require.NoError(t, err)
+	dc, err := activities.NewDockerClient()
+	require.NoError(t, err)
+	acts := activities.New(activities.Config{DaemonBinary: os.Getenv(childDaemon), SeccompProfile: string(profile), Secret: secret, WorkerID: "crash-test"}, dc)
+	var ics []interceptor.WorkerInterceptor
+	if fp := FailpointInterceptor(); fp != nil {
+		ics = append(ics, fp)
+	}
+	svc, err := Start(context.Background(), Options{TemporalAddress: os.Getenv("TEMPORAL_ADDRESS"), HostQueue: os.Getenv(childQueue),
+		Activities: acts, Interceptors: ics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer svc.Stop()
+	select {} // until the parent (or a failpoint) kills us
+}
+
+type crashRig struct {
+	t      *testing.T
+	dev    *DevServer
+	c      client.Client
+	queue  string
+	secret []byte
+	env    []string
+	child  *exec.Cmd
+	done   chan error
+}
+
+func newCrashRig(t *testing.T) *crashRig {
+	testenv.RequireDocker(t)
+	dev, err := StartDevServer(context.Background(), DevServerOptions{StateDir: t.TempDir(), Address: "127.0.0.1:0", UIAddress: "off",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(dev.Stop)
+	c, err := client.Dial(client.Options{HostPort: dev.Address, Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	secret := []byte(randHex(32))
+	seccomp := filepath.Join(testenv.RepoRoot(), "sandboxinit", "runtime", "seccomp.json")
+	r := &crashRig{t: t, dev: dev, c: c, queue: "eos-host-crash-" + randHex(4), secret: secret}
+	r.env = append(os.Environ(), childEnv+"=1", "TEMPORAL_ADDRESS="+dev.Address, childQueue+"="+r.queue,
+		childSecret+"="+hex.EncodeToString(secret), childDaemon+"="+testenv.DaemonBinary(t), childSeccomp+"="+seccomp)
+	t.Cleanup(r.kill)
+	return r
+}
+
+// spawn starts a worker child, armed with failpoint fp ("" = none).
+func (r *crashRig) spawn(fp string) {
+	r.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerChild$", "-test.count=1", "-test.timeout=10m")
+	cmd.Env = append(append([]string{}, r.env...), FailpointEnv+"="+fp)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	require.NoError(r.t, cmd.Start())
+	r.child, r.done = cmd, make(chan error, 1)
+	go func(done chan error) { done <- cmd.Wait() }(r.done)
+}
+
+func (r *crashRig) kill() {
+	if r.child != nil && r.child.Process != nil {
+		_ = r.child.Process.Kill()
+		<-r.done
+		r.child = nil
+	}
+}
+
+// awaitFailpoint waits until the armed child killed itself.
+func (r *crashRig) awaitFailpoint(fp string) {
+	r.t.Helper()
+	select {
+	case err := <-r.done:
+		var ee *exec.ExitError
+		require.True(r.t, errors.As(err, &ee), "worker exited without dying at %s: %v", fp, err)
+		ws := ee.Sys().(syscall.WaitStatus)
+		require.True(r.t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "worker at %s: %v", fp, err)
+		r.child = nil
+	case <-time.After(3 * time.Minute):
+		r.t.Fatalf("the worker never reached failpoint %s", fp)
+	}
+}
+
+func (r *crashRig) update(id, name string, out any, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(id),
+		UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, out)
+}
+
+func (r *crashRig) startSandbox(id, workspace string) {
+	r.t.Helper()
+	_, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: r.queue,
+			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
+	require.NoError(r.t, err)
+}
+
+func (r *crashRig) acts() *activities.Activities {
+	dc, err := activities.NewDockerClient()
+	require.NoError(r.t, err)
+	return activities.New(activities.Config{Secret: r.secret}, dc)
+}
+
+func TestWorkerCrashDuringPublish(t *testing.T) {
+	r := newCrashRig(t)
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\nb\nc\n"), 0o644))
+	id := "crash-" + randHex(5)
+	t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
+	r.spawn("")
+	r.startSandbox(id, ws)
+	var st workflows.SandboxState
+	require.NoError(t, r.update(id, workflows.UpdateWaitReady, &st))
+	s := &stack{t: t, secret: r.secret}
+	ep := st.Container.Daemon
+
+	for i, fp := range []string{"CallDaemon:publish_prepare", "CallDaemon:publish_commit", "CallDaemon:publish_finalize"} {
+		t.Run(fp, func(t *testing.T) {
+			s.t = t
+			var sess map[string]any
+			require.NoError(t, r.update(id, workflows.UpdateCreateSession, &sess, workflows.CreateSessionRequest{}))
+			wsID := sess["workspace_session_id"].(string)
+			out := s.daemon(id, ep, "exec_command", map[string]any{"cmd": fmt.Sprintf("echo step-%d >> f.txt", i), "workspace_session_id": wsID, "yield_time_ms": 30000})
+			require.Equal(t, "ok", out["status"])
+			before := len(s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any))
+
+			r.kill()
+			r.spawn(fp)
+			type result struct {
+				out map[string]any
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				var o map[string]any
+				err := r.update(id, workflows.UpdatePublish, &o, workflows.PublishRequest{WorkspaceSessionID: wsID})
+				res <- result{o, err}
+			}()
+			r.awaitFailpoint(fp)
+			r.spawn("")
+			got := <-res
+			require.NoError(t, got.err)
+			require.Equal(t, true, got.out["destroyed"], "%v", got.out)
+
+			hist := s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any)
+			require.Len(t, hist, before+1, "exactly one new layer")
+			content := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})["content"].(string)
+			require.Equal(t, 1, strings.Count(content, fmt.Sprintf("step-%d\n", i)), content)
+		})
+	}
+	s.t = t
+	var final workflows.SandboxState
+	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
+	require.Equal(t, workflows.PhaseStopped, final.Phase)
+}
+
+func TestWorkerCrashDuringCreate(t *testing.T) {
+	r := newCrashRig(t)
+	for _, fp := range []string{"CreateContainer", "StartContainer"} {
+		t.Run(fp, func(t *testing.T) {
+			id := "crash-" + randHex(5)
+			t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
+			r.kill()
+			r.spawn(fp)
+			r.startSandbox(id, t.TempDir())
+			r.awaitFailpoint(fp)
+			r.spawn("")
+			var st workflows.SandboxState
+			require.NoError(t, r.update(id, workflows.UpdateWaitReady, &st))
+			require.Equal(t, workflows.PhaseReady, st.Phase)
+			require.NoError(t, r.update(id, workflows.UpdateDestroy, &st))
+			left, err := r.acts().ListLeftovers(context.Background())
+			require.NoError(t, err)
+			for _, l := range left {
+				require.NotEqual(t, id, l.SandboxID, "leaked %+v", l)
+			}
+		})
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...interface{}) {}
+func (quietLogger) Info(string, ...interface{})  {}
+func (quietLogger) Warn(string, ...interface{})  {}
+func (quietLogger) Error(string, ...interface{}) {}
+
+var _ = json.Marshal

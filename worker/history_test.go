@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// TestRecordHistories records the workflow histories that
+// workflows/replay_test.go replays, by driving real workflows through the
+// embedded Temporal, real Docker and the real daemon. It runs only when asked:
+//
+//	EOS_RECORD_HISTORIES=1 go test -count=1 -run '^TestRecordHistories$' ./worker/
+//
+// Re-record only to add a scenario. A history recorded by older workflow
+// code is the point of the replay test: if a change to workflows/ breaks an
+// existing history, that change needs workflow.GetVersion, not a new
+// recording.
+func TestRecordHistories(t *testing.T) {
+	if os.Getenv("EOS_RECORD_HISTORIES") != "1" {
+		return
+	}
+	s := startStack(t)
+	out := filepath.Join(testenv.RepoRoot(), "workflows", "testdata")
+	require.NoError(t, os.MkdirAll(out, 0o755))
+
+	t.Run("lifecycle", func(t *testing.T) {
+		// Two sessions edit the same line: the first publishes cleanly, the
+		// second conflicts with the new head.
+		id, ep := s.recordCreate(t)
+		var sess []string
+		for i := 0; i < 2; i++ {
+			var o map[string]any
+			require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: fmt.Sprintf("agent-%d", i)}))
+			sess = append(sess, o["workspace_session_id"].(string))
+		}
+		for i, script := range []string{"sed -i 's/^line 2$/LINE TWO/' f.txt", "sed -i 's/^line 2$/line deux/' f.txt"} {
+			o := s.daemon(id, ep, "exec_command", map[string]any{"cmd": script, "workspace_session_id": sess[i], "yield_time_ms": 30000})
+			require.Equal(t, "ok", o["status"])
+		}
+		var pub map[string]any
+		require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[0], Message: "clean"}))
+		err := s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[1], Message: "conflicting"})
+		require.ErrorContains(t, err, "publish rejected")
+		var final workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+		s.waitClosed(t, workflows.SandboxWorkflowID(id))
+
+		s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-lifecycle.json"))
+		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess[0], 1), filepath.Join(out, "publish-clean.json"))
+		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess[1], 2), filepath.Join(out, "publish-conflict.json"))
+	})
+
+	t.Run("create-failed", func(t *testing.T) {
+		// The workspace to copy is missing: CopyWorkspace fails after the
+		// volume and the container exist, so the saga compensates.
+		id := "rec-" + randHex(6)
+		t.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
+		ctx := context.Background()
+		run, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+			workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
+				Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
+		require.NoError(t, err)
+		require.Error(t, run.Get(ctx, nil))
+		h := s.history(t, workflows.SandboxWorkflowID(id))
+		require.Contains(t, scheduledActivities(h), "RemoveSandbox", "the failed create was compensated")
+		s.writeHistory(t, h, id, filepath.Join(out, "sandbox-create-failed.json"))
+	})
+
+	t.Run("publish-keep", func(t *testing.T) {
+		id, ep := s.recordCreate(t)
+		var o map[string]any
+		require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "keeper"}))
+		sess := o["workspace_session_id"].(string)
+		r := s.daemon(id, ep, "exec_command", map[string]any{"cmd": "sed -i 's/^line 5$/LINE FIVE/' f.txt", "workspace_session_id": sess, "yield_time_ms": 30000})
+		require.Equal(t, "ok", r["status"])
+		var pub map[string]any
+		require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess, Keep: true, Message: "keep"}))
+		var st workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateWaitReady, &st))
+		require.Contains(t, st.Sessions, sess, "keep retains the session")
+		var final workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+		s.waitClosed(t, workflows.SandboxWorkflowID(id))
+
+		s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-publish-keep.json"))
+		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 1), filepath.Join(out, "publish-keep.json"))
+	})
+}
+
+// recordCreate creates a ready sandbox over a fresh ten-line workspace.
+func (s *stack) recordCreate(t *testing.T) (string, activities.Endpoint) {
+	t.Helper()
+	ws := t.TempDir()
+	var b strings.Builder
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte(b.String()), 0o644))
+	id, st := s.create(ws)
+	require.Equal(t, workflows.PhaseReady, st.Phase)
+	return id, st.Container.Daemon
+}
+
+// waitClosed waits for the workflow's run to finish, so its history is
+// complete.
+func (s *stack) waitClosed(t *testing.T, workflowID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.svc.Client.GetWorkflow(ctx, workflowID, "").Get(ctx, nil))
+}
+
+func (s *stack) history(t *testing.T, workflowID string) *historypb.History {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	it := s.svc.Client.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &historypb.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, ev)
+	}
+	require.NotEmpty(t, h.Events, workflowID)
+	return h
+}
+
+func (s *stack) saveHistory(t *testing.T, sandboxID, workflowID, path string) {
+	t.Helper()
+	s.writeHistory(t, s.history(t, workflowID), sandboxID, path)
+}
+
+// writeHistory writes h as protojson, the format
+// WorkflowReplayer.ReplayWorkflowHistoryFromJSONFile reads (and
+// `temporal workflow show --output json` writes).
+func (s *stack) writeHistory(t *testing.T, h *historypb.History, sandboxID, path string) {
+	t.Helper()
+	last := h.Events[len(h.Events)-1].GetEventType()
+	require.Contains(t, []enumspb.EventType{
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+	}, last, "%s: the history must be of a closed run", path)
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(h)
+	require.NoError(t, err)
+	// Histories are committed: they must hold nothing that opens a daemon.
+	for _, secret := range []string{hex.EncodeToString(s.secret), activities.DaemonToken(s.secret, sandboxID)} {
+		require.NotContains(t, string(b), secret, path)
+	}
+	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
+	t.Logf("wrote %s: %d events, ends with %s", path, len(h.Events), last)
+}
+
+func scheduledActivities(h *historypb.History) []string {
+	var names []string
+	for _, ev := range h.Events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			names = append(names, a.GetActivityType().GetName())
+		}
+	}
+	return names
+}

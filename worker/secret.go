@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DefaultStateDir is ~/.ephemeral-sandbox.
+func DefaultStateDir() string {
+	if d := os.Getenv("EOS_STATE_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".ephemeral-sandbox"
+	}
+	return filepath.Join(home, ".ephemeral-sandbox")
+}
+
+// LoadOrCreateSecret reads a 0600 file of 32 random bytes (hex), creating
+// it when missing. Gateways and workers of one deployment share it: every
+// sandbox's daemon token is derived from it.
+func LoadOrCreateSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return LoadOrCreateSecret(path) // another process won the race
+		}
+		if err != nil {
+			return nil, err
+		}
+		_, err = f.WriteString(hex.EncodeToString(raw) + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []byte(hex.EncodeToString(raw)), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s has mode %04o: it must be readable by its owner only (chmod 600)", path, fi.Mode().Perm())
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) < 32 {
+		return nil, fmt.Errorf("%s holds fewer than 32 characters", path)
+	}
+	return []byte(s), nil
+}
+
+// FindDaemonBinary locates the static sandbox-daemon: the given path, next
+// to this executable, or bin/ of the working directory.
+func FindDaemonBinary(given string) (string, error) {
+	cands := []string{given}
+	if exe, err := os.Executable(); err == nil {
+		cands = append(cands, filepath.Join(filepath.Dir(exe), "sandbox-daemon"))
+	}
+	cands = append(cands, filepath.Join("bin", "sandbox-daemon"), "/usr/local/lib/eos/sandbox-daemon")
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() {
+			return filepath.Abs(c)
+		}
+	}
+	return "", fmt.Errorf("sandbox-daemon binary not found (looked at %s): build it with `make daemon` or pass --daemon-binary", strings.Join(cands[1:], ", "))
+}
