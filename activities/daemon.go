@@ -106,6 +106,17 @@ func (a *Activities) CallDaemon(ctx context.Context, call DaemonCall) (json.RawM
 	stop := keepHeartbeating(ctx, 5*time.Second, nil)
 	defer stop()
 	resp, err := a.http.Do(req)
+	if err != nil && a.docker != nil && ctx.Err() == nil {
+		// A restarted container gets a new ephemeral host port: look it up
+		// and try once more there.
+		if c, ierr := a.inspectContainer(ctx, call.SandboxID); ierr == nil {
+			if ep := daemonEndpoint(c); ep.Port > 0 && ep != call.Daemon {
+				if req2, rerr := a.newDaemonRequest(ctx, http.MethodPost, call.SandboxID, ep, "/rpc/"+call.Op, body, call.RequestID); rerr == nil {
+					resp, err = a.http.Do(req2)
+				}
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("daemon %s of sandbox %s: %w", call.Op, call.SandboxID, err)
 	}

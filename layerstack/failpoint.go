@@ -25,6 +25,12 @@ const (
 // CommitFailpoints lists the commit path's failpoints in order.
 var CommitFailpoints = []string{FailAfterStaging, FailAfterRename, FailAfterMeta, FailAfterManifest, FailAfterAudit, FailAfterTx}
 
+// FailpointFile, when present in a store's root, arms the failpoints it
+// names (one per line) once: the first one reached deletes the file, then
+// kills the process. It lets end-to-end tests crash a daemon they cannot
+// set the environment of; only the store's owner can write its root.
+const FailpointFile = ".failpoints"
+
 type failpoints map[string]bool
 
 func failpointsFromEnv() failpoints {
@@ -43,7 +49,28 @@ func failpointsFromEnv() failpoints {
 
 func (f failpoints) hit(name string) {
 	if f[name] {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
+		die()
+	}
+}
+
+func die() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}
+
+// hit checks the environment's failpoints and the store's failpoint file.
+func (s *Store) hit(name string) {
+	s.fail.hit(name)
+	file := s.root + "/" + FailpointFile
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == name {
+			_ = os.Remove(file)
+			_ = syncDir(s.root)
+			die()
+		}
 	}
 }

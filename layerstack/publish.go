@@ -415,7 +415,7 @@ func (s *Store) buildLayer(ctx context.Context, stage string, head *Manifest, pl
 // everything before it is invisible and swept after a crash, everything
 // after it is re-derivable from the layer's metadata.
 func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *PublishResult, req PublishRequest) error {
-	s.fail.hit(FailAfterStaging)
+	s.hit(FailAfterStaging)
 	dst := filepath.Join(s.root, dirLayers, meta.ID)
 	if err := os.Rename(stage, dst); err != nil {
 		return fmt.Errorf("commit layer %s: %w", meta.ID, err)
@@ -423,7 +423,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *Publi
 	if err := syncDir(filepath.Join(s.root, dirLayers)); err != nil {
 		return err
 	}
-	s.fail.hit(FailAfterRename)
+	s.hit(FailAfterRename)
 	next := head.clone()
 	next.Version++
 	next.Layers = append([]ManifestLayer{{ID: meta.ID, Path: dirLayers + "/" + meta.ID, TxID: req.TxID}}, next.Layers...)
@@ -432,14 +432,14 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *Publi
 	if err := s.writeMeta(meta); err != nil {
 		return err
 	}
-	s.fail.hit(FailAfterMeta)
+	s.hit(FailAfterMeta)
 	if err := writeManifest(s.root, next); err != nil {
 		return fmt.Errorf("commit manifest: %w", err)
 	}
 	s.head.Store(next)
-	s.fail.hit(FailAfterManifest)
+	s.hit(FailAfterManifest)
 	s.appendAudit(meta)
-	s.fail.hit(FailAfterAudit)
+	s.hit(FailAfterAudit)
 	if req.Keep {
 		l, err := s.acquireLocked(req.Owner)
 		if err != nil {
@@ -450,7 +450,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *Publi
 	if err := s.writeTx(res); err != nil {
 		s.log.Warn("transaction record", "txid", req.TxID, "err", err)
 	}
-	s.fail.hit(FailAfterTx)
+	s.hit(FailAfterTx)
 	s.log.Info("layer committed", "layer_id", meta.ID, "txid", req.TxID, "owner", req.Owner,
 		"manifest_version", next.Version, "paths", len(meta.Paths))
 	return nil

@@ -194,7 +194,7 @@ func (s *Store) commitSquash(stageRoot string, blocks [][]ManifestLayer, metas [
 	if err := syncDir(filepath.Join(s.root, dirLayers)); err != nil {
 		return nil, err
 	}
-	s.fail.hit(FailSquashCommit)
+	s.hit(FailSquashCommit)
 	if err := writeManifest(s.root, next); err != nil {
 		return nil, err
 	}

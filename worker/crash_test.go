@@ -234,3 +234,64 @@ func (quietLogger) Warn(string, ...interface{})  {}
 func (quietLogger) Error(string, ...interface{}) {}
 
 var _ = json.Marshal
+
+// TestDaemonCrashMidCommit kills the daemon inside the layer store's commit
+// (through the store's failpoint file), once letting the supervisor restart
+// the daemon and once restarting the whole container (which also moves the
+// daemon to a new host port): the publish completes exactly once.
+func TestDaemonCrashMidCommit(t *testing.T) {
+	s := startStack(t)
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
+	id, st := s.create(ws)
+	name := activities.ContainerName(id)
+	for i, tc := range []struct {
+		fp               string
+		restartContainer bool
+	}{{"after-rename", false}, {"after-manifest", false}, {"after-manifest", true}} {
+		t.Run(fmt.Sprintf("%s/container-restart=%v", tc.fp, tc.restartContainer), func(t *testing.T) {
+			s.t = t
+			ep := s.endpoint(id, st)
+			var sess map[string]any
+			require.NoError(t, s.update(id, workflows.UpdateCreateSession, &sess, workflows.CreateSessionRequest{}))
+			wsID := sess["workspace_session_id"].(string)
+			out := s.daemon(id, ep, "exec_command", map[string]any{"cmd": fmt.Sprintf("echo crash-%d >> f.txt", i), "workspace_session_id": wsID, "yield_time_ms": 30000})
+			require.Equal(t, "ok", out["status"])
+			before := len(s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any))
+			dockerExec(t, name, "sh", "-c", "echo "+tc.fp+" > /eos/layerstack/.failpoints")
+
+			res := make(chan error, 1)
+			go func() {
+				var o map[string]any
+				res <- s.update(id, workflows.UpdatePublish, &o, workflows.PublishRequest{WorkspaceSessionID: wsID})
+			}()
+			if tc.restartContainer {
+				require.Eventually(t, func() bool {
+					return exec.Command("docker", "exec", name, "test", "-e", "/eos/layerstack/.failpoints").Run() != nil
+				}, time.Minute, 50*time.Millisecond, "the failpoint never fired")
+				out, err := exec.Command("docker", "restart", "-t", "2", name).CombinedOutput()
+				require.NoError(t, err, "%s", out)
+			}
+			require.NoError(t, <-res)
+			ep = s.endpoint(id, st)
+			hist := s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any)
+			require.Len(t, hist, before+1, "exactly one new layer")
+			content := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})["content"].(string)
+			require.Equal(t, 1, strings.Count(content, fmt.Sprintf("crash-%d\n", i)), content)
+		})
+	}
+}
+
+// endpoint returns the daemon's current endpoint (a container restart moves it).
+func (s *stack) endpoint(id string, st *workflows.SandboxState) activities.Endpoint {
+	r, err := s.acts.Inspect(context.Background(), id)
+	require.NoError(s.t, err)
+	require.True(s.t, r.Exists)
+	return r.Container.Daemon
+}
+
+func dockerExec(t *testing.T, name string, args ...string) {
+	t.Helper()
+	out, err := exec.Command("docker", append([]string{"exec", name}, args...)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
