@@ -36,19 +36,27 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	testenv.RequireDocker(t)
+	s := startStackFor(t)
+	s.t = t
+	return s
+}
+
+// startStackFor runs the lifecycle service on an embedded Temporal.
+func startStackFor(tb testing.TB) *stack {
+	tb.Helper()
+	testenv.RequireDocker(tb)
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	dc, err := activities.NewDockerClient()
-	require.NoError(t, err)
-	acts := activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(t), SeccompProfile: testenv.SeccompProfile(t),
+	require.NoError(tb, err)
+	acts := activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(tb), SeccompProfile: testenv.SeccompProfile(tb),
 		Secret: secret, WorkerID: "test"}, dc)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := Start(context.Background(), Options{StateDir: t.TempDir(), EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
+	svc, err := Start(context.Background(), Options{StateDir: tb.TempDir(), EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
 		Activities: acts, HostQueue: "eos-host-test-" + randHex(4), Logger: log})
-	require.NoError(t, err)
-	t.Cleanup(svc.Stop)
-	return &stack{t: t, svc: svc, acts: acts, secret: secret}
+	require.NoError(tb, err)
+	tb.Cleanup(svc.Stop)
+	return &stack{svc: svc, acts: acts, secret: secret}
 }
 
 func randHex(n int) string {
@@ -85,15 +93,20 @@ func (s *stack) update(id, name string, out any, args ...any) error {
 // daemon calls a runtime op directly, as the gateway will.
 func (s *stack) daemon(id string, ep activities.Endpoint, op string, args any) map[string]any {
 	s.t.Helper()
+	return s.daemonTB(s.t, id, ep, op, args)
+}
+
+func (s *stack) daemonTB(tb testing.TB, id string, ep activities.Endpoint, op string, args any) map[string]any {
+	tb.Helper()
 	body, _ := json.Marshal(args)
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s:%d/rpc/%s", ep.Host, ep.Port, op), bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+activities.DaemonToken(s.secret, id))
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
+	require.NoError(tb, err)
 	defer resp.Body.Close()
 	var out map[string]any
-	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&out))
-	require.Equal(s.t, 200, resp.StatusCode, "%s: %v", op, out)
+	require.NoError(tb, json.NewDecoder(resp.Body).Decode(&out))
+	require.Equal(tb, 200, resp.StatusCode, "%s: %v", op, out)
 	return out
 }
 
