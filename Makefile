@@ -58,12 +58,22 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 
+# The service on its embedded defaults: Temporal's dev server in process
+# (SQLite under ~/.ephemeral-sandbox, UI on 127.0.0.1:8233) and the workers.
 run: build
-	@echo "The gateway arrives with the gateway issue; today the project ships the layerstack library."
-	@echo "Try: make test"
+	$(GO) build -o $(BIN)/sandbox-worker ./cmd/sandbox-worker
+	cp sandboxinit/runtime/seccomp.json $(BIN)/seccomp.json
+	bash scripts/ensure-docker.sh
+	@echo "state dir: $${EOS_STATE_DIR:-$$HOME/.ephemeral-sandbox}  (gateway.secret, temporal/)"
+	@echo "Temporal UI: http://127.0.0.1:8233"
+	$(BIN)/sandbox-worker --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json
 
 install: build
-	install -m 0755 $(BIN)/* /usr/local/bin/ 2>/dev/null || true
+	$(GO) build -o $(BIN)/sandbox-worker ./cmd/sandbox-worker
+	install -d /usr/local/lib/eos
+	install -m 0755 $(BIN)/sandbox-daemon /usr/local/lib/eos/sandbox-daemon
+	install -m 0644 sandboxinit/runtime/seccomp.json /usr/local/lib/eos/seccomp.json
+	install -m 0755 $(BIN)/sandbox-worker /usr/local/bin/sandbox-worker
 
 clean:
 	rm -rf $(BIN)

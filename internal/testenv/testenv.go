@@ -1,6 +1,3 @@
-// Package testenv gives end-to-end tests what they need from the machine:
-// a reachable Docker Engine, the locally built test images, and the static
-// sandbox-daemon binary, built once per test process.
 package testenv
 
 import (

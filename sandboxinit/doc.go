@@ -1,0 +1,24 @@
+// Package sandboxinit is the runtime inside every sandbox container: the
+// daemon behind cmd/sandbox-daemon. It owns the sandbox's layer stack on the
+// state volume, the workspace sessions (libcontainer containers, see
+// runtime/), the commands running in them (command/), file operations, and
+// the HTTP/JSON RPC the gateway and the workers call.
+//
+// Invariants:
+//   - PID 1 is a small supervisor (Supervise) that reaps orphans and restarts
+//     the daemon; the daemon itself never reaps children it did not start.
+//   - Every request carries the sandbox token (constant-time compare); bodies
+//     are capped (16 MiB), concurrency is capped (server_busy), and the
+//     request id is the trace id.
+//   - A session's record, lease and upper dir live on the state volume and are
+//     saved before anything that depends on them, so a daemon or container
+//     restart brings every session back with its unpublished work.
+//   - Every workspace path is resolved beneath the session's workspace with
+//     openat2(RESOLVE_IN_ROOT): no symlink leads out of it. Sessionless reads
+//     see the published head; sessionless writes are one-layer commits.
+//   - Publish, refresh and destroy take the session's gate and refuse while
+//     commands run (listing them); commands are not admitted while a publish
+//     is prepared. Every publish step is idempotent by its transaction id and
+//     answers a retry with its first answer.
+//   - The state volume and the token are masked in every session.
+package sandboxinit
