@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -192,7 +193,7 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	err := d.stop(ctx, s)
 	bytes := dirBytes(s.upper())
 	if err == nil {
-		err = os.RemoveAll(s.dir)
+		err = removeDir(s.dir)
 	}
 	if releaseLease && s.rec.LeaseID != "" {
 		if rerr := d.store.Release(s.rec.LeaseID); rerr != nil && err == nil {
@@ -384,4 +385,18 @@ func (d *Daemon) pendingPublish(id string) bool {
 		}
 	}
 	return false
+}
+
+// removeDir deletes a session dir. A session's processes are already dead,
+// but the kernel may still be finishing their last writes (an init's log, a
+// lazily detached mount going away): retry briefly on "not empty" or "busy".
+func removeDir(dir string) error {
+	var err error
+	for i := 0; i < 20; i++ {
+		if err = os.RemoveAll(dir); err == nil || !(errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EBUSY)) {
+			return err
+		}
+		time.Sleep(time.Duration(10*(i+1)) * time.Millisecond)
+	}
+	return err
 }

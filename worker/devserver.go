@@ -60,7 +60,7 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	opts := devserver.StartOptions{
 		FrontendIP: host, FrontendPort: port, Namespaces: []string{o.Namespace},
 		ClusterID: hex.EncodeToString(rb[:]), MasterClusterName: "active", CurrentClusterName: "active",
-		InitialFailoverVersion: 1, Logger: o.Logger, LogLevel: slog.LevelWarn,
+		InitialFailoverVersion: 1, Logger: o.Logger, LogLevel: slog.LevelError,
 		DatabaseFile:  filepath.Join(o.StateDir, "temporal.db"),
 		SqlitePragmas: map[string]string{"journal_mode": "wal", "synchronous": "normal"},
 		DynamicConfigValues: map[string]any{
