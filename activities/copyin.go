@@ -75,6 +75,9 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec SandboxSpec) (CopyR
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return CopyReport{}, err
 	}
+	if sb := spec.SharedBase; sb != nil && !sb.Leader {
+		return CopyReport{}, nil // the group's leader imported the base
+	}
 	root := spec.WorkspaceRoot
 	if !filepath.IsAbs(root) {
 		return CopyReport{}, invalidArgument("workspace_root must be an absolute host path, got %q", root)

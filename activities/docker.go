@@ -95,6 +95,15 @@ func (a *Activities) CreateVolume(ctx context.Context, spec SandboxSpec) (string
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return "", err
 	}
+	if sb := spec.SharedBase; sb != nil && sb.Leader {
+		if _, err := a.docker.VolumeInspect(ctx, sb.Volume); cerrdefs.IsNotFound(err) {
+			if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: sb.Volume, Labels: a.labels(spec.SandboxID, "base", spec.Labels)}); err != nil {
+				return "", fmt.Errorf("create shared base volume %s: %w", sb.Volume, err)
+			}
+		} else if err != nil {
+			return "", fmt.Errorf("inspect volume %s: %w", sb.Volume, err)
+		}
+	}
 	name := VolumeName(spec.SandboxID)
 	v, err := a.docker.VolumeInspect(ctx, name)
 	switch {
@@ -209,6 +218,11 @@ func (a *Activities) containerConfig(spec SandboxSpec, seccomp string) (*contain
 		}},
 		PortBindings: nat.PortMap{daemonPort: []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}},
 		LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
+	}
+	if sb := spec.SharedBase; sb != nil {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: sb.Volume,
+			Target: StateDir + "/layerstack/base", ReadOnly: !sb.Leader})
+		cfg.Labels[LabelBaseVolume] = sb.Volume
 	}
 	p := spec.Profile
 	hc.Memory = p.MemoryBytes
@@ -366,11 +380,22 @@ func (a *Activities) RemoveSandbox(ctx context.Context, sandboxID string) error 
 	if err := checkSandboxID(sandboxID); err != nil {
 		return err
 	}
+	var baseVolume string
+	if c, err := a.docker.ContainerInspect(ctx, ContainerName(sandboxID)); err == nil && c.Config != nil {
+		baseVolume = c.Config.Labels[LabelBaseVolume]
+	}
 	if err := a.removeContainer(ctx, ContainerName(sandboxID)); err != nil {
 		return err
 	}
 	if err := a.removeVolume(ctx, VolumeName(sandboxID)); err != nil {
 		return err
+	}
+	if baseVolume != "" {
+		// The last sandbox of a group takes the shared base with it; while
+		// others still mount it, Docker refuses and it stays.
+		if err := a.docker.VolumeRemove(ctx, baseVolume, false); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			a.log.Warn("remove shared base volume", "volume", baseVolume, "err", err)
+		}
 	}
 	a.log.Info("sandbox removed", "sandbox_id", sandboxID)
 	return nil

@@ -27,12 +27,15 @@ const (
 // It is deterministic (derived from workflow input), so a retried activity
 // creates the same names.
 type SandboxSpec struct {
-	SandboxID     string            `json:"sandbox_id"`
-	Image         string            `json:"image"`
-	WorkspaceRoot string            `json:"workspace_root"` // host directory imported as the base
-	ImportAll     bool              `json:"import_all,omitempty"`
-	Profile       ResourceProfile   `json:"profile"`
-	Labels        map[string]string `json:"labels,omitempty"`
+	SandboxID     string          `json:"sandbox_id"`
+	Image         string          `json:"image"`
+	WorkspaceRoot string          `json:"workspace_root"` // host directory imported as the base
+	ImportAll     bool            `json:"import_all,omitempty"`
+	Profile       ResourceProfile `json:"profile"`
+	// SharedBase mounts a base volume shared by a group of sandboxes
+	// (create_sandbox with count > 1) at the layer store's base/.
+	SharedBase *SharedBase       `json:"shared_base,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
 }
 
 // ResourceProfile limits the sandbox container.
@@ -144,3 +147,17 @@ type InspectResult struct {
 	Exists    bool          `json:"exists"`
 	Container ContainerInfo `json:"container"`
 }
+
+// SharedBase is the base volume of a group of sandboxes created together.
+// The leader imports the workspace into it (read-write); the others mount it
+// read-only and initialise from the leader's base id.
+type SharedBase struct {
+	Volume string `json:"volume"`
+	Leader bool   `json:"leader"`
+}
+
+// LabelBaseVolume names the shared base volume a sandbox container mounts.
+const LabelBaseVolume = "eos.base_volume"
+
+// BaseVolumeName is the shared base volume of a group led by leaderID.
+func BaseVolumeName(leaderID string) string { return "eos-base-" + leaderID }

@@ -150,6 +150,9 @@ type InitBaseArgs struct {
 	SourceDir string `json:"source_dir"`
 	All       bool   `json:"all,omitempty"` // include gitignored files of a git work tree
 	Remove    bool   `json:"remove_source,omitempty"`
+	// BaseID initialises from a base another sandbox imported into a shared
+	// base volume (mounted at the store's base/), instead of SourceDir.
+	BaseID string `json:"base_id,omitempty"`
 }
 
 // ExportArgs select the export encoding.

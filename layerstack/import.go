@@ -3,6 +3,7 @@ package layerstack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -123,7 +124,7 @@ func finishImport(tmp, parent string, rep *ImportReport) (BaseInfo, *ImportRepor
 	info := BaseInfo{ID: id, RootHash: digest, Path: filepath.Join(parent, id), Counts: counts, Bytes: bytes}
 	if _, err := os.Lstat(info.Path); err == nil {
 		rep.Reused = true
-		return info, rep, nil
+		return info, rep, writeBaseInfo(parent, info)
 	}
 	if err := syncFS(tmp); err != nil {
 		return BaseInfo{}, nil, err
@@ -134,7 +135,34 @@ func finishImport(tmp, parent string, rep *ImportReport) (BaseInfo, *ImportRepor
 	if err := syncDir(parent); err != nil {
 		return BaseInfo{}, nil, err
 	}
-	return info, rep, nil
+	return info, rep, writeBaseInfo(parent, info)
+}
+
+// writeBaseInfo leaves <parent>/<id>.json beside a base, so another store
+// that mounts the same (shared, content-addressed) base can Init from it.
+func writeBaseInfo(parent string, info BaseInfo) error {
+	name := filepath.Join(parent, info.ID+".json")
+	if _, err := os.Stat(name); err == nil {
+		return nil
+	}
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(name, b, 0o644)
+}
+
+// ReadBaseInfo reads the sidecar of a base imported under parent.
+func ReadBaseInfo(parent, id string) (BaseInfo, error) {
+	var info BaseInfo
+	if err := readJSON(filepath.Join(parent, id+".json"), &info); err != nil {
+		return BaseInfo{}, fmt.Errorf("base %s under %s: %w", id, parent, err)
+	}
+	if info.ID != id {
+		return BaseInfo{}, fmt.Errorf("base %s: sidecar names %s", id, info.ID)
+	}
+	info.Path = filepath.Join(parent, id)
+	return info, nil
 }
 
 func syncFS(dir string) error {

@@ -88,7 +88,9 @@ func TestImportTarSkipsSpecialFilesAndRejectsEscapes(t *testing.T) {
 	require.True(t, errors.As(err, &ae), "%v", err)
 	require.Equal(t, ReasonParentTraversal, ae.Reason)
 	ents, _ := os.ReadDir(parent)
-	require.Len(t, ents, 1, "only the first base; the rejected import left nothing")
+	require.Len(t, ents, 2, "only the first base and its sidecar; the rejected import left nothing")
+	_, err = ReadBaseInfo(parent, info.ID)
+	require.NoError(t, err)
 }
 
 // TestCrashDuringSquashCommit kills a squash just before its manifest

@@ -107,6 +107,18 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 	if m, err := d.store.Manifest(); err == nil {
 		return map[string]any{"base_id": m.Base().ID, "revision": m.Revision(), "already_initialized": true}, nil
 	}
+	if a.BaseID != "" {
+		// A shared base another sandbox already imported (mounted at base/).
+		info, err := layerstack.ReadBaseInfo(filepath.Join(d.store.Root(), "base"), a.BaseID)
+		if err != nil {
+			return nil, api.Errorf(api.KindOperationFailed, nil, "shared base: %v", err)
+		}
+		m, err := d.store.Init(ctx, info)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"base_id": info.ID, "root_hash": info.RootHash, "revision": m.Revision(), "shared": true}, nil
+	}
 	if a.SourceDir == "" || !filepath.IsAbs(a.SourceDir) {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "source_dir must be an absolute path inside the sandbox")
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -184,4 +185,40 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(err, &app), "%v", err)
 	require.Equal(t, activities.ErrImageNotFound, app.Type())
+}
+
+// TestCountSandboxesShareOneBase: three sandboxes over one shared base
+// volume; each works independently; the base volume goes with the last.
+func TestCountSandboxesShareOneBase(t *testing.T) {
+	s := startStack(t)
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("shared\n"), 0o644))
+	ids := []string{"grp-" + randHex(5), "grp-" + randHex(5), "grp-" + randHex(5)}
+	for _, id := range ids {
+		id := id
+		t.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
+	}
+	states, err := s.svc.CreateSandboxes(context.Background(), activities.SandboxSpec{Image: testenv.Images[0], WorkspaceRoot: ws}, ids, 0)
+	require.NoError(t, err)
+	require.Len(t, states, 3)
+	for i, st := range states {
+		require.Equal(t, states[0].BaseID, st.BaseID, "one base for all")
+		out := s.daemon(ids[i], st.Container.Daemon, "exec_command", map[string]any{"cmd": fmt.Sprintf("echo sandbox-%d >> f.txt", i), "yield_time_ms": 30000})
+		require.Equal(t, false, out["publish_rejected"], "%v", out)
+	}
+	for i, st := range states {
+		got := s.daemon(ids[i], st.Container.Daemon, "file_read", map[string]any{"path": "f.txt"})["content"]
+		require.Equal(t, fmt.Sprintf("shared\nsandbox-%d\n", i), got, "each sandbox has its own history over the shared base")
+	}
+	base := activities.BaseVolumeName(ids[0])
+	for i, id := range ids {
+		var st workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateDestroy, &st))
+		err := exec.Command("docker", "volume", "inspect", base).Run()
+		if i < len(ids)-1 {
+			require.NoError(t, err, "the shared base stays while a sandbox mounts it")
+		} else {
+			require.Error(t, err, "the last sandbox takes the shared base with it")
+		}
+	}
 }

@@ -145,9 +145,18 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	}
 	s.state.Container = info
 	args, _ := json.Marshal(map[string]any{"source_dir": "/eos/import/src", "all": spec.ImportAll, "remove_source": true})
-	if _, err := s.call(ctx, "init_base", args, "init_base"); err != nil {
+	if s.in.BaseID != "" {
+		args, _ = json.Marshal(map[string]any{"base_id": s.in.BaseID})
+	}
+	out, err := s.call(ctx, "init_base", args, "init_base")
+	if err != nil {
 		return s.stepFailed("import base", err)
 	}
+	var base struct {
+		BaseID string `json:"base_id"`
+	}
+	_ = json.Unmarshal(out, &base)
+	s.state.BaseID = base.BaseID
 	s.state.Phase = PhaseReady
 	return nil
 }

@@ -15,6 +15,9 @@ type SandboxInput struct {
 	HostQueue string `json:"host_queue,omitempty"`
 	// SessionTTL reaps sessions idle for longer (0 = never).
 	SessionTTL time.Duration `json:"session_ttl,omitempty"`
+	// BaseID is the shared base a group follower initialises from (the
+	// leader's, see activities.SharedBase).
+	BaseID string `json:"base_id,omitempty"`
 	// State is set when the workflow continues as new.
 	State *SandboxState `json:"state,omitempty"`
 }
@@ -23,6 +26,7 @@ type SandboxInput struct {
 type SandboxState struct {
 	SandboxID  string                    `json:"sandbox_id"`
 	Phase      string                    `json:"state"`
+	BaseID     string                    `json:"base_id,omitempty"`
 	Container  activities.ContainerInfo  `json:"container"`
 	Sessions   map[string]*SessionRecord `json:"sessions"`
 	Archived   []ArchivedSession         `json:"archived_sessions,omitempty"`
