@@ -222,3 +222,42 @@ func TestCountSandboxesShareOneBase(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcilerRemovesOrphansAndFailsLostSandboxes: labelled Docker
+// objects without a running workflow go; a running sandbox whose container
+// vanished is failed and cleaned up.
+func TestReconcilerRemovesOrphansAndFailsLostSandboxes(t *testing.T) {
+	s := startStack(t)
+	ctx := context.Background()
+	orphan := "orph-" + randHex(5)
+	t.Cleanup(func() { _ = s.acts.RemoveSandbox(ctx, orphan) })
+	spec := activities.SandboxSpec{SandboxID: orphan, Image: testenv.Images[0], WorkspaceRoot: t.TempDir()}
+	_, err := s.acts.CreateVolume(ctx, spec)
+	require.NoError(t, err)
+	_, err = s.acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+
+	lost, st := s.create(t.TempDir())
+	_ = st
+	out, err := exec.Command("docker", "rm", "-f", "-v", activities.ContainerName(lost)).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	rep, err := s.svc.Reconcile(ctx, s.acts)
+	require.NoError(t, err)
+	removed := map[string]bool{}
+	for _, l := range rep.Removed {
+		removed[l.SandboxID] = true
+	}
+	require.True(t, removed[orphan], "orphan removed: %+v", rep.Removed)
+	require.False(t, removed[lost], "a running sandbox's objects are not touched by the orphan pass")
+	require.Equal(t, []string{lost}, rep.Lost)
+	run := s.svc.Client.GetWorkflow(ctx, workflows.SandboxWorkflowID(lost), "")
+	var res workflows.SandboxResult
+	require.NoError(t, run.Get(ctx, &res))
+	require.Equal(t, workflows.PhaseFailed, res.Phase)
+	left, err := s.acts.ListLeftovers(ctx)
+	require.NoError(t, err)
+	for _, l := range left {
+		require.NotContains(t, []string{orphan, lost}, l.SandboxID, "leftover %+v", l)
+	}
+}
