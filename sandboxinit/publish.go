@@ -23,16 +23,27 @@ func (d *Daemon) busy(s *session, op string) error {
 	return nil
 }
 
+// lockIdle returns a session with its gate held, refusing (and releasing
+// the gate) while commands run; the caller runs unlock when done.
+func (d *Daemon) lockIdle(id, op string) (*session, func(), error) {
+	s, err := d.session(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.gate.Lock()
+	if err := d.busy(s, op); err != nil {
+		s.gate.Unlock()
+		return nil, nil, err
+	}
+	return s, s.gate.Unlock, nil
+}
+
 func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (map[string]any, error) {
-	s, err := d.session(a.WorkspaceSessionID)
+	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
 	if err != nil {
 		return nil, err
 	}
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	if err := d.busy(s, "publish"); err != nil {
-		return nil, err
-	}
+	defer unlock()
 	return d.publishLocked(ctx, s, a)
 }
 
@@ -129,15 +140,11 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 }
 
 func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
-	s, err := d.session(a.WorkspaceSessionID)
+	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "refresh")
 	if err != nil {
 		return nil, err
 	}
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	if err := d.busy(s, "refresh"); err != nil {
-		return nil, err
-	}
+	defer unlock()
 	cs, err := layerstack.Capture(s.upper())
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
@@ -165,14 +172,23 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (map[str
 	return out, nil
 }
 
-func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
-	s, err := d.session(a.WorkspaceSessionID)
+// captured returns a session and its current change set.
+func (d *Daemon) captured(id string) (*session, *layerstack.ChangeSet, error) {
+	s, err := d.session(id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cs, err := layerstack.Capture(s.upper())
 	if err != nil {
-		return nil, fmt.Errorf("capture: %w", err)
+		return nil, nil, fmt.Errorf("capture: %w", err)
+	}
+	return s, cs, nil
+}
+
+func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
+	s, cs, err := d.captured(a.WorkspaceSessionID)
+	if err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	sum, err := d.store.Diff(ctx, s.rec.LeaseID, cs, &buf)
@@ -183,13 +199,9 @@ func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string
 }
 
 func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
-	s, err := d.session(a.WorkspaceSessionID)
+	s, cs, err := d.captured(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
-	}
-	cs, err := layerstack.Capture(s.upper())
-	if err != nil {
-		return nil, fmt.Errorf("capture: %w", err)
 	}
 	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit})
 	var ce *layerstack.ConflictError

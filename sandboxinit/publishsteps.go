@@ -77,15 +77,11 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (map
 		out := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "prepared": true, "replayed": true, "changed_paths": len(p.Changes.Changes)}
 		return d.checkPrepared(ctx, p, out)
 	}
-	s, err := d.session(a.WorkspaceSessionID)
+	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
 	if err != nil {
 		return nil, err
 	}
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	if err := d.busy(s, "publish"); err != nil {
-		return nil, err
-	}
+	defer unlock()
 	cs, err := layerstack.Capture(s.upper())
 	if err != nil {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "capture", "session_retained": true}, "capture failed: %v", err)

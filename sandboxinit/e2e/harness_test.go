@@ -7,14 +7,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 )
 
 // Images the tests run the daemon in (scripts/build-test-images.sh).
-var images = []string{"eos-test-busybox:1", "eos-test-debian:1"}
+var images = testenv.Images
 
 // sandboxCaps is the capability set the product grants a sandbox container.
 var sandboxCaps = []string{
@@ -32,46 +31,11 @@ var sandboxCaps = []string{
 
 const daemonPath = "/usr/local/lib/eos/sandbox-daemon"
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// daemonBinary and requireDocker come from internal/testenv, shared with
+// the lifecycle tests.
+func daemonBinary(t testing.TB) string { return testenv.DaemonBinary(t) }
 
-// daemonBinary builds cmd/sandbox-daemon statically, once per test run.
-func daemonBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "eos-daemon-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "sandbox-daemon")
-		cmd := exec.Command("go", "build", "-tags", "seccomp osusergo netgo", "-ldflags", "-linkmode external -extldflags -static",
-			"-o", binPath, "./cmd/sandbox-daemon")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("static build of sandbox-daemon: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return binPath
-}
-
-func requireDocker(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("docker"); err != nil {
-		t.Fatalf("docker CLI not found: these tests need a Docker Engine (run scripts/ensure-docker.sh)")
-	}
-	out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput()
-	require.NoError(t, err, "Docker Engine not reachable (run scripts/ensure-docker.sh): %s", out)
-	for _, img := range images {
-		out, err := exec.Command("docker", "image", "inspect", img).CombinedOutput()
-		require.NoError(t, err, "image %s missing (run scripts/build-test-images.sh): %s", img, tail(string(out)))
-	}
-}
+func requireDocker(t testing.TB) { testenv.RequireDocker(t) }
 
 func docker(t testing.TB, args ...string) string {
 	t.Helper()
