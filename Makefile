@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build daemon test test-deps fuzz bench lint run install clean
+.PHONY: all build binaries daemon test test-deps fuzz bench lint run install clean
 
 all: build
 
@@ -58,22 +58,24 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 
-# The service on its embedded defaults: Temporal's dev server in process
-# (SQLite under ~/.ephemeral-sandbox, UI on 127.0.0.1:8233) and the workers.
-run: build
-	$(GO) build -o $(BIN)/sandbox-worker ./cmd/sandbox-worker
-	cp sandboxinit/runtime/seccomp.json $(BIN)/seccomp.json
-	bash scripts/ensure-docker.sh
-	@echo "state dir: $${EOS_STATE_DIR:-$$HOME/.ephemeral-sandbox}  (gateway.secret, temporal/)"
-	@echo "Temporal UI: http://127.0.0.1:8233"
-	$(BIN)/sandbox-worker --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json
+BINARIES := sandbox-gateway sandbox-worker sandbox-manager-cli sandbox-runtime-cli sandbox-observability-cli
 
-install: build
-	$(GO) build -o $(BIN)/sandbox-worker ./cmd/sandbox-worker
+binaries: daemon
+	@for b in $(BINARIES); do $(GO) build -o $(BIN)/$$b ./cmd/$$b || exit 1; done
+	cp sandboxinit/runtime/seccomp.json $(BIN)/seccomp.json
+
+# The service on its embedded defaults: the gateway on 127.0.0.1:7878 with
+# Temporal's dev server and the workers in process (SQLite under
+# ~/.ephemeral-sandbox, Temporal UI on 127.0.0.1:8233).
+run: binaries
+	bash scripts/ensure-docker.sh
+	$(BIN)/sandbox-gateway --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json
+
+install: binaries
 	install -d /usr/local/lib/eos
 	install -m 0755 $(BIN)/sandbox-daemon /usr/local/lib/eos/sandbox-daemon
 	install -m 0644 sandboxinit/runtime/seccomp.json /usr/local/lib/eos/seccomp.json
-	install -m 0755 $(BIN)/sandbox-worker /usr/local/bin/sandbox-worker
+	@for b in $(BINARIES); do install -m 0755 $(BIN)/$$b /usr/local/bin/$$b; done
 
 clean:
 	rm -rf $(BIN)

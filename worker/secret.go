@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
 )
 
 // DefaultStateDir is ~/.ephemeral-sandbox.
@@ -82,4 +85,33 @@ func FindDaemonBinary(given string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("sandbox-daemon binary not found (looked at %s): build it with `make daemon` or pass --daemon-binary", strings.Join(cands[1:], ", "))
+}
+
+// BuildActivities assembles the activities of a worker process: the static
+// daemon binary (FindDaemonBinary), the sandbox seccomp profile (the given
+// path, else seccomp.json beside the daemon binary or in the source tree),
+// the Docker client, and the gateway secret every daemon token derives from.
+func BuildActivities(secret []byte, daemonBin, seccomp string, log *slog.Logger) (*activities.Activities, error) {
+	bin, err := FindDaemonBinary(daemonBin)
+	if err != nil {
+		return nil, err
+	}
+	if seccomp == "" {
+		for _, c := range []string{filepath.Join(filepath.Dir(bin), "seccomp.json"), "sandboxinit/runtime/seccomp.json", "/usr/local/lib/eos/seccomp.json"} {
+			if _, err := os.Stat(c); err == nil {
+				seccomp = c
+				break
+			}
+		}
+	}
+	profile, err := os.ReadFile(seccomp)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox seccomp profile: %w (pass --seccomp-profile)", err)
+	}
+	dc, err := activities.NewDockerClient()
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return activities.New(activities.Config{DaemonBinary: bin, SeccompProfile: string(profile), Secret: secret, WorkerID: host, Logger: log}, dc), nil
 }

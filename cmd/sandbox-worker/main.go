@@ -71,26 +71,5 @@ func buildActivities(stateDir, daemonBin, seccomp string, log *slog.Logger) (*ac
 	if err != nil {
 		return nil, err
 	}
-	bin, err := worker.FindDaemonBinary(daemonBin)
-	if err != nil {
-		return nil, err
-	}
-	if seccomp == "" {
-		for _, c := range []string{filepath.Join(filepath.Dir(bin), "seccomp.json"), "sandboxinit/runtime/seccomp.json"} {
-			if _, err := os.Stat(c); err == nil {
-				seccomp = c
-				break
-			}
-		}
-	}
-	profile, err := os.ReadFile(seccomp)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox seccomp profile: %w (pass --seccomp-profile)", err)
-	}
-	dc, err := activities.NewDockerClient()
-	if err != nil {
-		return nil, err
-	}
-	host, _ := os.Hostname()
-	return activities.New(activities.Config{DaemonBinary: bin, SeccompProfile: string(profile), Secret: secret, WorkerID: host, Logger: log}, dc), nil
+	return worker.BuildActivities(secret, daemonBin, seccomp, log)
 }

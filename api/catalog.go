@@ -1,0 +1,623 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Operation groups (the seed's three CLI families).
+const (
+	GroupManagement    = "management"
+	GroupRuntime       = "runtime"
+	GroupObservability = "observability"
+	GroupInternal      = "internal"
+)
+
+// Scopes an operation accepts.
+const (
+	ScopeSystem  = "system"  // system scope only
+	ScopeSandbox = "sandbox" // sandbox scope only
+	ScopeEither  = "either"  // system (fleet form) or sandbox
+)
+
+// Arg types.
+const (
+	TypeString = "string"
+	TypeInt    = "int"
+	TypeBool   = "bool"
+	TypeObject = "object"
+	TypeArray  = "array"
+)
+
+// Arg is one typed argument of an operation.
+type Arg struct {
+	Name        string   `json:"name"`
+	Type        string   `json:"type"`
+	Required    bool     `json:"required,omitempty"`
+	Default     any      `json:"default,omitempty"`
+	Min         *int64   `json:"min,omitempty"`
+	Max         *int64   `json:"max,omitempty"`
+	Enum        []string `json:"enum,omitempty"`
+	Positional  bool     `json:"positional,omitempty"` // the CLI's trailing positional argument
+	Aliases     []string `json:"aliases,omitempty"`    // extra CLI flag names (kebab-case)
+	Description string   `json:"description"`
+}
+
+// Operation is one entry of the catalog: the single declaration that drives
+// HTTP routes, JSON-lines dispatch, CLI commands, help and OpenAPI.
+type Operation struct {
+	Name        string `json:"name"`
+	Group       string `json:"group"`
+	Summary     string `json:"summary"`
+	Description string `json:"description"`
+	Args        []Arg  `json:"args"`
+	// Result lists the result's top-level fields and their JSON types.
+	Result map[string]string `json:"result,omitempty"`
+	// Lifecycle ops go through Temporal (SandboxWorkflow); the others go
+	// straight to the sandbox daemon.
+	Lifecycle bool `json:"lifecycle,omitempty"`
+	// AmendWhenSessionless: without workspace_session_id the op is a
+	// lifecycle op (the workflow's amend update); with one, a runtime op.
+	AmendWhenSessionless bool `json:"amend_when_sessionless,omitempty"`
+	// Internal ops are driven by the workflow layer and refused at every
+	// public door.
+	Internal bool   `json:"internal,omitempty"`
+	Scope    string `json:"scope"`
+}
+
+// IsLifecycle reports whether a call with these args goes through Temporal.
+func (o *Operation) IsLifecycle(args map[string]any) bool {
+	if o.AmendWhenSessionless {
+		ws, _ := args["workspace_session_id"].(string)
+		return ws == ""
+	}
+	return o.Lifecycle
+}
+
+// Arg returns the named argument.
+func (o *Operation) Arg(name string) (Arg, bool) {
+	for _, a := range o.Args {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Arg{}, false
+}
+
+// PositionalArg returns the argument marked Positional.
+func (o *Operation) PositionalArg() (Arg, bool) {
+	for _, a := range o.Args {
+		if a.Positional {
+			return a, true
+		}
+	}
+	return Arg{}, false
+}
+
+func i64(v int64) *int64 { return &v }
+
+func str(name, desc string) Arg { return Arg{Name: name, Type: TypeString, Description: desc} }
+func reqStr(name, desc string) Arg {
+	return Arg{Name: name, Type: TypeString, Required: true, Description: desc}
+}
+func intArg(name string, def any, min, max *int64, desc string) Arg {
+	return Arg{Name: name, Type: TypeInt, Default: def, Min: min, Max: max, Description: desc}
+}
+func boolArg(name, desc string) Arg {
+	return Arg{Name: name, Type: TypeBool, Default: false, Description: desc}
+}
+
+var (
+	argSandboxID = reqStr("sandbox_id", "Id of the sandbox (eos-<uuid>).")
+	argWS        = str("workspace_session_id", "Workspace session to run in. Without it, file changes publish at once and commands run in an implicit session that publishes when its last command ends.")
+	argWSReq     = reqStr("workspace_session_id", "Workspace session id returned by create_workspace_session.")
+	argCmdID     = reqStr("command_session_id", "Command session id returned by exec_command while the command was running.")
+	argGrace     = intArg("grace_s", nil, i64(0), i64(3600), "Seconds to wait for running commands to end before refusing.")
+	argYield     = intArg("yield_time_ms", int64(DefaultYieldTimeMS), i64(0), i64(MaxYieldTimeMS), "How long to wait for output before returning; the command keeps running.")
+	argWindow    = intArg("window_ms", int64(60000), i64(1), i64(600000), "Length of the sampled window in milliseconds.")
+)
+
+var resCommand = map[string]string{
+	"status": "string", "exit_code": "integer|null", "wall_time_seconds": "number",
+	"command_total_time_seconds": "number", "start_offset": "integer", "end_offset": "integer",
+	"total_lines": "integer", "original_token_count": "integer", "output": "string",
+	"command_session_id": "string", "workspace_session_id": "string",
+	"publish_rejected": "boolean", "publish_reject_class": "string",
+}
+
+var resSandbox = map[string]string{
+	"id": "string", "workspace_root": "string", "state": "string", "daemon": "object",
+	"daemon_http": "object", "shared_base": "object|null", "activity_revision": "integer",
+}
+
+// catalog is the operation table. Names, args and result fields follow the
+// seed contract (shared/reference/seed-contract.md §0.2–0.3).
+var catalog = []Operation{
+	// --- management (system scope) ---
+	{Name: "create_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Create a sandbox from a Docker image and a host workspace directory.",
+		Description: "Starts a sandbox container from image, imports workspace_root (an absolute host path) as the base layer, and waits until the sandbox is ready. Returns the sandbox record; use its id as sandbox_id / --sandbox-id for runtime operations. With count > 1 returns {sandboxes:[...]}.",
+		Args: []Arg{
+			reqStr("image", "Docker image to run, e.g. ubuntu:24.04."),
+			{Name: "workspace_root", Type: TypeString, Required: true, Aliases: []string{"workspace-bind-root"}, Description: "Absolute host path imported as the sandbox's /workspace base."},
+			intArg("count", int64(1), i64(1), i64(16), "How many identical sandboxes to create."),
+		},
+		Result: resSandbox},
+	{Name: "list_sandboxes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "List all sandboxes.",
+		Description: "Returns {sandboxes:[record...]} with every known sandbox and its state.",
+		Result:      map[string]string{"sandboxes": "array"}},
+	{Name: "inspect_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Show one sandbox record.",
+		Description: "Returns the sandbox record (state, daemon endpoints, shared base). Unknown ids give invalid_request \"sandbox not found\".",
+		Args:        []Arg{argSandboxID}, Result: resSandbox},
+	{Name: "destroy_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Destroy a sandbox and its volumes.",
+		Description: "Stops the daemon, removes the container and its volumes. Unpublished session changes are lost; export_changes first to keep published work. Returns the final record with state \"stopped\".",
+		Args:        []Arg{argSandboxID}, Result: resSandbox},
+	{Name: "list_docker_images", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "List local Docker images usable by create_sandbox.",
+		Description: "Returns {images:[...]} with all local image references.",
+		Result:      map[string]string{"images": "array"}},
+	{Name: "list_workspace_directories", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "List host directories that can serve as workspace_root.",
+		Description: "Without path lists the picker roots; with path lists up to 500 immediate subdirectories.",
+		Args:        []Arg{str("path", "Absolute host directory to list.")},
+		Result:      map[string]string{"path": "string", "parent": "string", "truncated": "boolean", "directories": "array"}},
+	{Name: "squash_layerstacks", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Compact a sandbox's published layers.",
+		Description: "Squashes runs of published layers into one, remounting live sessions. Safe to run at any time; changes nothing visible.",
+		Args:        []Arg{argSandboxID},
+		Result:      map[string]string{"manifest_version": "integer", "squashed_blocks": "array", "swept_sessions": "array"}},
+	{Name: "export_changes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Export all published changes of a sandbox to the host.",
+		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts.",
+		Args: []Arg{argSandboxID,
+			reqStr("dest", "Absolute host path (directory for dir, file for tar formats)."),
+			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst"}, Description: "Export encoding."}},
+		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer"}},
+
+	// --- runtime (sandbox scope) ---
+	{Name: "exec_command", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Run a shell command in the sandbox.",
+		Description: "Runs cmd with /bin/sh -c under /workspace. Returns after the command ends or yield_time_ms passes; while status is \"running\" poll with read_command_lines or write_command_stdin using command_session_id. Without workspace_session_id the changes publish when the command ends.",
+		Args: []Arg{
+			{Name: "cmd", Type: TypeString, Required: true, Positional: true, Description: "Shell command line."},
+			argWS,
+			intArg("timeout_ms", int64(DefaultTimeoutMS), i64(1), i64(MaxTimeoutMS), "Kill the command after this many milliseconds (exit code 124)."),
+			argYield,
+			{Name: "env", Type: TypeObject, Description: "Extra environment variables {NAME: value}."},
+			str("cwd", "Working directory under /workspace."),
+			boolArg("tty", "Run under a pseudo-terminal."),
+			intArg("rows", nil, i64(1), i64(1000), "PTY rows."),
+			intArg("cols", nil, i64(1), i64(1000), "PTY columns."),
+		},
+		Result: resCommand},
+	{Name: "write_command_stdin", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Write to a running command's stdin and collect output.",
+		Description: "Writes stdin to the command. A \\x03 or \\x04 anywhere in stdin cancels the command instead (exit code 130).",
+		Args: []Arg{argCmdID,
+			{Name: "stdin", Type: TypeString, Required: true, Positional: true, Description: "Text to write."},
+			argYield},
+		Result: resCommand},
+	{Name: "read_command_lines", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Page a command's output by line offset.",
+		Description: "Returns lines [start_offset, start_offset+limit) of a command's output and its current status.",
+		Args: []Arg{argCmdID,
+			intArg("start_offset", int64(0), i64(0), nil, "First line (0-based)."),
+			intArg("limit", int64(DefaultReadLimit), i64(1), i64(MaxReadLimit), "Maximum number of lines.")},
+		Result: resCommand},
+	{Name: "cancel_command", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Cancel a running command.",
+		Description: "Sends SIGTERM to the command's process group, then SIGKILL. The command ends with status cancelled and exit code 130.",
+		Args:        []Arg{argCmdID}, Result: resCommand},
+	{Name: "resize_command", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Resize a PTY command's window.",
+		Description: "Changes the window size of a command started with tty.",
+		Args: []Arg{argCmdID,
+			{Name: "rows", Type: TypeInt, Required: true, Min: i64(1), Max: i64(1000), Description: "Rows."},
+			{Name: "cols", Type: TypeInt, Required: true, Min: i64(1), Max: i64(1000), Description: "Columns."}},
+		Result: map[string]string{"command_session_id": "string", "resized": "boolean"}},
+	{Name: "file_read", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Read a text file by line window.",
+		Description: "Reads up to limit lines starting at 1-based line offset. UTF-8 text only, 256 KiB output cap; continue with next_offset while it is not null.",
+		Args: []Arg{reqStr("path", "File path, workspace-relative or under /workspace."),
+			intArg("offset", int64(1), i64(1), nil, "First line, 1-based."),
+			intArg("limit", int64(2000), i64(1), i64(2000), "Maximum number of lines."),
+			argWS},
+		Result: map[string]string{"path": "string", "content": "string", "start_line": "integer", "num_lines": "integer", "total_lines": "integer", "bytes_read": "integer", "total_bytes": "integer", "next_offset": "integer|null", "truncated": "boolean"}},
+	{Name: "file_write", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
+		Summary:     "Create or overwrite a file.",
+		Description: "Writes content to path. Without workspace_session_id the write is published at once as its own layer.",
+		Args: []Arg{reqStr("path", "File path."), reqStr("content", "Full new content."), argWS,
+			{Name: "executable", Type: TypeBool, Description: "Exec bit of a new file (existing files keep theirs)."}},
+		Result: map[string]string{"type": "string", "path": "string", "bytes_written": "integer"}},
+	{Name: "file_edit", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
+		Summary:     "Apply exact string replacements to a file.",
+		Description: "Applies edits in order; each old_string must occur exactly once unless replace_all. Files over 4 MiB are refused.",
+		Args: []Arg{reqStr("path", "File path."),
+			{Name: "edits", Type: TypeArray, Required: true, Description: "JSON array of {old_string, new_string, replace_all?}."},
+			argWS},
+		Result: map[string]string{"type": "string", "path": "string", "edits_applied": "integer", "replacements": "integer", "bytes_written": "integer"}},
+	{Name: "file_delete", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
+		Summary:     "Delete a file or directory.",
+		Description: "Deletes path; directories need recursive.",
+		Args:        []Arg{reqStr("path", "Path to delete."), boolArg("recursive", "Delete a directory and its contents."), argWS},
+		Result:      map[string]string{"path": "string", "deleted": "boolean"}},
+	{Name: "file_move", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
+		Summary:     "Move or rename a file or directory.",
+		Description: "Moves from to to; an existing destination needs overwrite.",
+		Args:        []Arg{reqStr("from", "Source path."), reqStr("to", "Destination path."), boolArg("overwrite", "Replace an existing destination."), argWS},
+		Result:      map[string]string{"from": "string", "to": "string"}},
+	{Name: "file_list", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "List a directory.",
+		Description: "Lists the immediate entries of a directory (default the workspace root).",
+		Args:        []Arg{str("path", "Directory path."), argWS, intArg("limit", nil, i64(1), i64(10000), "Maximum entries.")},
+		Result:      map[string]string{"path": "string", "entries": "array", "truncated": "boolean"}},
+	{Name: "file_search", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Find files by glob and lines by regular expression.",
+		Description: "Walks path; glob filters paths (without / it matches base names), query is a regular expression matched against each line of text files.",
+		Args: []Arg{str("path", "Directory to search."), str("glob", "Path glob, e.g. *.go."), str("query", "Regular expression."),
+			intArg("limit", nil, i64(1), i64(10000), "Maximum matches."), argWS},
+		Result: map[string]string{"matches": "array", "truncated": "boolean"}},
+	{Name: "file_blame", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Show which publish last changed each line.",
+		Description: "Published state only. Owners: operation:<request_id>, workspace_session:<id>, original.",
+		Args:        []Arg{reqStr("path", "File path.")},
+		Result:      map[string]string{"path": "string", "ranges": "array"}},
+	{Name: "create_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
+		Summary:     "Start an isolated workspace session.",
+		Description: "A session is a private copy-on-write view of /workspace. Run commands and file ops in it with workspace_session_id, then publish_workspace_session or destroy_workspace_session.",
+		Args: []Arg{{Name: "network_profile", Type: TypeString, Default: "shared", Enum: []string{"shared", "isolated"}, Description: "shared uses the sandbox network; isolated has its own namespace."},
+			str("agent", "Free-form name of the agent owning the session."),
+			{Name: "limits", Type: TypeObject, Description: "cgroup limits {pids_max, memory_bytes, cpus}."}},
+		Result: map[string]string{"workspace_session_id": "string", "network_profile": "string", "finalize_policy": "string"}},
+	{Name: "destroy_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
+		Summary:     "Discard a workspace session and its changes.",
+		Description: "Refused while commands run (details.active_command_session_ids) unless force.",
+		Args:        []Arg{argWSReq, argGrace, boolArg("force", "Kill running commands.")},
+		Result:      map[string]string{"workspace_session_id": "string", "destroyed": "boolean", "evicted_upperdir_bytes": "integer"}},
+	{Name: "publish_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
+		Summary:     "Publish a session's changes as a new layer.",
+		Description: "Commits the session's changes if they do not conflict with what was published since it started. The session is destroyed unless keep. On rejection the session is retained and details.publish_rejection explains why.",
+		Args:        []Arg{argWSReq, argGrace, boolArg("keep", "Keep the session, moved onto the new head."), str("message", "Publish message.")},
+		Result:      map[string]string{"workspace_session_id": "string", "publish": "object", "destroyed": "boolean", "evicted_upperdir_bytes": "integer"}},
+	{Name: "refresh_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
+		Summary:     "Move a session onto the latest published state.",
+		Description: "Rebases the session's unpublished changes onto the current head, merging per line; fails on conflict.",
+		Args:        []Arg{argWSReq},
+		Result:      map[string]string{"workspace_session_id": "string"}},
+	{Name: "list_workspace_sessions", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "List workspace sessions.",
+		Description: "Returns live and archived sessions with their state and active commands.",
+		Result:      map[string]string{"workspace_sessions": "array", "archived_sessions": "array"}},
+	{Name: "diff_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Show a session's unpublished changes.",
+		Description: "Lists the paths the session changed relative to its base.",
+		Args:        []Arg{argWSReq},
+		Result:      map[string]string{"workspace_session_id": "string", "changes": "array"}},
+	{Name: "check_publish", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Dry-run a publish.",
+		Description: "Reports whether publish_workspace_session would succeed and, if not, the rejection, without changing anything.",
+		Args:        []Arg{argWSReq},
+		Result:      map[string]string{"workspace_session_id": "string", "ok": "boolean"}},
+
+	// --- observability ---
+	{Name: "snapshot", Group: GroupObservability, Scope: ScopeEither,
+		Summary:     "Snapshot of a sandbox, or of the fleet without --sandbox-id.",
+		Description: "Sandbox form: lifecycle state, daemon, resources, workspaces and layer stack. System form: {sandboxes:[...]}.",
+		Result:      map[string]string{"sandbox_id": "string", "lifecycle_state": "string", "availability": "string", "workspaces": "array"}},
+	{Name: "trace", Group: GroupObservability, Scope: ScopeSandbox,
+		Summary: "Spans of one request.", Description: "The trace id is the request id of a call; last selects the most recent.",
+		Args:   []Arg{{Name: "trace_id", Type: TypeString, Default: "last", Description: "Trace (request) id or last."}},
+		Result: map[string]string{"view": "string", "trace": "string", "spans": "array"}},
+	{Name: "events", Group: GroupObservability, Scope: ScopeSandbox,
+		Summary: "Recent daemon events.", Description: "Newest first, folded across traces.",
+		Args:   []Arg{str("name", "Only events of this name."), intArg("since_ms", nil, i64(0), nil, "Only events newer than this (unix ms)."), intArg("last_n", nil, i64(1), i64(10000), "At most this many events.")},
+		Result: map[string]string{"view": "string", "events": "array"}},
+	{Name: "layerstack", Group: GroupObservability, Scope: ScopeSandbox,
+		Summary: "Layer stack of a sandbox.", Description: "Layers newest first with sizes and leases; with workspace_id a session's mounts; with layer_id a layer's entries.",
+		Args:   []Arg{str("workspace_id", "Workspace session id."), str("layer_id", "Layer id."), argWindow, intArg("limit", nil, i64(1), i64(100000), "Maximum entries.")},
+		Result: map[string]string{"view": "string", "manifest_version": "integer", "layers": "array"}},
+	{Name: "cgroup", Group: GroupObservability, Scope: ScopeSandbox,
+		Summary: "cgroup usage of a sandbox or session.", Description: "CPU, memory and I/O series plus the process topology.",
+		Args:   []Arg{{Name: "scope", Type: TypeString, Default: "sandbox", Description: "sandbox or a workspace session id."}, argWindow},
+		Result: map[string]string{"view": "string", "scope": "string", "series": "array", "topology": "object"}},
+	{Name: "resources", Group: GroupObservability, Scope: ScopeEither,
+		Summary: "Resource samples.", Description: "Sandbox form reads the daemon's samples; system form the fleet.",
+		Args:   []Arg{argWindow},
+		Result: map[string]string{"view": "string", "scope": "string", "series": "array"}},
+	{Name: "topology", Group: GroupObservability, Scope: ScopeSandbox,
+		Summary: "Processes grouped per workspace.", Description: "One bounded /proc namespace walk.",
+		Result: map[string]string{"view": "string", "scope": "string", "topology": "object"}},
+	{Name: "daemon", Group: GroupObservability, Scope: ScopeSandbox,
+		Summary: "Daemon process diagnostics.", Description: "The daemon's process, runtime and ownership sample.",
+		Result: map[string]string{"view": "string", "scope": "string", "daemon": "object"}},
+
+	// --- internal (refused at public doors) ---
+	{Name: "init_base", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Import the base layer.", Description: "Workflow only."},
+	{Name: "publish_prepare", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Publish step 1.", Description: "Workflow only."},
+	{Name: "publish_commit", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Publish step 2.", Description: "Workflow only."},
+	{Name: "publish_finalize", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Publish step 3.", Description: "Workflow only."},
+	{Name: "publish_abort", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Publish rollback.", Description: "Workflow only."},
+	{Name: "squash_layerstack", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Daemon-side squash.", Description: "Workflow only."},
+	{Name: "export_layerstack", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Daemon-side export stream.", Description: "Workflow only."},
+	{Name: "archive_idle_sessions", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Archive idle sessions.", Description: "Workflow only."},
+	{Name: "read_export_chunk", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Seed export paging.", Description: "Internal."},
+	{Name: "sandbox_daemon_ready", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Readiness handshake.", Description: "Internal."},
+	{Name: "amend", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Workflow amend update.", Description: "Internal."},
+	{Name: "wait_ready", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Workflow readiness update.", Description: "Internal."},
+}
+
+var catalogIndex = func() map[string]*Operation {
+	m := make(map[string]*Operation, len(catalog))
+	for i := range catalog {
+		m[catalog[i].Name] = &catalog[i]
+	}
+	return m
+}()
+
+// Catalog returns every operation, internal ones included.
+func Catalog() []Operation { return catalog }
+
+// LookupOp returns the named operation (internal ones included).
+func LookupOp(name string) (*Operation, bool) {
+	o, ok := catalogIndex[name]
+	return o, ok
+}
+
+// PublicOps returns the public operations of a group ("" = all groups).
+func PublicOps(group string) []Operation {
+	var out []Operation
+	for _, o := range catalog {
+		if !o.Internal && (group == "" || o.Group == group) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// ResolvePublic finds a public operation, or returns unknown_op for unknown
+// names and invalid_request for internal ones.
+func ResolvePublic(name string) (*Operation, *Error) {
+	o, ok := LookupOp(name)
+	if !ok {
+		return nil, Errorf(KindUnknownOp, map[string]any{"op": name}, "unknown operation: %s", name)
+	}
+	if o.Internal {
+		return nil, Errorf(KindInvalidRequest, map[string]any{"op": name, "internal": true}, "operation %s is internal and not available through the gateway", name)
+	}
+	return o, nil
+}
+
+// CheckScope validates the scope kind ("system" or "sandbox") against the op.
+func (o *Operation) CheckScope(kind, sandboxID string) *Error {
+	switch kind {
+	case ScopeSystem:
+		if o.Scope == ScopeSandbox {
+			return Errorf(KindInvalidRequest, map[string]any{"op": o.Name}, "%s requires sandbox scope (a sandbox_id)", o.Name)
+		}
+	case ScopeSandbox:
+		if o.Scope == ScopeSystem {
+			return Errorf(KindInvalidRequest, map[string]any{"op": o.Name}, "%s is a system-scope operation", o.Name)
+		}
+		if sandboxID == "" {
+			return Errorf(KindInvalidRequest, map[string]any{"op": o.Name}, "sandbox scope requires sandbox_id")
+		}
+	default:
+		return Errorf(KindInvalidRequest, map[string]any{"scope": kind}, "scope.kind must be system or sandbox")
+	}
+	return nil
+}
+
+// Validate checks args against the op: unknown args, required args, types,
+// enums and limits. Errors are invalid_request with details.arg.
+func (o *Operation) Validate(args map[string]any) *Error {
+	for k := range args {
+		if _, ok := o.Arg(k); !ok {
+			return Errorf(KindInvalidRequest, map[string]any{"op": o.Name, "arg": k}, "unknown argument %q for %s", k, o.Name)
+		}
+	}
+	for _, a := range o.Args {
+		v, present := args[a.Name]
+		if !present || v == nil {
+			if a.Required {
+				return Errorf(KindInvalidRequest, map[string]any{"op": o.Name, "arg": a.Name}, "%s is required for %s", a.Name, o.Name)
+			}
+			continue
+		}
+		if err := a.check(o.Name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a Arg) check(op string, v any) *Error {
+	bad := func(format string, x ...any) *Error {
+		return Errorf(KindInvalidRequest, map[string]any{"op": op, "arg": a.Name}, "%s: "+format, append([]any{a.Name}, x...)...)
+	}
+	switch a.Type {
+	case TypeString:
+		s, ok := v.(string)
+		if !ok {
+			return bad("must be a string")
+		}
+		if a.Required && s == "" {
+			return bad("must not be empty")
+		}
+		if len(a.Enum) > 0 && s != "" {
+			found := false
+			for _, e := range a.Enum {
+				found = found || e == s
+			}
+			if !found {
+				return bad("must be one of %s", strings.Join(a.Enum, ", "))
+			}
+		}
+	case TypeInt:
+		n, ok := asInt(v)
+		if !ok {
+			return bad("must be an integer")
+		}
+		if a.Min != nil && n < *a.Min {
+			return bad("must be at least %d", *a.Min)
+		}
+		if a.Max != nil && n > *a.Max {
+			return bad("must be at most %d", *a.Max)
+		}
+	case TypeBool:
+		if _, ok := v.(bool); !ok {
+			return bad("must be a boolean")
+		}
+	case TypeObject:
+		if _, ok := v.(map[string]any); !ok {
+			return bad("must be an object")
+		}
+	case TypeArray:
+		if _, ok := v.([]any); !ok {
+			return bad("must be an array")
+		}
+	default:
+		return bad("has unknown type %s", a.Type)
+	}
+	return nil
+}
+
+func asInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int32:
+		return int64(n), true
+	case float64:
+		if n != math.Trunc(n) || math.IsInf(n, 0) || math.Abs(n) > 1<<53 {
+			return 0, false
+		}
+		return int64(n), true
+	case json.Number:
+		i, err := n.Int64()
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// jsonSchemaType maps an Arg type to a JSON Schema type.
+func jsonSchemaType(t string) string {
+	switch t {
+	case TypeInt:
+		return "integer"
+	case TypeBool:
+		return "boolean"
+	}
+	return t
+}
+
+func (o *Operation) argsSchema() map[string]any {
+	props := map[string]any{}
+	req := []string{}
+	for _, a := range o.Args {
+		p := map[string]any{"type": jsonSchemaType(a.Type), "description": a.Description}
+		if a.Default != nil {
+			p["default"] = a.Default
+		}
+		if a.Min != nil {
+			p["minimum"] = *a.Min
+		}
+		if a.Max != nil {
+			p["maximum"] = *a.Max
+		}
+		if len(a.Enum) > 0 {
+			p["enum"] = a.Enum
+		}
+		props[a.Name] = p
+		if a.Required {
+			req = append(req, a.Name)
+		}
+	}
+	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(req) > 0 {
+		s["required"] = req
+	}
+	return s
+}
+
+func (o *Operation) resultSchema() map[string]any {
+	props := map[string]any{}
+	keys := make([]string, 0, len(o.Result))
+	for k := range o.Result {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ts := strings.Split(o.Result[k], "|")
+		if len(ts) == 1 {
+			props[k] = map[string]any{"type": ts[0]}
+		} else {
+			props[k] = map[string]any{"type": ts}
+		}
+	}
+	return map[string]any{"type": "object", "properties": props, "additionalProperties": true}
+}
+
+// OpenAPI renders the public catalog as an OpenAPI 3.1 document: one
+// POST /v1/ops/<op> path per public operation.
+func OpenAPI() []byte {
+	paths := map[string]any{}
+	errResp := map[string]any{"description": "error envelope", "content": map[string]any{"application/json": map[string]any{
+		"schema": map[string]any{"$ref": "#/components/schemas/ErrorEnvelope"}}}}
+	for i := range catalog {
+		o := &catalog[i]
+		if o.Internal {
+			continue
+		}
+		scopeDesc := "system scope"
+		if o.Scope == ScopeSandbox {
+			scopeDesc = "sandbox scope: scope.sandbox_id is required"
+		} else if o.Scope == ScopeEither {
+			scopeDesc = "system or sandbox scope"
+		}
+		body := map[string]any{"type": "object", "properties": map[string]any{
+			"request_id": map[string]any{"type": "string"},
+			"scope":      map[string]any{"$ref": "#/components/schemas/Scope"},
+			"args":       o.argsSchema(),
+		}}
+		paths["/v1/ops/"+o.Name] = map[string]any{"post": map[string]any{
+			"operationId": o.Name,
+			"tags":        []string{o.Group},
+			"summary":     o.Summary,
+			"description": o.Description + " (" + scopeDesc + ")",
+			"requestBody": map[string]any{"required": false, "content": map[string]any{"application/json": map[string]any{"schema": body}}},
+			"responses": map[string]any{
+				"200":     map[string]any{"description": "result", "content": map[string]any{"application/json": map[string]any{"schema": o.resultSchema()}}},
+				"default": errResp,
+			},
+		}}
+	}
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info":    map[string]any{"title": "sandbox-gateway", "version": "v1", "description": "Ephemeral Sandbox gateway. Authenticate with Authorization: Bearer <token from ~/.ephemeral-sandbox/gateway.token>."},
+		"paths":   paths,
+		"components": map[string]any{
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+			"schemas": map[string]any{
+				"Scope": map[string]any{"type": "object", "properties": map[string]any{
+					"kind": map[string]any{"type": "string", "enum": []string{"system", "sandbox"}}, "sandbox_id": map[string]any{"type": "string"}}},
+				"ErrorEnvelope": map[string]any{"type": "object", "required": []string{"error"}, "properties": map[string]any{
+					"error": map[string]any{"type": "object", "required": []string{"kind", "message", "details"}, "properties": map[string]any{
+						"kind": map[string]any{"type": "string"}, "message": map[string]any{"type": "string"}, "details": map[string]any{"type": "object"}}}}},
+			},
+		},
+		"security": []any{map[string]any{"bearer": []string{}}},
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("openapi: %v", err))
+	}
+	return b
+}

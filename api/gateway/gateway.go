@@ -1,0 +1,238 @@
+// Package gateway is the sandbox gateway: gin HTTP routes projected from the
+// operation catalog and the seed's JSON-lines protocol on the same listener
+// (a connection whose first byte is '{' speaks JSON lines), bearer-token
+// auth, a 16 MiB body cap and request ids. Operations are dispatched to a
+// Backend: lifecycle ops to Temporal, runtime ops to the sandbox daemon.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
+)
+
+// Defaults.
+const (
+	DefaultAddr        = "127.0.0.1:7878"
+	MaxBodyBytes       = jsonl.MaxLine
+	LineReadTimeout    = 30 * time.Second
+	MaxConcurrentConns = 256
+	maxTokenBytes      = 4096
+)
+
+// Backend runs operations. Results are JSON-marshalable (json.RawMessage
+// passes through); errors become the error envelope via api.AsError.
+type Backend interface {
+	// Lifecycle runs an op through Temporal. sandboxID is the scope's
+	// sandbox, or the sandbox_id arg of a system-scope op ("" if none).
+	Lifecycle(ctx context.Context, op, sandboxID string, args map[string]any) (any, error)
+	// Runtime runs an op on the sandbox's daemon.
+	Runtime(ctx context.Context, op, sandboxID string, args map[string]any) (any, error)
+}
+
+// Server is the gateway.
+type Server struct {
+	Backend Backend
+	Token   string // required bearer token ("" refuses every request)
+	Log     *slog.Logger
+	// MaxBody caps an HTTP body or a JSON line (default MaxBodyBytes).
+	MaxBody int
+
+	tokenSum [32]byte
+	engine   *gin.Engine
+	sem      chan struct{}
+}
+
+// New builds a server.
+func New(b Backend, token string, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{Backend: b, Token: token, Log: log, MaxBody: MaxBodyBytes, sem: make(chan struct{}, MaxConcurrentConns)}
+	s.tokenSum = sha256.Sum256([]byte(token))
+	s.engine = s.routes()
+	return s
+}
+
+type ctxKey struct{}
+
+// RequestID returns the request id carried by ctx.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(ctxKey{}).(string)
+	return id
+}
+
+var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+func requestIDOr(id string) string {
+	if requestIDRe.MatchString(id) {
+		return id
+	}
+	return client.NewRequestID()
+}
+
+// authorized compares in constant time (over digests, so the length of the
+// presented token leaks nothing either).
+func (s *Server) authorized(tok string) bool {
+	if s.Token == "" || tok == "" || len(tok) > maxTokenBytes {
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+func errUnauthorized() *api.Error {
+	return api.Errorf(api.KindUnauthorized, nil, "missing or invalid gateway auth token")
+}
+
+func errTooLarge(max int) *api.Error {
+	return api.Errorf(api.KindRequestTooLarge, map[string]any{"max_bytes": max}, "request exceeds %d bytes", max)
+}
+
+// Dispatch validates and runs one request; both transports end here.
+func (s *Server) Dispatch(ctx context.Context, req *jsonl.Request) (json.RawMessage, *api.Error) {
+	op, aerr := api.ResolvePublic(req.Op)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if aerr := op.CheckScope(req.Scope.Kind, req.Scope.SandboxID); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := op.Validate(req.Args); aerr != nil {
+		return nil, aerr
+	}
+	sandboxID := req.Scope.SandboxID
+	if req.Scope.Kind == api.ScopeSystem {
+		sandboxID, _ = req.Args["sandbox_id"].(string)
+	}
+	ctx = context.WithValue(ctx, ctxKey{}, req.RequestID)
+	start := time.Now()
+	var out any
+	var err error
+	if op.IsLifecycle(req.Args) {
+		out, err = s.Backend.Lifecycle(ctx, op.Name, sandboxID, req.Args)
+	} else {
+		out, err = s.Backend.Runtime(ctx, op.Name, sandboxID, req.Args)
+	}
+	s.Log.Info("op", "request_id", req.RequestID, "op", op.Name, "sandbox_id", sandboxID, "ms", time.Since(start).Milliseconds(), "err", err)
+	if err != nil {
+		return nil, api.AsError(err)
+	}
+	raw, ok := out.(json.RawMessage)
+	if !ok {
+		b, merr := json.Marshal(out)
+		if merr != nil {
+			return nil, api.Errorf(api.KindInternal, nil, "encode result: %v", merr)
+		}
+		raw = b
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		// Results are objects on the wire.
+		b, _ := json.Marshal(map[string]json.RawMessage{"result": raw})
+		raw = b
+	}
+	return raw, nil
+}
+
+// --- HTTP ---
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+func (s *Server) routes() *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(gin.CustomRecovery(func(c *gin.Context, v any) {
+		abort(c, api.Errorf(api.KindInternal, nil, "panic: %v", v))
+	}))
+	e.Use(func(c *gin.Context) {
+		id := requestIDOr(c.GetHeader("X-Request-Id"))
+		c.Set("request_id", id)
+		c.Header("X-Request-Id", id)
+		c.Next()
+	})
+	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "service": "sandbox-gateway"}) })
+	e.GET("/v1/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", api.OpenAPI()) })
+	authed := e.Group("/v1", s.auth)
+	authed.GET("/ops", func(c *gin.Context) {
+		c.JSON(http.StatusOK, gin.H{"operations": api.PublicOps("")})
+	})
+	authed.POST("/ops/:op", s.httpOp)
+	e.NoRoute(func(c *gin.Context) {
+		abort(c, api.Errorf(api.KindNotFound, nil, "no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		abort(c, api.Errorf(api.KindMethodNotAllowed, nil, "method %s not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+	return e
+}
+
+func abort(c *gin.Context, e *api.Error) {
+	c.AbortWithStatusJSON(api.HTTPStatus(e.Kind), api.Envelope{Error: e})
+}
+
+func (s *Server) auth(c *gin.Context) {
+	h := c.GetHeader("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || !s.authorized(strings.TrimSpace(tok)) {
+		c.Header("WWW-Authenticate", `Bearer realm="sandbox-gateway"`)
+		abort(c, errUnauthorized())
+		return
+	}
+	c.Next()
+}
+
+func (s *Server) httpOp(c *gin.Context) {
+	if c.Request.ContentLength > int64(s.MaxBody) {
+		abort(c, errTooLarge(s.MaxBody))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, int64(s.MaxBody)))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			abort(c, errTooLarge(s.MaxBody))
+			return
+		}
+		abort(c, api.Errorf(api.KindBadJSON, nil, "read body: %v", err))
+		return
+	}
+	req := &jsonl.Request{Scope: jsonl.SystemScope(), Args: map[string]any{}}
+	if len(bytes.TrimSpace(body)) > 0 {
+		var aerr *api.Error
+		if req, aerr = jsonl.DecodeRequest(body); aerr != nil {
+			abort(c, aerr)
+			return
+		}
+	}
+	req.Op = c.Param("op")
+	req.Token = ""
+	if req.RequestID == "" {
+		req.RequestID = c.GetString("request_id")
+	} else {
+		req.RequestID = requestIDOr(req.RequestID)
+		c.Header("X-Request-Id", req.RequestID)
+	}
+	out, aerr := s.Dispatch(c.Request.Context(), req)
+	if aerr != nil {
+		abort(c, aerr)
+		return
+	}
+	c.Data(http.StatusOK, "application/json", out)
+}

@@ -1,0 +1,503 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// TemporalBackend runs lifecycle ops as SandboxWorkflow updates and runtime
+// ops as direct daemon RPCs (POST /rpc/<op> with the derived daemon token).
+type TemporalBackend struct {
+	Client    tclient.Client
+	HostQueue string                 // the task queue of the worker owning new sandboxes ("" = workflows.TaskQueue)
+	Secret    []byte                 // the deployment secret daemon tokens derive from
+	Acts      *activities.Activities // for Docker-side reads (list_docker_images); may be nil
+	HTTP      *http.Client           // daemon client; nil = a keep-alive default
+	Timeout   time.Duration          // per lifecycle update (default 10 minutes)
+
+	mu        sync.Mutex
+	endpoints map[string]activities.Endpoint
+}
+
+func (b *TemporalBackend) httpClient() *http.Client {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.HTTP == nil {
+		b.HTTP = &http.Client{Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second, DisableCompression: true}}
+	}
+	return b.HTTP
+}
+
+func notFoundSandbox(id string) *api.Error {
+	return api.Errorf(api.KindInvalidRequest, map[string]any{"sandbox_id": id}, "sandbox not found: %s", id)
+}
+
+// mapErr converts Temporal and daemon failures into the error envelope.
+func mapErr(sandboxID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return notFoundSandbox(sandboxID)
+	}
+	if de, ok := activities.AsDaemonError(err); ok {
+		d := de.Details
+		if d == nil {
+			d = map[string]any{}
+		}
+		return &api.Error{Kind: de.Kind, Message: de.Message, Details: d}
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		if app.HasDetails() {
+			var m map[string]any
+			if app.Details(&m) == nil {
+				if k, _ := m["kind"].(string); k != "" {
+					msg, _ := m["message"].(string)
+					d, _ := m["details"].(map[string]any)
+					if d == nil {
+						d = map[string]any{}
+					}
+					return &api.Error{Kind: k, Message: msg, Details: d}
+				}
+			}
+		}
+		kind := api.KindOperationFailed
+		switch app.Type() {
+		case activities.ErrInvalidArgument, activities.ErrImageNotFound, "NotReady":
+			kind = api.KindInvalidRequest
+		case activities.ErrNotFound:
+			kind = api.KindNotFound
+		case activities.ErrConflict:
+			kind = api.KindConflict
+		}
+		return api.Errorf(kind, map[string]any{"type": app.Type()}, "%s", app.Message())
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return api.Errorf(api.KindOperationFailed, nil, "timed out: %v", err)
+	}
+	return api.Errorf(api.KindInternal, nil, "%v", err)
+}
+
+func (b *TemporalBackend) timeout() time.Duration {
+	if b.Timeout > 0 {
+		return b.Timeout
+	}
+	return 10 * time.Minute
+}
+
+// update runs one SandboxWorkflow update and waits for its result.
+func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, out any, args ...any) error {
+	if sandboxID == "" {
+		return api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout())
+	defer cancel()
+	h, err := b.Client.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
+		UpdateID: RequestID(ctx), UpdateName: name, Args: args, WaitForStage: tclient.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return mapErr(sandboxID, err)
+	}
+	return mapErr(sandboxID, h.Get(ctx, out))
+}
+
+func decodeArgs(args map[string]any, into any) error {
+	raw, _ := json.Marshal(args)
+	if err := json.Unmarshal(raw, into); err != nil {
+		return api.Errorf(api.KindInvalidRequest, nil, "args: %v", err)
+	}
+	return nil
+}
+
+// Lifecycle implements Backend.
+func (b *TemporalBackend) Lifecycle(ctx context.Context, op, sandboxID string, args map[string]any) (any, error) {
+	switch op {
+	case "create_sandbox":
+		return b.createSandboxes(ctx, args)
+	case "destroy_sandbox":
+		var st workflows.SandboxState
+		if err := b.update(ctx, sandboxID, workflows.UpdateDestroy, &st); err != nil {
+			return nil, err
+		}
+		b.forget(sandboxID)
+		return b.record(ctx, &st), nil
+	case "inspect_sandbox":
+		st, err := b.state(ctx, sandboxID)
+		if err != nil {
+			return nil, err
+		}
+		return b.record(ctx, st), nil
+	case "list_sandboxes":
+		return b.listSandboxes(ctx)
+	case "list_docker_images":
+		if b.Acts == nil {
+			return nil, api.Errorf(api.KindOperationFailed, nil, "this gateway has no Docker access (--no-workers)")
+		}
+		imgs, err := b.Acts.ListImages(ctx)
+		if err != nil {
+			return nil, mapErr("", err)
+		}
+		return map[string]any{"images": imgs}, nil
+	case "list_workspace_directories":
+		p, _ := args["path"].(string)
+		return listDirectories(p)
+	case "create_workspace_session":
+		var r workflows.CreateSessionRequest
+		if err := decodeArgs(args, &r); err != nil {
+			return nil, err
+		}
+		var out json.RawMessage
+		return out, b.update(ctx, sandboxID, workflows.UpdateCreateSession, &out, r)
+	case "destroy_workspace_session", "refresh_workspace_session":
+		var r workflows.SessionRequest
+		if err := decodeArgs(args, &r); err != nil {
+			return nil, err
+		}
+		name := workflows.UpdateDestroySession
+		if op == "refresh_workspace_session" {
+			name = workflows.UpdateRefresh
+		}
+		var out json.RawMessage
+		return out, b.update(ctx, sandboxID, name, &out, r)
+	case "publish_workspace_session":
+		var r workflows.PublishRequest
+		if err := decodeArgs(args, &r); err != nil {
+			return nil, err
+		}
+		var out json.RawMessage
+		return out, b.update(ctx, sandboxID, workflows.UpdatePublish, &out, r)
+	case "file_write", "file_edit", "file_delete", "file_move":
+		raw, _ := json.Marshal(args)
+		var out json.RawMessage
+		return out, b.update(ctx, sandboxID, workflows.UpdateAmend, &out, workflows.AmendRequest{Op: op, Args: raw})
+	case "squash_layerstacks":
+		var out json.RawMessage
+		return out, b.update(ctx, sandboxID, workflows.UpdateSquash, &out)
+	case "export_changes":
+		var r workflows.ExportRequest
+		if err := decodeArgs(args, &r); err != nil {
+			return nil, err
+		}
+		var out json.RawMessage
+		return out, b.update(ctx, sandboxID, workflows.UpdateExport, &out, r)
+	}
+	return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "%s is not implemented by this gateway yet", op)
+}
+
+func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]any) (any, error) {
+	image, _ := args["image"].(string)
+	root, _ := args["workspace_root"].(string)
+	if !filepath.IsAbs(root) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root must be an absolute host path")
+	}
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root is not a directory: %s", root)
+	}
+	count := 1
+	if n, ok := args["count"]; ok {
+		if v, err := strconv.Atoi(fmt.Sprint(n)); err == nil {
+			count = v
+		}
+	}
+	records := make([]any, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			records[i], errs[i] = b.createOne(ctx, image, root)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if count == 1 {
+		return records[0], nil
+	}
+	return map[string]any{"sandboxes": records}, nil
+}
+
+func (b *TemporalBackend) createOne(ctx context.Context, image, root string) (any, error) {
+	id := "eos-" + client.NewRequestID()
+	hq := b.HostQueue
+	_, err := b.Client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue,
+		Memo: map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: hq,
+			Spec: activities.SandboxSpec{SandboxID: id, Image: image, WorkspaceRoot: root}})
+	if err != nil {
+		return nil, mapErr(id, err)
+	}
+	var st workflows.SandboxState
+	if err := b.update(ctx, id, workflows.UpdateWaitReady, &st); err != nil {
+		return nil, err
+	}
+	b.remember(id, st.Container.Daemon)
+	return b.recordWith(&st, map[string]any{"workspace_root": root, "image": image}), nil
+}
+
+func (b *TemporalBackend) state(ctx context.Context, sandboxID string) (*workflows.SandboxState, error) {
+	if sandboxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	v, err := b.Client.QueryWorkflow(ctx, workflows.SandboxWorkflowID(sandboxID), "", workflows.QueryState)
+	if err != nil {
+		return nil, mapErr(sandboxID, err)
+	}
+	var st workflows.SandboxState
+	if err := v.Get(&st); err != nil {
+		return nil, api.Errorf(api.KindInternal, nil, "decode state: %v", err)
+	}
+	return &st, nil
+}
+
+func (b *TemporalBackend) memo(ctx context.Context, sandboxID string) map[string]any {
+	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
+	if err != nil || d.GetWorkflowExecutionInfo().GetMemo() == nil {
+		return nil
+	}
+	return decodeMemo(d.GetWorkflowExecutionInfo().GetMemo().GetFields())
+}
+
+func decodeMemo(fields map[string]*commonpb.Payload) map[string]any {
+	out := map[string]any{}
+	dc := converter.GetDefaultDataConverter()
+	for k, p := range fields {
+		var v any
+		if dc.FromPayload(p, &v) == nil {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (b *TemporalBackend) record(ctx context.Context, st *workflows.SandboxState) map[string]any {
+	return b.recordWith(st, b.memo(ctx, st.SandboxID))
+}
+
+// recordWith renders the seed's sandbox record.
+func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string]any) map[string]any {
+	rec := map[string]any{
+		"id": st.SandboxID, "state": st.Phase, "workspace_root": memo["workspace_root"], "image": memo["image"],
+		"daemon": nil, "daemon_http": nil, "shared_base": nil, "activity_revision": st.Publishes,
+		"workspace_session_count": len(st.Sessions), "created": st.Created,
+	}
+	if st.Container.Daemon.Port > 0 {
+		rec["daemon"] = st.Container.Daemon
+	}
+	if st.Error != "" {
+		rec["error"] = st.Error
+	}
+	return rec
+}
+
+func (b *TemporalBackend) listSandboxes(ctx context.Context) (any, error) {
+	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.SandboxWorkflowName)
+	var recs []map[string]any
+	var token []byte
+	for {
+		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
+		if err != nil {
+			return nil, mapErr("", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			if e.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				continue
+			}
+			id := e.GetExecution().GetWorkflowId()
+			if len(id) <= len("sandbox/") {
+				continue
+			}
+			sid := id[len("sandbox/"):]
+			var memo map[string]any
+			if e.GetMemo() != nil {
+				memo = decodeMemo(e.GetMemo().GetFields())
+			}
+			st, err := b.state(ctx, sid)
+			if err != nil {
+				recs = append(recs, map[string]any{"id": sid, "state": "unknown", "error": err.Error(), "workspace_root": memo["workspace_root"]})
+				continue
+			}
+			recs = append(recs, b.recordWith(st, memo))
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			break
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool { return fmt.Sprint(recs[i]["id"]) < fmt.Sprint(recs[j]["id"]) })
+	if recs == nil {
+		recs = []map[string]any{}
+	}
+	return map[string]any{"sandboxes": recs}, nil
+}
+
+func listDirectories(p string) (any, error) {
+	if p == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, api.Errorf(api.KindOperationFailed, nil, "no home directory: %v", err)
+		}
+		return map[string]any{"path": "", "parent": nil, "truncated": false,
+			"directories": []map[string]any{{"name": filepath.Base(home), "path": home}}}, nil
+	}
+	if !filepath.IsAbs(p) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "path must be absolute")
+	}
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "%v", err)
+	}
+	dirs := []map[string]any{}
+	truncated := false
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if len(dirs) == 500 {
+			truncated = true
+			break
+		}
+		dirs = append(dirs, map[string]any{"name": e.Name(), "path": filepath.Join(p, e.Name())})
+	}
+	return map[string]any{"path": p, "parent": filepath.Dir(p), "truncated": truncated, "directories": dirs}, nil
+}
+
+func (b *TemporalBackend) remember(id string, ep activities.Endpoint) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.endpoints == nil {
+		b.endpoints = map[string]activities.Endpoint{}
+	}
+	b.endpoints[id] = ep
+}
+
+func (b *TemporalBackend) forget(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.endpoints, id)
+}
+
+func (b *TemporalBackend) endpoint(ctx context.Context, id string, fresh bool) (activities.Endpoint, error) {
+	b.mu.Lock()
+	ep, ok := b.endpoints[id]
+	b.mu.Unlock()
+	if ok && !fresh {
+		return ep, nil
+	}
+	st, err := b.state(ctx, id)
+	if err != nil {
+		return ep, err
+	}
+	if st.Phase != workflows.PhaseReady || st.Container.Daemon.Port == 0 {
+		return ep, api.Errorf(api.KindInvalidRequest, map[string]any{"sandbox_id": id, "state": st.Phase}, "sandbox %s is %s", id, st.Phase)
+	}
+	b.remember(id, st.Container.Daemon)
+	return st.Container.Daemon, nil
+}
+
+// Runtime implements Backend: the op goes straight to the daemon.
+func (b *TemporalBackend) Runtime(ctx context.Context, op, sandboxID string, args map[string]any) (any, error) {
+	if sandboxID == "" {
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "the system-scope form of %s is not implemented yet; pass a sandbox id", op)
+	}
+	body, _ := json.Marshal(args)
+	ep, err := b.endpoint(ctx, sandboxID, false)
+	if err != nil {
+		return nil, err
+	}
+	out, err := b.callDaemon(ctx, sandboxID, ep, op, body)
+	var ne net.Error
+	if err != nil && (errors.As(err, &ne) || errors.Is(err, errConn)) {
+		// The container may have restarted on a new port: look it up again.
+		if ep2, e2 := b.endpoint(ctx, sandboxID, true); e2 == nil && ep2 != ep {
+			out, err = b.callDaemon(ctx, sandboxID, ep2, op, body)
+		}
+	}
+	if err != nil && !isAPIError(err) {
+		return nil, api.Errorf(api.KindInternal, map[string]any{"sandbox_id": sandboxID}, "daemon of %s: %v", sandboxID, err)
+	}
+	return out, err
+}
+
+var errConn = errors.New("daemon connection failed")
+
+func isAPIError(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae)
+}
+
+func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep activities.Endpoint, op string, body []byte) (json.RawMessage, error) {
+	host := ep.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, strconv.Itoa(ep.Port)) + "/rpc/" + op
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+activities.DaemonToken(b.Secret, sandboxID))
+	if rid := RequestID(ctx); rid != "" {
+		req.Header.Set("X-Request-Id", rid)
+	}
+	resp, err := b.httpClient().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errConn, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read: %v", errConn, err)
+	}
+	if len(raw) > MaxBodyBytes {
+		return nil, api.Errorf(api.KindInternal, nil, "daemon answer exceeds %d bytes", MaxBodyBytes)
+	}
+	if resp.StatusCode == http.StatusOK && json.Valid(raw) {
+		return json.RawMessage(raw), nil
+	}
+	var env api.Envelope
+	if json.Unmarshal(raw, &env) == nil && env.Error != nil && env.Error.Kind != "" {
+		if env.Error.Details == nil {
+			env.Error.Details = map[string]any{}
+		}
+		return nil, env.Error
+	}
+	return nil, api.Errorf(api.KindInternal, map[string]any{"status": resp.StatusCode}, "daemon answered HTTP %d: %.300s", resp.StatusCode, raw)
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/api/gateway"
+	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
+	"github.com/ephemeral-sandbox/sandbox/cli"
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/worker"
+)
+
+// TestEndToEnd drives the real stack: CLI -> gateway (JSON lines and HTTP)
+// -> embedded Temporal + workers -> Docker sandbox -> daemon.
+func TestEndToEnd(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Setenv("SANDBOX_GATEWAY_TOKEN_FILE", filepath.Join(t.TempDir(), "none.token"))
+	t.Setenv("SANDBOX_GATEWAY_AUTH_TOKEN", "")
+	t.Setenv("SANDBOX_GATEWAY_SOCKET", "")
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	dc, err := activities.NewDockerClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts := activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(t), SeccompProfile: testenv.SeccompProfile(t),
+		Secret: secret, WorkerID: "gateway-e2e"}, dc)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc, err := worker.Start(ctx, worker.Options{StateDir: t.TempDir(), EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
+		Activities: acts, HostQueue: "eos-host-gw-e2e-" + client.NewRequestID()[:8], Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	const token = "e2e-token"
+	srv := gateway.New(&gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, Acts: acts}, token, log)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ctx, l) }()
+	addr := l.Addr().String()
+
+	cliRun := func(group string, argv ...string) map[string]any {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := cli.Main(group, append([]string{"--gateway-endpoint", addr, "--gateway-auth-token", token}, argv...), &out, &errb)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", argv, code, errb.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+			t.Fatalf("%v: %q", argv, out.String())
+		}
+		return m
+	}
+
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := cliRun(api.GroupManagement, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
+	id, _ := rec["id"].(string)
+	if !strings.HasPrefix(id, "eos-") || rec["state"] != "ready" {
+		t.Fatalf("create: %v", rec)
+	}
+	t.Cleanup(func() { _ = acts.RemoveSandbox(context.Background(), id) })
+
+	out := cliRun(api.GroupRuntime, "--sandbox-id", id, "exec_command", "cat f.txt; echo hi > h.txt")
+	if out["status"] != "ok" || !strings.Contains(out["output"].(string), "base") {
+		t.Fatalf("exec: %v", out)
+	}
+	httpc := client.New("http://"+addr, token)
+	raw, err := httpc.Call(ctx, "file_read", jsonl.SandboxScope(id), map[string]any{"path": "h.txt"}, "")
+	if err != nil || !strings.Contains(string(raw), `"content":"hi\n"`) {
+		t.Fatalf("file_read over HTTP: %s %v", raw, err)
+	}
+	lines := client.New(addr, token)
+	if _, err := lines.Call(ctx, "file_write", jsonl.SandboxScope(id), map[string]any{"path": "w.txt", "content": "amended"}, ""); err != nil {
+		t.Fatalf("sessionless file_write: %v", err)
+	}
+	raw, err = lines.Call(ctx, "file_read", jsonl.SandboxScope(id), map[string]any{"path": "w.txt"}, "")
+	if err != nil || !strings.Contains(string(raw), `"content":"amended"`) {
+		t.Fatalf("read back: %s %v", raw, err)
+	}
+
+	sess := cliRun(api.GroupRuntime, "--sandbox-id", id, "create_workspace_session")
+	wsid, _ := sess["workspace_session_id"].(string)
+	cliRun(api.GroupRuntime, "--sandbox-id", id, "exec_command", "--workspace-session-id", wsid, "echo s > s.txt")
+	if chk := cliRun(api.GroupRuntime, "--sandbox-id", id, "check_publish", "--workspace-session-id", wsid); chk["clean"] != true {
+		t.Errorf("check_publish: %v", chk)
+	}
+	pub := cliRun(api.GroupRuntime, "--sandbox-id", id, "publish_workspace_session", "--workspace-session-id", wsid)
+	if pub["destroyed"] != true {
+		t.Errorf("publish: %v", pub)
+	}
+	_, err = lines.Call(ctx, "file_read", jsonl.SandboxScope(id), map[string]any{"path": "missing.txt"}, "")
+	if e := api.AsError(err); err == nil || e.Kind != api.KindNotFound {
+		t.Errorf("missing file: %v", err)
+	}
+	_, err = lines.Call(ctx, "squash_layerstack", jsonl.SandboxScope(id), nil, "")
+	if e := api.AsError(err); err == nil || e.Kind != api.KindInvalidRequest {
+		t.Errorf("internal op: %v", err)
+	}
+	list := cliRun(api.GroupManagement, "list_sandboxes")
+	if !strings.Contains(mustJSON(list), id) {
+		t.Errorf("list_sandboxes: %v", list)
+	}
+	fin := cliRun(api.GroupManagement, "destroy_sandbox", "--sandbox-id", id)
+	if fin["state"] != "stopped" {
+		t.Errorf("destroy: %v", fin)
+	}
+}
+
+func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }

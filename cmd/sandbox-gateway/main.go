@@ -1,0 +1,148 @@
+// Command sandbox-gateway serves the operation catalog over HTTP (gin) and
+// the seed's JSON-lines protocol on one listener (127.0.0.1:7878 by
+// default). By default it also runs the embedded Temporal dev server and the
+// lifecycle workers in-process; --no-workers makes it a client of a
+// separate Temporal cluster and sandbox-workers.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/api/gateway"
+	"github.com/ephemeral-sandbox/sandbox/worker"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var (
+		listen    = flag.String("listen", gateway.DefaultAddr, "TCP address for HTTP and JSON lines")
+		unixSock  = flag.String("unix-socket", "", "also listen on this unix socket (mode 0600)")
+		tokenFile = flag.String("token-file", client.TokenPath(), "gateway token file (created 0600 when missing)")
+		stateDir  = flag.String("state-dir", worker.DefaultStateDir(), "state directory (secret, embedded Temporal data)")
+		address   = flag.String("temporal-address", "", "Temporal frontend host:port (default $TEMPORAL_ADDRESS, else an embedded dev server)")
+		namespace = flag.String("namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
+		embedded  = flag.String("temporal-embedded-address", "", "embedded Temporal frontend address (default 127.0.0.1:7233)")
+		uiAddr    = flag.String("temporal-ui", "", "embedded Temporal UI address (default 127.0.0.1:8233, off disables)")
+		hostQueue = flag.String("host-queue", "", "this host's activity task queue (default eos-host-<hostname>)")
+		daemonBin = flag.String("daemon-binary", "", "static sandbox-daemon to copy into sandboxes")
+		seccomp   = flag.String("seccomp-profile", "", "sandbox seccomp profile (default: next to the daemon binary, or sandboxinit/runtime/seccomp.json)")
+		noWorkers = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
+		reconcile = flag.Bool("reconcile", true, "remove Docker objects no running sandbox owns, at start (with workers)")
+		verbose   = flag.Bool("v", false, "debug logging")
+	)
+	flag.Parse()
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	token, err := client.EnsureToken(*tokenFile)
+	if err != nil {
+		log.Error("gateway token", "file", *tokenFile, "err", err)
+		return 1
+	}
+	secret, err := worker.LoadOrCreateSecret(filepath.Join(*stateDir, "gateway.secret"))
+	if err != nil {
+		log.Error("gateway secret", "err", err)
+		return 1
+	}
+	var acts *activities.Activities
+	if !*noWorkers {
+		if acts, err = worker.BuildActivities(secret, *daemonBin, *seccomp, log); err != nil {
+			log.Error("worker setup", "err", err)
+			return 1
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	svc, err := worker.Start(ctx, worker.Options{StateDir: filepath.Join(*stateDir, "temporal"), TemporalAddress: *address,
+		Namespace: *namespace, EmbeddedAddress: *embedded, UIAddress: *uiAddr, HostQueue: *hostQueue, Activities: acts, NoWorkers: *noWorkers, Logger: log})
+	if err != nil {
+		log.Error("temporal start", "err", err)
+		return 1
+	}
+	defer svc.Stop()
+	if acts != nil && *reconcile {
+		if rep, err := svc.Reconcile(ctx, acts); err != nil {
+			log.Warn("reconcile", "err", err)
+		} else {
+			log.Info("reconciled", "removed", len(rep.Removed), "lost_sandboxes", len(rep.Lost))
+		}
+	}
+	hostQ := svc.HostQueue
+	if *noWorkers && *hostQueue == "" {
+		hostQ = "" // let the workflow use its shared queue; host workers announce their own
+	}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Acts: acts}
+	srv := gateway.New(backend, token, log.With("component", "gateway"))
+
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("listen", "addr", *listen, "err", err)
+		return 1
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ctx, l) }()
+	if *unixSock != "" {
+		ul, err := listenUnix(*unixSock)
+		if err != nil {
+			log.Error("listen", "socket", *unixSock, "err", err)
+			return 1
+		}
+		defer os.Remove(*unixSock)
+		go func() { errc <- srv.Serve(ctx, ul) }()
+	}
+
+	fmt.Fprintf(os.Stderr, "sandbox-gateway listening on %s (HTTP and JSON lines)\n", l.Addr())
+	if *unixSock != "" {
+		fmt.Fprintf(os.Stderr, "  unix socket: %s\n", *unixSock)
+	}
+	fmt.Fprintf(os.Stderr, "  token file: %s\n", *tokenFile)
+	if svc.Dev != nil {
+		ui := "off"
+		if svc.Dev.UIAddress != "" {
+			ui = "http://" + svc.Dev.UIAddress
+		}
+		fmt.Fprintf(os.Stderr, "  embedded Temporal at %s, UI %s\n", svc.Dev.Address, ui)
+	}
+	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json\n", l.Addr())
+	fmt.Fprintf(os.Stderr, "  try: sandbox-manager-cli --gateway-endpoint %s create_sandbox --image ubuntu:24.04 --workspace-root \"$PWD\"\n", l.Addr())
+	fmt.Fprintf(os.Stderr, "   or: curl -s -H \"Authorization: Bearer $(cat %s)\" -d '{}' http://%s/v1/ops/list_sandboxes\n", *tokenFile, l.Addr())
+
+	select {
+	case <-ctx.Done():
+		return 0
+	case err := <-errc:
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Error("serve", "err", err)
+			return 1
+		}
+		return 0
+	}
+}
+
+func listenUnix(path string) (net.Listener, error) {
+	if len(path) > 100 {
+		return nil, fmt.Errorf("socket path longer than 100 bytes")
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("%s already exists", path)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	return l, err
+}
