@@ -69,6 +69,7 @@ binaries: daemon
 # ~/.ephemeral-sandbox, Temporal UI on 127.0.0.1:8233).
 run: binaries
 	bash scripts/ensure-docker.sh
+	bash scripts/build-test-images.sh
 	$(BIN)/sandbox-gateway --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json
 
 install: binaries
