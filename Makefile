@@ -38,6 +38,7 @@ test: test-deps
 	$(GO) vet $(PKGS)
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+	CGO_ENABLED=1 $(GO) test -count=1 -tags seccomp -run 'Seccomp|Filter' ./sandboxinit/runtime/
 	$(MAKE) fuzz
 
 # Each fuzz target briefly (go test -fuzz takes one target per run).

@@ -152,12 +152,14 @@ func TestNewSessionFilter(t *testing.T) {
 	require.NoError(t, err)
 	sf, err := newSessionFilter(f)
 	if errors.Is(err, ErrUnsupported) {
+		// Built without the seccomp tag: the refusal is what there is to
+		// test here; `make test` also runs this package with the tag.
 		require.ErrorContains(t, err, "built without libseccomp")
-		t.Skip("built without the seccomp tag: only the refusal is tested")
+		return
 	}
 	require.NoError(t, err)
 	c := sf.config()
-	require.Equal(t, []string{"amd64", "x86", "x32"}, c.Architectures)
+	require.Equal(t, []string{"amd64", "x86"}, c.Architectures, "sessions leave out x32")
 	cfg := buildConfig(containerSpec{id: "s", rootfs: "/r", workspace: "/w", seccomp: sf})
 	require.Same(t, c, cfg.Seccomp)
 	n := 0
