@@ -3,7 +3,8 @@
 // sandbox-observability-cli (observability).
 //
 // Syntax: BIN [globals] OPERATION [--flag value]... [POSITIONAL]. Success
-// prints one JSON line on stdout (exit 0); an operation error prints the
+// prints one JSON line on stdout (exit 0; on a terminal, list results print
+// as a table unless --json); an operation error prints the
 // error envelope on stderr (exit 1); usage errors print an invalid_request
 // envelope on stderr (exit 2).
 package cli
@@ -68,6 +69,8 @@ type globals struct {
 	token     string
 	requestID string
 	sandboxID string
+	progress  bool
+	json      bool
 }
 
 var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -111,17 +114,17 @@ func NewCommand(group string, stdout, stderr io.Writer) *cobra.Command {
 	_ = pf.MarkHidden("gateway-socket")
 	pf.StringVar(&g.token, "gateway-auth-token", "", "gateway token (env SANDBOX_GATEWAY_AUTH_TOKEN, else the token file "+client.TokenPath()+")")
 	pf.StringVar(&g.requestID, "request-id", "", "request id (1-128 chars of [A-Za-z0-9._:-]); it is the trace id")
+	pf.BoolVar(&g.json, "json", false, "always print the JSON line (the default unless stdout is a terminal and the result is a list, which prints a table)")
 	switch group {
 	case api.GroupManagement:
-		// Accepted for seed compatibility; progress streaming is not implemented yet.
-		pf.Bool("progress", false, "accepted for compatibility (progress is not streamed yet)")
+		pf.BoolVar(&g.progress, "progress", false, "create_sandbox: stream progress messages to stderr (the gateway's cli_log frames)")
 	case api.GroupRuntime:
 		pf.StringVar(&g.sandboxID, "sandbox-id", "", "sandbox to operate on (required)")
 	case api.GroupObservability:
 		pf.StringVar(&g.sandboxID, "sandbox-id", "", "sandbox to observe; without it, system (fleet) scope")
 	}
 	for _, op := range api.PublicOps(group) {
-		root.AddCommand(opCommand(group, op, g, stdout))
+		root.AddCommand(opCommand(group, op, g, stdout, stderr))
 	}
 	return root
 }
@@ -129,7 +132,7 @@ func NewCommand(group string, stdout, stderr io.Writer) *cobra.Command {
 func groupLong(group string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: the %s operations of Ephemeral Sandbox, sent to the gateway.\n\n", BinaryName(group), group)
-	b.WriteString("Success prints one JSON line on stdout (exit 0). Errors print {\"error\":{kind,message,details}} on stderr: exit 1 when the operation failed, 2 when nothing was sent.\n")
+	b.WriteString("Success prints one JSON line on stdout (exit 0); when stdout is a terminal, a result listing sandboxes, workspace_sessions, entries or matches prints as a table instead (--json keeps the JSON line). Errors print {\"error\":{kind,message,details}} on stderr: exit 1 when the operation failed, 2 when nothing was sent.\n")
 	b.WriteString("Run `" + BinaryName(group) + " help OPERATION` for an operation's arguments.")
 	return b.String()
 }
@@ -273,7 +276,7 @@ func opLong(op api.Operation) string {
 	return b.String()
 }
 
-func opCommand(group string, op api.Operation, g *globals, stdout io.Writer) *cobra.Command {
+func opCommand(group string, op api.Operation, g *globals, stdout, stderr io.Writer) *cobra.Command {
 	values := map[string]*argValue{}
 	cmd := &cobra.Command{
 		Use:   op.Name,
@@ -331,13 +334,26 @@ func opCommand(group string, op api.Operation, g *globals, stdout io.Writer) *co
 		if err != nil {
 			return err
 		}
-		out, cerr := c.Call(context.Background(), op.Name, scope, args, g.requestID)
+		var progress func(string)
+		var pl *progressLine
+		if g.progress && op.Name == "create_sandbox" {
+			pl = &progressLine{w: stderr, tty: isTerminal(stderr)}
+			progress = pl.show
+		}
+		out, cerr := c.CallProgress(context.Background(), op.Name, scope, args, g.requestID, progress)
+		pl.end()
 		if cerr != nil {
 			return &exitError{code: ExitError, err: api.AsError(cerr)}
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, out); err != nil {
 			return &exitError{code: ExitError, err: api.Errorf(client.KindProtocol, nil, "bad response: %v", err)}
+		}
+		if !g.json && isTerminal(stdout) {
+			if key, rows, rest, ok := listResult(buf.Bytes()); ok {
+				renderTable(stdout, key, rows, rest)
+				return nil
+			}
 		}
 		buf.WriteByte('\n')
 		_, _ = stdout.Write(buf.Bytes())

@@ -114,6 +114,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.sweepTxns()
+	d.sweepTrash()
 	return d, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -99,6 +100,9 @@ func (d *Daemon) listArchived() []ArchivedSession {
 	ents, _ := os.ReadDir(root)
 	out := []ArchivedSession{}
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // dirs moved aside for removal
+		}
 		var rec sessionRecord
 		p := filepath.Join(root, e.Name())
 		_ = readJSON(filepath.Join(p, "session.json"), &rec)

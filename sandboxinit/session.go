@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -193,7 +195,7 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	err := d.stop(ctx, s)
 	bytes := dirBytes(s.upper())
 	if err == nil {
-		err = removeDir(s.dir)
+		err = d.removeDir(s.dir)
 	}
 	if releaseLease && s.rec.LeaseID != "" {
 		if rerr := d.store.Release(s.rec.LeaseID); rerr != nil && err == nil {
@@ -389,14 +391,45 @@ func (d *Daemon) pendingPublish(id string) bool {
 
 // removeDir deletes a session dir. A session's processes are already dead,
 // but the kernel may still be finishing their last writes (an init's log, a
-// lazily detached mount going away): retry briefly on "not empty" or "busy".
-func removeDir(dir string) error {
+// lazily detached mount going away): retry briefly on "not empty" or "busy",
+// then move what is left aside (trashDir) and finish removing it later, so
+// closing a session never fails on a directory the kernel still holds.
+func (d *Daemon) removeDir(dir string) error {
 	var err error
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 5; i++ {
 		if err = os.RemoveAll(dir); err == nil || !(errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EBUSY)) {
 			return err
 		}
-		time.Sleep(time.Duration(10*(i+1)) * time.Millisecond)
+		time.Sleep(time.Duration(20*(i+1)) * time.Millisecond)
 	}
-	return err
+	left, _ := os.ReadDir(dir)
+	names := make([]string, 0, len(left))
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	trash := filepath.Join(d.cfg.StateDir, "archive", ".trash-"+filepath.Base(dir)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if rerr := os.Rename(dir, trash); rerr != nil {
+		return fmt.Errorf("%w (left: %v; moving aside: %v)", err, names, rerr)
+	}
+	d.log.Warn("session dir not removable yet; moved aside", "dir", dir, "left", names, "err", err)
+	go func() {
+		for i := 0; i < 60; i++ {
+			if os.RemoveAll(trash) == nil {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	return nil
+}
+
+// sweepTrash removes session dirs moved aside by earlier runs.
+func (d *Daemon) sweepTrash() {
+	root := filepath.Join(d.cfg.StateDir, "archive")
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".trash-") {
+			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
 }

@@ -52,6 +52,15 @@ type Server struct {
 	Log     *slog.Logger
 	// MaxBody caps an HTTP body or a JSON line (default MaxBodyBytes).
 	MaxBody int
+	// MaxHTTPConns caps concurrent HTTP connections (default
+	// MaxConcurrentConns); read when Serve starts.
+	MaxHTTPConns int
+	// StreamPoll is how often a command stream polls read_command_lines
+	// while there is no new output (default DefaultStreamPoll).
+	StreamPoll time.Duration
+	// StreamHeartbeat is the interval of SSE heartbeat comments (default
+	// DefaultStreamHeartbeat).
+	StreamHeartbeat time.Duration
 
 	tokenSum [32]byte
 	engine   *gin.Engine
@@ -106,6 +115,14 @@ func errTooLarge(max int) *api.Error {
 
 // Dispatch validates and runs one request; both transports end here.
 func (s *Server) Dispatch(ctx context.Context, req *jsonl.Request) (json.RawMessage, *api.Error) {
+	return s.DispatchProgress(ctx, req, nil)
+}
+
+// DispatchProgress is Dispatch with a progress sink: when progress is not
+// nil, the op is in ProgressOps and the Backend is a ProgressBackend, the
+// backend's progress messages reach progress (serialized, never after
+// DispatchProgress returns).
+func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progress func(msg string)) (json.RawMessage, *api.Error) {
 	op, aerr := api.ResolvePublic(req.Op)
 	if aerr != nil {
 		return nil, aerr
@@ -124,9 +141,15 @@ func (s *Server) Dispatch(ctx context.Context, req *jsonl.Request) (json.RawMess
 	start := time.Now()
 	var out any
 	var err error
-	if op.IsLifecycle(req.Args) {
+	pb, canProgress := s.Backend.(ProgressBackend)
+	switch {
+	case op.IsLifecycle(req.Args) && canProgress && progress != nil && ProgressOps[op.Name]:
+		lp := &lockedProgress{fn: progress}
+		out, err = pb.LifecycleProgress(ctx, op.Name, sandboxID, req.Args, lp.call)
+		lp.finish()
+	case op.IsLifecycle(req.Args):
 		out, err = s.Backend.Lifecycle(ctx, op.Name, sandboxID, req.Args)
-	} else {
+	default:
 		out, err = s.Backend.Runtime(ctx, op.Name, sandboxID, req.Args)
 	}
 	s.Log.Info("op", "request_id", req.RequestID, "op", op.Name, "sandbox_id", sandboxID, "ms", time.Since(start).Milliseconds(), "err", err)
@@ -174,6 +197,7 @@ func (s *Server) routes() *gin.Engine {
 		c.JSON(http.StatusOK, gin.H{"operations": api.PublicOps("")})
 	})
 	authed.POST("/ops/:op", s.httpOp)
+	authed.GET("/sandboxes/:id/commands/:command_id/stream", s.streamCommand)
 	e.NoRoute(func(c *gin.Context) {
 		abort(c, api.Errorf(api.KindNotFound, nil, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
@@ -228,6 +252,10 @@ func (s *Server) httpOp(c *gin.Context) {
 	} else {
 		req.RequestID = requestIDOr(req.RequestID)
 		c.Header("X-Request-Id", req.RequestID)
+	}
+	if wantsSSE(c) {
+		s.dispatchSSE(c, req)
+		return
 	}
 	out, aerr := s.Dispatch(c.Request.Context(), req)
 	if aerr != nil {

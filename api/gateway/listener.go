@@ -24,7 +24,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	err := hs.Serve(ml)
+	max := s.MaxHTTPConns
+	if max <= 0 {
+		max = MaxConcurrentConns
+	}
+	err := hs.Serve(newLimitListener(ml, max))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -108,6 +112,51 @@ func (m *muxListener) Close() error {
 	return err
 }
 
+// limitListener caps the connections it has accepted and not yet closed:
+// at the cap, Accept waits for one to close (the caller's connection stays
+// queued meanwhile).
+type limitListener struct {
+	net.Listener
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newLimitListener(l net.Listener, n int) *limitListener {
+	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
 type peekedConn struct {
 	net.Conn
 	r *bufio.Reader
@@ -151,7 +200,14 @@ func (s *Server) serveLine(c net.Conn) {
 	}
 	req.Token = ""
 	req.RequestID = requestIDOr(req.RequestID)
-	out, aerr := s.Dispatch(context.Background(), req)
+	var progress func(string)
+	if req.StreamLogs {
+		progress = func(msg string) {
+			_ = c.SetWriteDeadline(time.Now().Add(LineReadTimeout))
+			_, _ = c.Write(CLILogFrame(msg))
+		}
+	}
+	out, aerr := s.DispatchProgress(context.Background(), req, progress)
 	if aerr != nil {
 		write(api.Envelope{Error: aerr})
 		return

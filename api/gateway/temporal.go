@@ -143,9 +143,18 @@ func decodeArgs(args map[string]any, into any) error {
 
 // Lifecycle implements Backend.
 func (b *TemporalBackend) Lifecycle(ctx context.Context, op, sandboxID string, args map[string]any) (any, error) {
+	return b.LifecycleProgress(ctx, op, sandboxID, args, nil)
+}
+
+// LifecycleProgress implements ProgressBackend: create_sandbox reports its
+// stages (workflow start, waiting for readiness, ready) to progress.
+func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID string, args map[string]any, progress func(msg string)) (any, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
 	switch op {
 	case "create_sandbox":
-		return b.createSandboxes(ctx, args)
+		return b.createSandboxes(ctx, args, progress)
 	case "destroy_sandbox":
 		var st workflows.SandboxState
 		if err := b.update(ctx, sandboxID, workflows.UpdateDestroy, &st); err != nil {
@@ -216,7 +225,7 @@ func (b *TemporalBackend) Lifecycle(ctx context.Context, op, sandboxID string, a
 	return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "%s is not implemented by this gateway yet", op)
 }
 
-func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]any) (any, error) {
+func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]any, progress func(string)) (any, error) {
 	image, _ := args["image"].(string)
 	root, _ := args["workspace_root"].(string)
 	if !filepath.IsAbs(root) {
@@ -238,7 +247,7 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]a
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			records[i], errs[i] = b.createOne(ctx, image, root)
+			records[i], errs[i] = b.createOne(ctx, image, root, progress)
 		}()
 	}
 	wg.Wait()
@@ -253,8 +262,9 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]a
 	return map[string]any{"sandboxes": records}, nil
 }
 
-func (b *TemporalBackend) createOne(ctx context.Context, image, root string) (any, error) {
+func (b *TemporalBackend) createOne(ctx context.Context, image, root string, progress func(string)) (any, error) {
 	id := "eos-" + client.NewRequestID()
+	progress("creating sandbox " + id)
 	hq := b.HostQueue
 	_, err := b.Client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue,
 		Memo: map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}},
@@ -263,11 +273,14 @@ func (b *TemporalBackend) createOne(ctx context.Context, image, root string) (an
 	if err != nil {
 		return nil, mapErr(id, err)
 	}
+	progress("waiting for sandbox " + id + " to be ready")
 	var st workflows.SandboxState
 	if err := b.update(ctx, id, workflows.UpdateWaitReady, &st); err != nil {
+		progress("sandbox " + id + " failed: " + err.Error())
 		return nil, err
 	}
 	b.remember(id, st.Container.Daemon)
+	progress("sandbox " + id + " ready")
 	return b.recordWith(&st, map[string]any{"workspace_root": root, "image": image}), nil
 }
 
