@@ -96,9 +96,20 @@ func (d *Daemon) operations() map[string]handler {
 			return map[string]any{"publishes": h}, err
 		}),
 		"events": op(func(ctx context.Context, rid string, a struct {
-			LastN int `json:"last_n,omitempty"`
+			Name    string `json:"name,omitempty"`
+			SinceMS int64  `json:"since_ms,omitempty"`
+			LastN   int    `json:"last_n,omitempty"`
 		}) (any, error) {
-			return map[string]any{"view": "events", "events": d.events.last(a.LastN)}, nil
+			evs := []Event{}
+			for _, e := range d.events.last(0) {
+				if (a.Name == "" || e.Name == a.Name) && e.TS.UnixMilli() > a.SinceMS {
+					evs = append(evs, e)
+				}
+			}
+			if a.LastN > 0 && len(evs) > a.LastN {
+				evs = evs[len(evs)-a.LastN:]
+			}
+			return map[string]any{"view": "events", "events": evs}, nil
 		}),
 	}
 }

@@ -198,6 +198,7 @@ func (s *Server) routes() *gin.Engine {
 	})
 	authed.POST("/ops/:op", s.httpOp)
 	authed.GET("/sandboxes/:id/commands/:command_id/stream", s.streamCommand)
+	authed.GET("/sandboxes/:id/events/stream", s.streamEvents)
 	e.NoRoute(func(c *gin.Context) {
 		abort(c, api.Errorf(api.KindNotFound, nil, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

@@ -254,3 +254,84 @@ func (p *lockedProgress) finish() {
 	p.done = true
 	p.mu.Unlock()
 }
+
+// streamEvents serves GET /v1/sandboxes/:id/events/stream: the sandbox
+// daemon's events as `event: event` frames (data {ts, name, attrs}), first
+// the last `last_n` (default 50, query parameter), then each new one as it
+// happens, polling the daemon's events op with since_ms.
+func (s *Server) streamEvents(c *gin.Context) {
+	sandboxID := c.Param("id")
+	rid := c.GetString("request_id")
+	ctx := context.WithValue(c.Request.Context(), ctxKey{}, rid)
+	lastN := 50
+	if v := c.Query("last_n"); v != "" {
+		if _, err := fmt.Sscan(v, &lastN); err != nil || lastN < 1 || lastN > 10000 {
+			abort(c, api.Errorf(api.KindInvalidRequest, nil, "last_n must be 1..10000"))
+			return
+		}
+	}
+	type event struct {
+		TS    time.Time      `json:"ts"`
+		Name  string         `json:"name"`
+		Attrs map[string]any `json:"attrs"`
+	}
+	fetch := func(args map[string]any, first bool) ([]json.RawMessage, []event, *api.Error) {
+		var raw json.RawMessage
+		if first {
+			var aerr *api.Error
+			if raw, aerr = s.Dispatch(ctx, &jsonl.Request{Op: "events", RequestID: rid, Scope: jsonl.SandboxScope(sandboxID), Args: args}); aerr != nil {
+				return nil, nil, aerr
+			}
+		} else {
+			v, err := s.Backend.Runtime(ctx, "events", sandboxID, args)
+			if err != nil {
+				return nil, nil, api.AsError(err)
+			}
+			if raw, _ = v.(json.RawMessage); raw == nil {
+				raw, _ = json.Marshal(v)
+			}
+		}
+		var out struct {
+			Events []json.RawMessage `json:"events"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, nil, api.Errorf(api.KindInternal, nil, "decode events: %v", err)
+		}
+		parsed := make([]event, len(out.Events))
+		for i, e := range out.Events {
+			_ = json.Unmarshal(e, &parsed[i])
+		}
+		return out.Events, parsed, nil
+	}
+	raws, evs, aerr := fetch(map[string]any{"last_n": json.Number(fmt.Sprint(lastN))}, true)
+	if aerr != nil {
+		abort(c, aerr)
+		return
+	}
+	ev := startSSE(c)
+	defer ev.close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.heartbeats(ev, stop)
+	var since int64
+	for {
+		for i, r := range raws {
+			ev.event("event", r)
+			if ms := evs[i].TS.UnixMilli(); ms > since {
+				since = ms
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.poll()):
+		}
+		if raws, evs, aerr = fetch(map[string]any{"since_ms": json.Number(fmt.Sprint(since))}, false); aerr != nil {
+			if ctx.Err() == nil {
+				b, _ := json.Marshal(api.Envelope{Error: aerr})
+				ev.event("error", b)
+			}
+			return
+		}
+	}
+}
