@@ -352,9 +352,22 @@ var catalog = []Operation{
 	{Name: "wait_ready", Group: GroupInternal, Scope: ScopeSandbox, Internal: true, Summary: "Workflow readiness update.", Description: "Internal."},
 }
 
+// asyncOps are the lifecycle operations that can return as soon as the
+// sandbox workflow accepted them (async: true) instead of waiting.
+var asyncOps = map[string]bool{
+	"create_sandbox": true, "destroy_sandbox": true, "squash_layerstacks": true, "export_changes": true,
+	"create_workspace_session": true, "destroy_workspace_session": true, "publish_workspace_session": true,
+	"refresh_workspace_session": true,
+}
+
+var argAsync = boolArg("async", "Return as soon as the sandbox's workflow accepted the operation, with its workflow id, instead of waiting for the result (follow it in the Temporal UI).")
+
 var catalogIndex = func() map[string]*Operation {
 	m := make(map[string]*Operation, len(catalog))
 	for i := range catalog {
+		if asyncOps[catalog[i].Name] {
+			catalog[i].Args = append(catalog[i].Args, argAsync)
+		}
 		m[catalog[i].Name] = &catalog[i]
 	}
 	return m

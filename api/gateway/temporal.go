@@ -27,6 +27,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -118,19 +119,46 @@ func (b *TemporalBackend) timeout() time.Duration {
 	return 10 * time.Minute
 }
 
-// update runs one SandboxWorkflow update and waits for its result.
+// update runs one SandboxWorkflow update and waits for its result; the
+// request id is the update id, so a retried request joins the first.
 func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, out any, args ...any) error {
 	if sandboxID == "" {
 		return api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout())
 	defer cancel()
-	h, err := b.Client.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
-		UpdateID: RequestID(ctx), UpdateName: name, Args: args, WaitForStage: tclient.WorkflowUpdateStageCompleted})
-	if err != nil {
-		return mapErr(sandboxID, err)
+	return mapErr(sandboxID, lifecycle.Update(ctx, b.Client, sandboxID, name, RequestID(ctx), out, args...))
+}
+
+// submit runs an update the async way: it returns once the workflow
+// accepted it.
+func (b *TemporalBackend) submit(ctx context.Context, sandboxID, name string, args ...any) (any, error) {
+	if sandboxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
 	}
-	return mapErr(sandboxID, h.Get(ctx, out))
+	acc, err := lifecycle.UpdateAsync(ctx, b.Client, sandboxID, name, RequestID(ctx), args...)
+	if err != nil {
+		return nil, mapErr(sandboxID, err)
+	}
+	return acc, nil
+}
+
+// run is update, or submit when the call asked for async.
+func (b *TemporalBackend) run(ctx context.Context, async bool, sandboxID, name string, args ...any) (any, error) {
+	if async {
+		return b.submit(ctx, sandboxID, name, args...)
+	}
+	var out json.RawMessage
+	if err := b.update(ctx, sandboxID, name, &out, args...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func isAsync(args map[string]any) bool {
+	v, _ := args["async"].(bool)
+	delete(args, "async")
+	return v
 }
 
 func decodeArgs(args map[string]any, into any) error {
@@ -152,10 +180,15 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 	if progress == nil {
 		progress = func(string) {}
 	}
+	async := isAsync(args)
 	switch op {
 	case "create_sandbox":
-		return b.createSandboxes(ctx, args, progress)
+		return b.createSandboxes(ctx, args, async, progress)
 	case "destroy_sandbox":
+		if async {
+			b.forget(sandboxID)
+			return b.submit(ctx, sandboxID, workflows.UpdateDestroy)
+		}
 		var st workflows.SandboxState
 		if err := b.update(ctx, sandboxID, workflows.UpdateDestroy, &st); err != nil {
 			return nil, err
@@ -187,8 +220,7 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		if err := decodeArgs(args, &r); err != nil {
 			return nil, err
 		}
-		var out json.RawMessage
-		return out, b.update(ctx, sandboxID, workflows.UpdateCreateSession, &out, r)
+		return b.run(ctx, async, sandboxID, workflows.UpdateCreateSession, r)
 	case "destroy_workspace_session", "refresh_workspace_session":
 		var r workflows.SessionRequest
 		if err := decodeArgs(args, &r); err != nil {
@@ -198,34 +230,32 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		if op == "refresh_workspace_session" {
 			name = workflows.UpdateRefresh
 		}
-		var out json.RawMessage
-		return out, b.update(ctx, sandboxID, name, &out, r)
+		return b.run(ctx, async, sandboxID, name, r)
 	case "publish_workspace_session":
 		var r workflows.PublishRequest
 		if err := decodeArgs(args, &r); err != nil {
 			return nil, err
 		}
-		var out json.RawMessage
-		return out, b.update(ctx, sandboxID, workflows.UpdatePublish, &out, r)
+		return b.run(ctx, async, sandboxID, workflows.UpdatePublish, r)
 	case "file_write", "file_edit", "file_delete", "file_move":
 		raw, _ := json.Marshal(args)
 		var out json.RawMessage
 		return out, b.update(ctx, sandboxID, workflows.UpdateAmend, &out, workflows.AmendRequest{Op: op, Args: raw})
 	case "squash_layerstacks":
-		var out json.RawMessage
-		return out, b.update(ctx, sandboxID, workflows.UpdateSquash, &out)
+		return b.run(ctx, async, sandboxID, workflows.UpdateSquash)
 	case "export_changes":
 		var r workflows.ExportRequest
 		if err := decodeArgs(args, &r); err != nil {
 			return nil, err
 		}
-		var out json.RawMessage
-		return out, b.update(ctx, sandboxID, workflows.UpdateExport, &out, r)
+		return b.run(ctx, async, sandboxID, workflows.UpdateExport, r)
 	}
 	return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "%s is not implemented by this gateway yet", op)
 }
 
-func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]any, progress func(string)) (any, error) {
+// createSandboxes creates count sandboxes; more than one share one base
+// (lifecycle.CreateSandboxes). With async the workflow is only started.
+func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]any, async bool, progress func(string)) (any, error) {
 	image, _ := args["image"].(string)
 	root, _ := args["workspace_root"].(string)
 	if !filepath.IsAbs(root) {
@@ -240,48 +270,36 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]a
 			count = v
 		}
 	}
-	records := make([]any, count)
-	errs := make([]error, count)
-	var wg sync.WaitGroup
-	for i := range count {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			records[i], errs[i] = b.createOne(ctx, image, root, progress)
-		}()
+	ids := make([]string, count)
+	for i := range ids {
+		ids[i] = "eos-" + client.NewRequestID()
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+	memo := map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}
+	spec := activities.SandboxSpec{Image: image, WorkspaceRoot: root}
+	if async {
+		if count != 1 {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "async"}, "async create_sandbox takes count 1 (a group waits for its leader's base)")
 		}
+		spec.SandboxID = ids[0]
+		wid, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: b.HostQueue, Spec: spec}, memo)
+		if err != nil {
+			return nil, mapErr(ids[0], err)
+		}
+		return map[string]any{"id": ids[0], "state": workflows.PhaseCreating, "workflow_id": wid, "workspace_root": root, "image": image}, nil
+	}
+	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: b.HostQueue, Memo: memo, Progress: progress})
+	if err != nil {
+		return nil, mapErr(ids[0], err)
+	}
+	records := make([]any, len(states))
+	for i, st := range states {
+		b.remember(ids[i], st.Container.Daemon)
+		records[i] = b.recordWith(st, map[string]any{"workspace_root": root, "image": image})
 	}
 	if count == 1 {
 		return records[0], nil
 	}
 	return map[string]any{"sandboxes": records}, nil
-}
-
-func (b *TemporalBackend) createOne(ctx context.Context, image, root string, progress func(string)) (any, error) {
-	id := "eos-" + client.NewRequestID()
-	progress("creating sandbox " + id)
-	hq := b.HostQueue
-	_, err := b.Client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue,
-		Memo: map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}},
-		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: hq,
-			Spec: activities.SandboxSpec{SandboxID: id, Image: image, WorkspaceRoot: root}})
-	if err != nil {
-		return nil, mapErr(id, err)
-	}
-	progress("waiting for sandbox " + id + " to be ready")
-	var st workflows.SandboxState
-	if err := b.update(ctx, id, workflows.UpdateWaitReady, &st); err != nil {
-		progress("sandbox " + id + " failed: " + err.Error())
-		return nil, err
-	}
-	b.remember(id, st.Container.Daemon)
-	progress("sandbox " + id + " ready")
-	return b.recordWith(&st, map[string]any{"workspace_root": root, "image": image}), nil
 }
 
 func (b *TemporalBackend) state(ctx context.Context, sandboxID string) (*workflows.SandboxState, error) {

@@ -1,0 +1,116 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// CreateOptions tune CreateSandboxes.
+type CreateOptions struct {
+	HostQueue  string
+	SessionTTL time.Duration
+	Memo       map[string]any
+	Progress   func(msg string) // nil: no progress
+}
+
+// CreateSandboxes starts one sandbox workflow per id and waits until each
+// is ready. With more than one id the sandboxes share one base: the first
+// (the leader) imports the workspace into a shared base volume, the others
+// mount it read-only and start from the leader's base id — one import, one
+// copy of the base on disk, whatever the count.
+func CreateSandboxes(ctx context.Context, c client.Client, spec activities.SandboxSpec, ids []string, o CreateOptions) ([]*workflows.SandboxState, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("create sandboxes: no ids")
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	leader := spec
+	leader.SandboxID = ids[0]
+	if len(ids) > 1 {
+		leader.SharedBase = &activities.SharedBase{Volume: activities.BaseVolumeName(ids[0]), Leader: true}
+	}
+	first, err := createOne(ctx, c, workflows.SandboxInput{Spec: leader, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL}, o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*workflows.SandboxState, len(ids))
+	out[0] = first
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i := 1; i < len(ids); i++ {
+		f := spec
+		f.SandboxID = ids[i]
+		f.SharedBase = &activities.SharedBase{Volume: leader.SharedBase.Volume}
+		wg.Add(1)
+		go func(i int, in workflows.SandboxInput) {
+			defer wg.Done()
+			out[i], errs[i] = createOne(ctx, c, in, o)
+		}(i, workflows.SandboxInput{Spec: f, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL, BaseID: first.BaseID})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// Start starts a sandbox workflow without waiting (create_sandbox async).
+func Start(ctx context.Context, c client.Client, in workflows.SandboxInput, memo map[string]any) (string, error) {
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(in.Spec.SandboxID),
+		TaskQueue: workflows.TaskQueue, Memo: memo}, workflows.SandboxWorkflowName, in)
+	if err != nil {
+		return "", fmt.Errorf("start sandbox %s: %w", in.Spec.SandboxID, err)
+	}
+	return run.GetID(), nil
+}
+
+func createOne(ctx context.Context, c client.Client, in workflows.SandboxInput, o CreateOptions) (*workflows.SandboxState, error) {
+	id := in.Spec.SandboxID
+	o.Progress("creating sandbox " + id)
+	if _, err := Start(ctx, c, in, o.Memo); err != nil {
+		return nil, err
+	}
+	o.Progress("waiting for sandbox " + id + " to be ready")
+	var st workflows.SandboxState
+	if err := Update(ctx, c, id, workflows.UpdateWaitReady, "", &st); err != nil {
+		o.Progress("sandbox " + id + " failed: " + err.Error())
+		return nil, err
+	}
+	o.Progress("sandbox " + id + " ready")
+	return &st, nil
+}
+
+// Update runs one SandboxWorkflow update and waits for its result.
+func Update(ctx context.Context, c client.Client, sandboxID, name, updateID string, out any, args ...any) error {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
+		UpdateID: updateID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, out)
+}
+
+// Accepted is the answer to an async lifecycle operation: the update was
+// accepted by the sandbox workflow and runs on; the Temporal UI (or a
+// later call with the same request id) shows its outcome.
+type Accepted struct {
+	Status     string `json:"status"` // "accepted"
+	WorkflowID string `json:"workflow_id"`
+	UpdateID   string `json:"update_id"`
+}
+
+// UpdateAsync submits an update and returns once the workflow accepted it.
+func UpdateAsync(ctx context.Context, c client.Client, sandboxID, name, updateID string, args ...any) (*Accepted, error) {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
+		UpdateID: updateID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageAccepted})
+	if err != nil {
+		return nil, err
+	}
+	return &Accepted{Status: "accepted", WorkflowID: workflows.SandboxWorkflowID(sandboxID), UpdateID: h.UpdateID()}, nil
+}
