@@ -92,7 +92,7 @@ type CommandOutput struct {
 	Stderr                  string       `json:"stderr"`
 	Lines                   []OutputLine `json:"lines,omitempty"`
 	Truncated               bool         `json:"truncated,omitempty"`
-	CommandSessionID        string       `json:"command_session_id,omitempty"`
+	CommandSessionID        string       `json:"command_session_id"`
 	WorkspaceSessionID      string       `json:"workspace_session_id,omitempty"`
 	// Implicit sessions: the outcome of the publish after the last command.
 	PublishRejected    *bool            `json:"publish_rejected,omitempty"`

@@ -349,7 +349,9 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 		"workspace_session_count": len(st.Sessions), "created": st.Created,
 	}
 	if st.Container.Daemon.Port > 0 {
-		rec["daemon"] = st.Container.Daemon
+		// The daemon serves its RPC and its HTTP routes (/health,
+		// /files/list, /forward/...) on the same port.
+		rec["daemon"], rec["daemon_http"] = st.Container.Daemon, st.Container.Daemon
 	}
 	if st.Error != "" {
 		rec["error"] = st.Error

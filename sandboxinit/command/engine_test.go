@@ -110,7 +110,7 @@ func TestStartReportsStatusAndOutput(t *testing.T) {
 			require.Equal(t, 0, out.StartOffset)
 			require.Equal(t, tt.total, out.EndOffset)
 			require.Equal(t, (len(tt.output)+3)/4, out.OriginalTokenCount)
-			require.Empty(t, out.CommandSessionID, "a terminal, untruncated response has no command_session_id")
+			require.NotEmpty(t, out.CommandSessionID, "every response names its command (seed key set)")
 			require.False(t, out.Truncated)
 			require.Positive(t, out.WallTimeSeconds)
 			require.Positive(t, out.CommandTotalTimeSeconds)

@@ -44,10 +44,10 @@ func (e *Engine) respond(ctx context.Context, c *command, callStart time.Time) *
 		out := c.render(w, e.opts.Now().Sub(callStart))
 		if c.status == api.StatusRunning {
 			c.cursor = w.to
-			out.CommandSessionID = c.id
-		} else if w.truncated {
-			out.CommandSessionID = c.id
 		}
+		// Always present (the seed's frozen key set lists it): a finished
+		// command stays readable with read_command_lines while retained.
+		out.CommandSessionID = c.id
 		results := append([]func(*api.CommandOutput){}, c.results...)
 		c.mu.Unlock()
 		for _, f := range results {
