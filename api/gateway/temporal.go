@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +42,8 @@ type TemporalBackend struct {
 	Acts      *activities.Activities // for Docker-side reads (list_docker_images); may be nil
 	HTTP      *http.Client           // daemon client; nil = a keep-alive default
 	Timeout   time.Duration          // per lifecycle update (default 10 minutes)
+	Namespace string                 // Temporal namespace, for UI links ("" = default)
+	UIAddress string                 // Temporal UI host:port, for links ("" = no links)
 
 	mu        sync.Mutex
 	endpoints map[string]activities.Endpoint
@@ -203,6 +207,12 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		return b.record(ctx, st), nil
 	case "list_sandboxes":
 		return b.listSandboxes(ctx)
+	case "workflows":
+		limit := 100
+		if n, err := strconv.Atoi(fmt.Sprint(args["limit"])); err == nil && n > 0 {
+			limit = n
+		}
+		return b.workflowsView(ctx, sandboxID, limit)
 	case "list_docker_images":
 		if b.Acts == nil {
 			return nil, api.Errorf(api.KindOperationFailed, nil, "this gateway has no Docker access (--no-workers)")
@@ -533,4 +543,49 @@ func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep a
 		return nil, env.Error
 	}
 	return nil, api.Errorf(api.KindInternal, map[string]any{"status": resp.StatusCode}, "daemon answered HTTP %d: %.300s", resp.StatusCode, raw)
+}
+
+// workflowsView lists a sandbox's workflow and its publish children, newest
+// first, with links into the Temporal UI.
+func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, limit int) (any, error) {
+	if sandboxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	ns := b.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	query := fmt.Sprintf("WorkflowId = '%s' OR WorkflowId STARTS_WITH 'publish/%s/'", workflows.SandboxWorkflowID(sandboxID), sandboxID)
+	out := []map[string]any{}
+	var token []byte
+	for len(out) < limit {
+		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, Query: query,
+			PageSize: int32(min(limit, 1000)), NextPageToken: token})
+		if err != nil {
+			return nil, mapErr(sandboxID, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			w := map[string]any{"workflow_id": e.GetExecution().GetWorkflowId(), "run_id": e.GetExecution().GetRunId(),
+				"type": e.GetType().GetName(), "status": strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")),
+				"start_time": e.GetStartTime().AsTime(), "history_length": e.GetHistoryLength()}
+			if ct := e.GetCloseTime(); ct != nil {
+				w["close_time"] = ct.AsTime()
+			}
+			if b.UIAddress != "" {
+				w["ui_url"] = fmt.Sprintf("http://%s/namespaces/%s/workflows/%s/%s/history", b.UIAddress, ns,
+					url.PathEscape(e.GetExecution().GetWorkflowId()), e.GetExecution().GetRunId())
+			}
+			out = append(out, w)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, notFoundSandbox(sandboxID)
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
 }

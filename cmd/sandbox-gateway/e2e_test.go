@@ -117,6 +117,21 @@ func TestEndToEnd(t *testing.T) {
 	if e := api.AsError(err); err == nil || e.Kind != api.KindInvalidRequest {
 		t.Errorf("internal op: %v", err)
 	}
+	// The workflows view: the sandbox's workflow and the publish it ran.
+	wf := cliRun(api.GroupObservability, "--sandbox-id", id, "workflows")
+	types := map[string]string{}
+	for _, w := range wf["workflows"].([]any) {
+		m := w.(map[string]any)
+		types[m["type"].(string)] = m["status"].(string)
+	}
+	if types["eos.SandboxWorkflow"] != "running" || types["eos.PublishWorkflow"] != "completed" {
+		t.Errorf("workflows view: %v", wf)
+	}
+	// An async lifecycle op returns once the workflow accepted it.
+	acc := cliRun(api.GroupRuntime, "--sandbox-id", id, "create_workspace_session", "--async")
+	if acc["status"] != "accepted" || acc["workflow_id"] != "sandbox/"+id {
+		t.Errorf("async create_workspace_session: %v", acc)
+	}
 	list := cliRun(api.GroupManagement, "list_sandboxes")
 	if !strings.Contains(mustJSON(list), id) {
 		t.Errorf("list_sandboxes: %v", list)

@@ -86,7 +86,10 @@ func run() int {
 	if *noWorkers && *hostQueue == "" {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Acts: acts}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Acts: acts, Namespace: svc.Namespace}
+	if svc.Dev != nil {
+		backend.UIAddress = svc.Dev.UIAddress
+	}
 	srv := gateway.New(backend, token, log.With("component", "gateway"))
 
 	l, err := net.Listen("tcp", *listen)
