@@ -315,7 +315,7 @@ var catalog = []Operation{
 		Args:   []Arg{{Name: "trace_id", Type: TypeString, Default: "last", Description: "Trace (request) id or last."}},
 		Result: map[string]string{"view": "string", "trace": "string", "spans": "array"}},
 	{Name: "workflows", Group: GroupObservability, Scope: ScopeSandbox, Lifecycle: true,
-		Summary: "Temporal workflows of a sandbox.",
+		Summary:     "Temporal workflows of a sandbox.",
 		Description: "The sandbox's own workflow and every publish it ran, with their status, times and a link into the Temporal UI where each one's history can be read step by step.",
 		Args:        []Arg{intArg("limit", int64(100), i64(1), i64(1000), "At most this many workflows, newest first.")},
 		Result:      map[string]string{"view": "string", "sandbox_id": "string", "workflows": "array"}},
