@@ -132,26 +132,10 @@ func (s *Server) streamCommand(c *gin.Context) {
 	polls := 0
 	fetch := func() (*api.CommandOutput, json.RawMessage, *api.Error) {
 		args := map[string]any{"command_session_id": cmdID, "start_offset": json.Number(fmt.Sprint(off)), "limit": json.Number(fmt.Sprint(api.MaxReadLimit))}
-		var raw json.RawMessage
-		if polls++; polls == 1 {
-			// The first read is validated and logged like any request.
-			var aerr *api.Error
-			if raw, aerr = s.Dispatch(ctx, &jsonl.Request{Op: "read_command_lines", RequestID: rid, Scope: jsonl.SandboxScope(sandboxID), Args: args}); aerr != nil {
-				return nil, nil, aerr
-			}
-		} else {
-			// Later polls go straight to the backend (no log line per poll).
-			v, err := s.Backend.Runtime(ctx, "read_command_lines", sandboxID, args)
-			if err != nil {
-				return nil, nil, api.AsError(err)
-			}
-			if raw, _ = v.(json.RawMessage); raw == nil {
-				b, err := json.Marshal(v)
-				if err != nil {
-					return nil, nil, api.Errorf(api.KindInternal, nil, "encode result: %v", err)
-				}
-				raw = b
-			}
+		polls++
+		raw, aerr := s.poll1(ctx, rid, sandboxID, "read_command_lines", args, polls == 1)
+		if aerr != nil {
+			return nil, nil, aerr
 		}
 		var out api.CommandOutput
 		if err := json.Unmarshal(raw, &out); err != nil {
@@ -276,20 +260,9 @@ func (s *Server) streamEvents(c *gin.Context) {
 		Attrs map[string]any `json:"attrs"`
 	}
 	fetch := func(args map[string]any, first bool) ([]json.RawMessage, []event, *api.Error) {
-		var raw json.RawMessage
-		if first {
-			var aerr *api.Error
-			if raw, aerr = s.Dispatch(ctx, &jsonl.Request{Op: "events", RequestID: rid, Scope: jsonl.SandboxScope(sandboxID), Args: args}); aerr != nil {
-				return nil, nil, aerr
-			}
-		} else {
-			v, err := s.Backend.Runtime(ctx, "events", sandboxID, args)
-			if err != nil {
-				return nil, nil, api.AsError(err)
-			}
-			if raw, _ = v.(json.RawMessage); raw == nil {
-				raw, _ = json.Marshal(v)
-			}
+		raw, aerr := s.poll1(ctx, rid, sandboxID, "events", args, first)
+		if aerr != nil {
+			return nil, nil, aerr
 		}
 		var out struct {
 			Events []json.RawMessage `json:"events"`
@@ -334,4 +307,25 @@ func (s *Server) streamEvents(c *gin.Context) {
 			return
 		}
 	}
+}
+
+// poll1 runs one read of a stream: the first is validated and logged like
+// any request (Dispatch); later polls go straight to the backend, so a
+// stream does not write a log line per poll.
+func (s *Server) poll1(ctx context.Context, rid, sandboxID, op string, args map[string]any, first bool) (json.RawMessage, *api.Error) {
+	if first {
+		return s.Dispatch(ctx, &jsonl.Request{Op: op, RequestID: rid, Scope: jsonl.SandboxScope(sandboxID), Args: args})
+	}
+	v, err := s.Backend.Runtime(ctx, op, sandboxID, args)
+	if err != nil {
+		return nil, api.AsError(err)
+	}
+	if raw, ok := v.(json.RawMessage); ok {
+		return raw, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, api.Errorf(api.KindInternal, nil, "encode result: %v", err)
+	}
+	return raw, nil
 }
