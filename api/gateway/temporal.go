@@ -260,7 +260,16 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		}
 		return b.run(ctx, async, sandboxID, workflows.UpdateExport, r)
 	}
-	return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "%s is not implemented by this gateway yet", op)
+	// Unreachable for catalog operations (TestEveryLifecycleOpHasAHandler).
+	return nil, api.Errorf(api.KindInternal, map[string]any{"op": op}, "no lifecycle handler for %s", op)
+}
+
+// LifecycleOps are the operations LifecycleProgress handles; a test keeps
+// this list equal to the catalog's lifecycle operations.
+var LifecycleOps = []string{
+	"create_sandbox", "destroy_sandbox", "inspect_sandbox", "list_sandboxes", "workflows", "list_docker_images",
+	"list_workspace_directories", "create_workspace_session", "destroy_workspace_session", "refresh_workspace_session",
+	"publish_workspace_session", "file_write", "file_edit", "file_delete", "file_move", "squash_layerstacks", "export_changes",
 }
 
 // createSandboxes creates count sandboxes; more than one share one base

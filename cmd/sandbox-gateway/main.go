@@ -10,11 +10,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
@@ -26,56 +24,45 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	var wf worker.Flags
+	wf.Register(flag.CommandLine)
 	var (
 		listen    = flag.String("listen", gateway.DefaultAddr, "TCP address for HTTP and JSON lines")
 		unixSock  = flag.String("unix-socket", "", "also listen on this unix socket (mode 0600)")
 		tokenFile = flag.String("token-file", client.TokenPath(), "gateway token file (created 0600 when missing)")
-		stateDir  = flag.String("state-dir", worker.DefaultStateDir(), "state directory (secret, embedded Temporal data)")
-		address   = flag.String("temporal-address", "", "Temporal frontend host:port (default $TEMPORAL_ADDRESS, else an embedded dev server)")
-		namespace = flag.String("namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
-		embedded  = flag.String("temporal-embedded-address", "", "embedded Temporal frontend address (default 127.0.0.1:7233)")
-		uiAddr    = flag.String("temporal-ui", "", "embedded Temporal UI address (default 127.0.0.1:8233, off disables)")
-		hostQueue = flag.String("host-queue", "", "this host's activity task queue (default eos-host-<hostname>)")
-		daemonBin = flag.String("daemon-binary", "", "static sandbox-daemon to copy into sandboxes")
-		seccomp   = flag.String("seccomp-profile", "", "sandbox seccomp profile (default: next to the daemon binary, or sandboxinit/runtime/seccomp.json)")
 		noWorkers = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
-		reconcile = flag.Bool("reconcile", true, "remove Docker objects no running sandbox owns, at start (with workers)")
-		verbose   = flag.Bool("v", false, "debug logging")
 	)
 	flag.Parse()
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := wf.Logger()
 
 	token, err := client.EnsureToken(*tokenFile)
 	if err != nil {
 		log.Error("gateway token", "file", *tokenFile, "err", err)
 		return 1
 	}
-	secret, err := worker.LoadOrCreateSecret(filepath.Join(*stateDir, "gateway.secret"))
+	secret, err := wf.Secret()
 	if err != nil {
 		log.Error("gateway secret", "err", err)
 		return 1
 	}
 	var acts *activities.Activities
 	if !*noWorkers {
-		if acts, err = worker.BuildActivities(secret, *daemonBin, *seccomp, log); err != nil {
+		if acts, err = worker.BuildActivities(secret, wf.DaemonBin, wf.Seccomp, log); err != nil {
 			log.Error("worker setup", "err", err)
 			return 1
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	svc, err := worker.Start(ctx, worker.Options{StateDir: filepath.Join(*stateDir, "temporal"), TemporalAddress: *address,
-		Namespace: *namespace, EmbeddedAddress: *embedded, UIAddress: *uiAddr, HostQueue: *hostQueue, Activities: acts, NoWorkers: *noWorkers, Logger: log})
+	opts := wf.Options(acts, log)
+	opts.NoWorkers = *noWorkers
+	svc, err := worker.Start(ctx, opts)
 	if err != nil {
 		log.Error("temporal start", "err", err)
 		return 1
 	}
 	defer svc.Stop()
-	if acts != nil && *reconcile {
+	if acts != nil && wf.Reconcile {
 		if rep, err := svc.Reconcile(ctx, acts); err != nil {
 			log.Warn("reconcile", "err", err)
 		} else {
@@ -83,7 +70,7 @@ func run() int {
 		}
 	}
 	hostQ := svc.HostQueue
-	if *noWorkers && *hostQueue == "" {
+	if *noWorkers && wf.HostQueue == "" {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
 	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Acts: acts, Namespace: svc.Namespace}

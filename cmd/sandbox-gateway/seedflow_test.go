@@ -344,9 +344,6 @@ const (
 // against a separately started sandbox-gateway process, then compares raw
 // JSON lines with HTTP answers.
 func TestSeedFlowCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
 	g := startGatewayProcess(t)
 
 	ws := t.TempDir()
