@@ -132,6 +132,10 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	rid := r.Header.Get("X-Request-Id")
+	if wantsStream(op, r) {
+		s.serveStreaming(w, r, h, rid, body)
+		return
+	}
 	res, err := h(r.Context(), rid, body)
 	if err != nil {
 		s.d.log.Debug("operation failed", "op", op, "request_id", rid, "err", err)

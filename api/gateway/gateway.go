@@ -142,10 +142,16 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 	var out any
 	var err error
 	pb, canProgress := s.Backend.(ProgressBackend)
+	rpb, canRuntimeProgress := s.Backend.(RuntimeProgressBackend)
+	streams := progress != nil && ProgressOps[op.Name]
 	switch {
-	case op.IsLifecycle(req.Args) && canProgress && progress != nil && ProgressOps[op.Name]:
+	case op.IsLifecycle(req.Args) && canProgress && streams:
 		lp := &lockedProgress{fn: progress}
 		out, err = pb.LifecycleProgress(ctx, op.Name, sandboxID, req.Args, lp.call)
+		lp.finish()
+	case !op.IsLifecycle(req.Args) && canRuntimeProgress && streams:
+		lp := &lockedProgress{fn: progress}
+		out, err = rpb.RuntimeProgress(ctx, op.Name, sandboxID, req.Args, lp.call)
 		lp.finish()
 	case op.IsLifecycle(req.Args):
 		out, err = s.Backend.Lifecycle(ctx, op.Name, sandboxID, req.Args)
@@ -199,6 +205,8 @@ func (s *Server) routes() *gin.Engine {
 	authed.POST("/ops/:op", s.httpOp)
 	authed.GET("/sandboxes/:id/commands/:command_id/stream", s.streamCommand)
 	authed.GET("/sandboxes/:id/events/stream", s.streamEvents)
+	// MCP over streamable HTTP, one endpoint per tool set.
+	e.Any("/mcp/:set", s.auth, s.serveMCP(s.mcpHandlers()))
 	e.NoRoute(func(c *gin.Context) {
 		abort(c, api.Errorf(api.KindNotFound, nil, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
