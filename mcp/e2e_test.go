@@ -289,6 +289,14 @@ func TestAgentsOverMCP(t *testing.T) {
 
 	mgrHTTP, err := httpAgent(t, g, mcp.SetManagement, "manager-http", g.Token)
 	require.NoError(t, err)
+	dest := t.TempDir()
+	exp, txt, isErr := mgrHTTP.call(t, "export_changes", map[string]any{"sandbox_id": id, "dest": dest}, "export-1")
+	require.False(t, isErr, txt)
+	require.Equal(t, "dir", exp["format"])
+	eventually(t, mgrHTTP, "export-1", "export done")
+	exported, err := os.ReadFile(filepath.Join(dest, "shared.txt"))
+	require.NoError(t, err)
+	require.Equal(t, content, string(exported), "the merged file reaches the host")
 	gone := mgrHTTP.must(t, "destroy_sandbox", map[string]any{"sandbox_id": id})
 	require.Equal(t, "stopped", gone["state"])
 }
