@@ -13,14 +13,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
@@ -46,6 +44,10 @@ type TemporalBackend struct {
 	Timeout   time.Duration          // per lifecycle update (default 10 minutes)
 	Namespace string                 // Temporal namespace, for UI links ("" = default)
 	UIAddress string                 // Temporal UI host:port, for links ("" = no links)
+	// FleetConcurrency and FleetTimeout bound the system-wide views'
+	// fan-out to the sandboxes (defaults 8 and 1.5 s per sandbox).
+	FleetConcurrency int
+	FleetTimeout     time.Duration
 
 	mu        sync.Mutex
 	endpoints map[string]activities.Endpoint
@@ -409,42 +411,17 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 }
 
 func (b *TemporalBackend) listSandboxes(ctx context.Context) (any, error) {
-	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.SandboxWorkflowName)
-	var recs []map[string]any
-	var token []byte
-	for {
-		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
-		if err != nil {
-			return nil, mapErr("", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			if e.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				continue
-			}
-			id := e.GetExecution().GetWorkflowId()
-			if len(id) <= len("sandbox/") {
-				continue
-			}
-			sid := id[len("sandbox/"):]
-			var memo map[string]any
-			if e.GetMemo() != nil {
-				memo = decodeMemo(e.GetMemo().GetFields())
-			}
-			st, err := b.state(ctx, sid)
-			if err != nil {
-				recs = append(recs, map[string]any{"id": sid, "state": "unknown", "error": err.Error(), "workspace_root": memo["workspace_root"]})
-				continue
-			}
-			recs = append(recs, b.recordWith(st, memo))
-		}
-		token = resp.GetNextPageToken()
-		if len(token) == 0 {
-			break
-		}
+	fleet, err := b.fleet(ctx)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(recs, func(i, j int) bool { return fmt.Sprint(recs[i]["id"]) < fmt.Sprint(recs[j]["id"]) })
-	if recs == nil {
-		recs = []map[string]any{}
+	recs := make([]map[string]any, 0, len(fleet))
+	for _, f := range fleet {
+		if f.Err != nil {
+			recs = append(recs, map[string]any{"id": f.ID, "state": "unknown", "error": f.Err.Error(), "workspace_root": f.Memo["workspace_root"]})
+			continue
+		}
+		recs = append(recs, b.recordWith(f.State, f.Memo))
 	}
 	return map[string]any{"sandboxes": recs}, nil
 }
@@ -523,7 +500,13 @@ func (b *TemporalBackend) Runtime(ctx context.Context, op, sandboxID string, arg
 // "[stderr] ") while the call waits.
 func (b *TemporalBackend) RuntimeProgress(ctx context.Context, op, sandboxID string, args map[string]any, progress func(string)) (any, error) {
 	if sandboxID == "" {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "the system-scope form of %s is not implemented yet; pass a sandbox id", op)
+		switch op {
+		case "snapshot":
+			return b.fleetSnapshot(ctx)
+		case "resources":
+			return b.fleetResources(ctx)
+		}
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"op": op}, "%s needs a sandbox id", op)
 	}
 	body, _ := json.Marshal(args)
 	ep, err := b.endpoint(ctx, sandboxID, false)
