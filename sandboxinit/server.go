@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -44,6 +45,10 @@ func NewServer(d *Daemon) *Server {
 	mux.HandleFunc("/health", s.serveHealth)
 	mux.HandleFunc("/files/list", s.serveFilesList)
 	mux.HandleFunc("/forward/", s.serveForward)
+	// CPU and heap profiles of the daemon for `make bench`, behind the
+	// sandbox token like every route.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.KindNotFound, nil, "not found"))
 	})

@@ -71,6 +71,10 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 			"matching.numTaskqueueReadPartitions":            1,
 			"matching.numTaskqueueWritePartitions":           1,
 			"history.longPollExpirationInterval":             time.Second,
+			// Every agent's publish, session create and sessionless write
+			// is an Update on its sandbox's one workflow; the default of
+			// 10 in flight per workflow stalls 20 agents (measured).
+			"history.maxInFlightUpdates": 1000,
 		},
 	}
 	ds := &DevServer{Address: net.JoinHostPort(host, strconv.Itoa(port)), Namespace: o.Namespace}

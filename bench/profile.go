@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+)
+
+// startLocalProfile profiles this process's CPU into path until stop.
+func startLocalProfile(path string) (stop func()) {
+	f, err := os.Create(path)
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// daemonProfileWindow is the length of one CPU profile asked of the
+// daemon; consecutive windows are merged, the one cut short by stop is lost.
+const daemonProfileWindow = 5 * time.Second
+
+// daemonProfile profiles the sandbox daemon's CPU (its /debug/pprof, behind
+// the sandbox token) until stop, and writes the merged profile to path.
+func (s *Stack) daemonProfile(ctx context.Context, sandboxID, path string) (stop func()) {
+	rec, err := s.Call(ctx, "inspect_sandbox", "", map[string]any{"sandbox_id": sandboxID})
+	if err != nil {
+		return func() {}
+	}
+	d, _ := rec["daemon"].(map[string]any)
+	url := fmt.Sprintf("http://%v:%v/debug/pprof/profile?seconds=%d", d["host"], d["port"], int(daemonProfileWindow.Seconds()))
+	token := activities.DaemonToken(s.secret, sandboxID)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan []*profile.Profile, 1)
+	go func() {
+		var ps []*profile.Profile
+		defer func() { done <- ps }()
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				return
+			}
+			if p, err := profile.Parse(bytes.NewReader(b)); err == nil {
+				ps = append(ps, p)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		ps := <-done
+		if len(ps) == 0 {
+			return
+		}
+		merged, err := profile.Merge(ps)
+		if err != nil {
+			return
+		}
+		if f, err := os.Create(path); err == nil {
+			_ = merged.Write(f)
+			f.Close()
+		}
+	}
+}

@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+// sharedLines is the length of the file every agent edits one line of.
+const sharedLines = 200
+
+// agentOps are the operation classes of one agent iteration, in order.
+var agentOps = []string{"create_session", "file_read", "file_write", "file_edit", "exec_test", "publish"}
+
+// agentRun is what one concurrency level measured.
+type agentRun struct {
+	n                      int
+	wall                   time.Duration
+	iterations, published  int64
+	conflicts, failures    int64
+	cpuMean, cpuMax        float64 // % of one core
+	memMean, memMax        uint64
+	sessionDisk, worktree  int64
+	failureSample          string
+}
+
+// runAgents: N agents, each looping edit → test → publish in its own
+// session of one sandbox, for a fixed time per N.
+func runAgents(ctx context.Context, s *Suite) (Section, error) {
+	repo := filepath.Join(s.o.WorkDir, "repo-agents")
+	if err := ensureRepo(repo, 200, 4096); err != nil {
+		return Section{}, err
+	}
+	var shared strings.Builder
+	for i := 0; i < sharedLines; i++ {
+		fmt.Fprintf(&shared, "line %03d\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "shared.txt"), []byte(shared.String()), 0o644); err != nil {
+		return Section{}, err
+	}
+	wt := filepath.Join(s.o.WorkDir, "wt-e")
+	rm, err := GitWorktree(repo, wt)
+	if err != nil {
+		return Section{}, err
+	}
+	worktreeDisk := DiskBytes(wt)
+	rm()
+
+	var runs []agentRun
+	for _, n := range s.o.Agents {
+		r, err := s.agents(ctx, repo, n)
+		if err != nil {
+			return Section{}, fmt.Errorf("%d agents: %w", n, err)
+		}
+		r.worktree = worktreeDisk
+		runs = append(runs, r)
+	}
+
+	thr := Table{Caption: "Throughput, conflicts and the sandbox's resources", Header: []string{"agents", "ops/s", "loops/s", "publishes",
+		"conflicts", "failed ops", "sandbox CPU mean / max", "sandbox memory mean / max", "disk per session", "worktree copy"}}
+	lat := Table{Caption: "Latency per operation class (ms): p50 / p95 / p99", Header: append([]string{"agents"}, agentOps...)}
+	plot := Plot{File: "agents-latency.png", Title: "Latency against concurrency (p50 solid, p95 dashed)", XLabel: "parallel agents",
+		YLabel: "latency (ms)", LogX: true, LogY: true}
+	series := map[string]*Series{}
+	for _, op := range agentOps {
+		series[op+" p50"] = &Series{Name: op + " p50"}
+		series[op+" p95"] = &Series{Name: op + " p95"}
+	}
+	var notes []string
+	for _, r := range runs {
+		var ops int
+		row := []string{fmt.Sprint(r.n)}
+		for _, op := range agentOps {
+			sm := s.summary("e", fmt.Sprint(r.n), op, r.n, 0)
+			ops += sm.N
+			row = append(row, fmt.Sprintf("%v / %v / %v", Ms(sm.P50), Ms(sm.P95), Ms(sm.P99)))
+			series[op+" p50"].X, series[op+" p50"].Y = append(series[op+" p50"].X, float64(r.n)), append(series[op+" p50"].Y, Ms(sm.P50))
+			series[op+" p95"].X, series[op+" p95"].Y = append(series[op+" p95"].X, float64(r.n)), append(series[op+" p95"].Y, Ms(sm.P95))
+		}
+		lat.Rows = append(lat.Rows, row)
+		thr.Rows = append(thr.Rows, []string{fmt.Sprint(r.n), fops(float64(ops) / r.wall.Seconds()), fops(float64(r.iterations) / r.wall.Seconds()),
+			fmt.Sprint(r.published), fmt.Sprint(r.conflicts), fmt.Sprint(r.failures),
+			fmt.Sprintf("%.0f%% / %.0f%%", r.cpuMean, r.cpuMax), fmt.Sprintf("%s / %s", bytesStr(int64(r.memMean)), bytesStr(int64(r.memMax))),
+			bytesStr(r.sessionDisk), bytesStr(r.worktree)})
+		if r.failureSample != "" {
+			notes = append(notes, fmt.Sprintf("%d agents: a failed operation said: %s", r.n, r.failureSample))
+		}
+	}
+	for _, op := range agentOps {
+		plot.Series = append(plot.Series, *series[op+" p50"], *series[op+" p95"])
+	}
+	s.Plots = append(s.Plots, plot)
+	return Section{Intro: fmt.Sprintf("N agents in one sandbox over a 200-file repository, each looping for %s: "+
+		"create_workspace_session, file_read of a shared %d-line file, file_write of a 4 KiB file of its own, file_edit of one "+
+		"random line of the shared file, `exec_command` of a test (`grep -c . shared.txt && test -f <its file>`), "+
+		"publish_workspace_session; a rejected publish (another agent changed the same line first) is counted as a conflict and "+
+		"its session discarded. Everything goes through the gateway over HTTP. CPU is the sandbox container's (100%% = one "+
+		"core of the 2), memory its cgroup's, both sampled from the Docker Engine every 500 ms; disk per session is what one "+
+		"session's directory holds after its edits (upper dir, overlay work dir, records), against a `git worktree add` of the "+
+		"same repository.", s.agentTime(), sharedLines),
+		Tables: []Table{thr, lat}, Notes: notes}, nil
+}
+
+func (s *Suite) agentTime() time.Duration {
+	return time.Duration(float64(s.o.AgentTime) * s.o.Scale).Round(time.Second)
+}
+
+var lineRe = regexp.MustCompile(`(?m)^line \d{3}.*$`)
+
+// agents runs one concurrency level in a fresh sandbox.
+func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error) {
+	id, err := s.st.CreateSandbox(ctx, s.o.Image, repo)
+	if err != nil {
+		return agentRun{}, err
+	}
+	defer s.st.DestroySandbox(id)
+	r := agentRun{n: n, sessionDisk: -1}
+	var mu sync.Mutex
+	fail := func(err error) {
+		atomic.AddInt64(&r.failures, 1)
+		mu.Lock()
+		if r.failureSample == "" {
+			r.failureSample = err.Error()
+		}
+		mu.Unlock()
+	}
+	stopSampler := s.sampleUsage(ctx, id, &r)
+	if n == s.o.Agents[len(s.o.Agents)-1] {
+		stopProfile := s.profile(ctx, fmt.Sprintf("agents-%d", n), id)
+		defer stopProfile()
+	}
+	deadline := time.Now().Add(s.agentTime())
+	cas := fmt.Sprint(n)
+	timed := func(op string, fn func() error) error {
+		t0 := time.Now()
+		err := fn()
+		s.Rec.Add(Sample{Scenario: "e", Case: cas, Op: op, Concurrency: n, Latency: time.Since(t0), Err: err != nil && !isConflict(err)})
+		return err
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for a := 0; a < n; a++ {
+		wg.Add(1)
+		go func(a int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(a), uint64(n)))
+			for iter := 0; iter == 0 || time.Now().Before(deadline); iter++ {
+				var ws string
+				if err := timed("create_session", func() (err error) { ws, err = s.st.Session(ctx, id, fmt.Sprintf("agent-%02d", a)); return }); err != nil {
+					fail(err)
+					continue
+				}
+				var content string
+				err := timed("file_read", func() error {
+					m, err := s.st.Call(ctx, "file_read", id, map[string]any{"path": "shared.txt", "workspace_session_id": ws})
+					content, _ = m["content"].(string)
+					return err
+				})
+				own := fmt.Sprintf("agents/a%02d/iter%04d.txt", a, iter)
+				if err == nil {
+					err = timed("file_write", func() error {
+						_, err := s.st.Call(ctx, "file_write", id, map[string]any{"path": own, "content": content4k, "workspace_session_id": ws})
+						return err
+					})
+				}
+				if err == nil {
+					lines := lineRe.FindAllString(content, -1)
+					old := lines[rng.IntN(len(lines))]
+					err = timed("file_edit", func() error {
+						_, err := s.st.Call(ctx, "file_edit", id, map[string]any{"path": "shared.txt", "workspace_session_id": ws,
+							"edits": []any{map[string]any{"old_string": old + "\n", "new_string": old[:8] + fmt.Sprintf(" a%02d i%d\n", a, iter)}}})
+						return err
+					})
+				}
+				if err == nil {
+					err = timed("exec_test", func() error { return s.st.Exec(ctx, id, ws, "grep -c . shared.txt >/dev/null && test -f "+own) })
+				}
+				if err == nil && iter == 0 && (a == 0 || a == n-1) {
+					if d := ContainerDiskBytes(ctx, s.st.Docker, id, "/eos/sessions/"+ws); d > 0 {
+						mu.Lock()
+						r.sessionDisk = max(r.sessionDisk, d)
+						mu.Unlock()
+					}
+				}
+				if err == nil {
+					err = timed("publish", func() error {
+						_, err := s.st.Call(ctx, "publish_workspace_session", id, map[string]any{"workspace_session_id": ws})
+						return err
+					})
+				}
+				atomic.AddInt64(&r.iterations, 1)
+				switch {
+				case err == nil:
+					atomic.AddInt64(&r.published, 1)
+				case isConflict(err):
+					atomic.AddInt64(&r.conflicts, 1)
+				default:
+					fail(err)
+				}
+				if err != nil {
+					_, _ = s.st.Call(ctx, "destroy_workspace_session", id, map[string]any{"workspace_session_id": ws, "force": true})
+				}
+			}
+		}(a)
+	}
+	wg.Wait()
+	r.wall = time.Since(start)
+	stopSampler()
+	return r, nil
+}
+
+// isConflict reports a publish the head rejected (what the loop expects).
+func isConflict(err error) bool {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	_, ok := ae.Details["conflicts"]
+	return ok
+}
+
+// sampleUsage reads the sandbox container's CPU and memory every 500 ms
+// until stop, into r.
+func (s *Suite) sampleUsage(ctx context.Context, id string, r *agentRun) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		var prevCPU uint64
+		var prevAt time.Time
+		var cpuSum, memSum float64
+		var k int
+		for {
+			select {
+			case <-ctx.Done():
+				if k > 0 {
+					r.cpuMean, r.memMean = cpuSum/float64(k), uint64(memSum/float64(k))
+				}
+				return
+			case <-t.C:
+			}
+			u, err := s.st.Acts.Usage(ctx, id)
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			if !prevAt.IsZero() && u.CPUUsageUsec >= prevCPU {
+				cpu := float64(u.CPUUsageUsec-prevCPU) / float64(now.Sub(prevAt).Microseconds()) * 100
+				cpuSum += cpu
+				memSum += float64(u.MemoryCurrentBytes)
+				k++
+				r.cpuMax = max(r.cpuMax, cpu)
+				r.memMax = max(r.memMax, u.MemoryCurrentBytes)
+			}
+			prevCPU, prevAt = u.CPUUsageUsec, now
+		}
+	}()
+	return func() { cancel(); <-done }
+}

@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+// runSandboxCreate: create_sandbox over a 1k-file and a 20k-file repository
+// against what a container-per-agent tool does for one agent (a container
+// of the image with a copy of the repository, started) and against
+// git worktree add.
+func runSandboxCreate(ctx context.Context, s *Suite) (Section, error) {
+	t := Table{Header: []string{"repository", "ours: create_sandbox p50", "max", "samples", "container + copy p50", "max", "samples",
+		"git worktree add p50", "samples", "container / ours"}}
+	for _, r := range []struct {
+		name    string
+		files   int
+		samples int
+	}{{"1k files (4 MiB)", 1000, 3}, {"20k files (80 MiB)", 20000, 2}} {
+		repo := filepath.Join(s.o.WorkDir, fmt.Sprintf("repo-%d", r.files))
+		if r.files == 1000 {
+			repo = filepath.Join(s.o.WorkDir, "repo-1k")
+		}
+		if err := ensureRepo(repo, r.files, 4096); err != nil {
+			return Section{}, err
+		}
+		n := s.n(r.samples)
+		// One at a time, each removed (untimed) before the next, so every
+		// create starts from the same state; no warm-up: creates are cold
+		// by nature.
+		timed := func(cas string, create func() (cleanup func(), err error)) time.Duration {
+			var total time.Duration
+			for i := 0; i < n; i++ {
+				t0 := time.Now()
+				cleanup, err := create()
+				d := time.Since(t0)
+				total += d
+				s.Rec.Add(Sample{Scenario: "f", Case: cas, Op: r.name, Concurrency: 1, Latency: d, Err: err != nil})
+				if cleanup != nil {
+					cleanup()
+				}
+			}
+			return total
+		}
+		ow := timed("ours", func() (func(), error) {
+			id, err := s.st.CreateSandbox(ctx, s.o.Image, repo)
+			return func() {
+				if id != "" {
+					s.st.DestroySandbox(id)
+				}
+			}, err
+		})
+		cw := timed("container + copy", func() (func(), error) {
+			id, err := containerWithCopy(ctx, s, repo)
+			return func() {
+				if id != "" {
+					_ = s.st.Docker.ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+				}
+			}, err
+		})
+		gw := timed("git worktree add", func() (func(), error) {
+			return GitWorktree(repo, filepath.Join(s.o.WorkDir, fmt.Sprintf("wt-f-%d", r.files)))
+		})
+		o := s.summary("f", "ours", r.name, 0, ow)
+		c := s.summary("f", "container + copy", r.name, 0, cw)
+		g := s.summary("f", "git worktree add", r.name, 0, gw)
+		t.Rows = append(t.Rows, []string{r.name, fms(o.P50), fms(o.Max), samplesCell(o), fms(c.P50), fms(c.Max), samplesCell(c),
+			fms(g.P50), samplesCell(g), ratio(c.P50, o.P50)})
+	}
+	return Section{Intro: "`create_sandbox` through the gateway until the sandbox is ready: the durable creation saga (image " +
+		"check, state volume, container with the daemon, workspace copy, start, readiness, base import of the git-tracked files " +
+		"into the layer store). The container-per-agent column is the same work a peer does for one agent: create a container " +
+		"of the image, copy the repository in (Engine API, a tar stream of the tree) and start it. Our sandbox then serves " +
+		"any number of agents; a container per agent pays this per agent. Latencies in ms.", Tables: []Table{t}}, nil
+}
+
+// containerWithCopy creates a container of the image, copies repo into it
+// and starts it; the caller removes it.
+func containerWithCopy(ctx context.Context, s *Suite, repo string) (string, error) {
+	dc := s.st.Docker
+	created, err := dc.ContainerCreate(ctx, &container.Config{Image: s.o.Image, Cmd: []string{"sleep", "86400"}, WorkingDir: "/workspace",
+		Labels: map[string]string{"eos.bench": "1"}}, &container.HostConfig{}, nil, nil, "")
+	if err != nil {
+		return "", err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarTree(pw, repo, "workspace")) }()
+	if err := dc.CopyToContainer(ctx, created.ID, "/", pr, container.CopyToContainerOptions{}); err != nil {
+		return created.ID, err
+	}
+	return created.ID, dc.ContainerStart(ctx, created.ID, container.StartOptions{})
+}
+
+// tarTree writes dir as a tar stream with every name under prefix.
+func tarTree(w io.Writer, dir, prefix string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		name := filepath.ToSlash(filepath.Join(prefix, rel))
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name = name
+		if d.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}

@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Options configure a suite run.
+type Options struct {
+	Image     string   // sandbox and baseline image
+	Scale     float64  // multiplies every sample count and duration
+	Agents    []int    // concurrency levels of the parallel-agents scenario
+	AgentTime time.Duration
+	Only      []string // scenario keys to run (a..f); empty = all
+	WorkDir   string   // repositories, worktrees, scratch
+	Stack     StackOptions
+	Log       *slog.Logger
+	// Profile, when set, is where CPU profiles of the slowest scenarios go
+	// (this process: gateway, workers, embedded Temporal; and the daemon).
+	Profile string
+}
+
+// Suite runs the scenarios and keeps what the report needs.
+type Suite struct {
+	o        Options
+	st       *Stack
+	Rec      *Recorder
+	Sections []Section
+	Plots    []Plot
+	Profiles []string
+	Machine  map[string]string
+}
+
+// Section is one scenario's part of the report.
+type Section struct {
+	Key, Title, Intro string
+	Tables            []Table
+	Notes             []string
+}
+
+// Table is a markdown table.
+type Table struct {
+	Caption string
+	Header  []string
+	Rows    [][]string
+}
+
+// Plot is a line chart: one series per name over a shared x axis.
+type Plot struct {
+	File, Title, XLabel, YLabel string
+	LogX, LogY                  bool
+	Series                      []Series
+}
+
+// Series is one line of a plot.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// summary summarizes the recorded samples of one scenario, case and op.
+func (s *Suite) summary(scenario, cas, op string, c int, wall time.Duration) Summary {
+	lat, errs := s.Rec.Select(scenario, cas, op, c)
+	return Summarize(lat, errs, wall)
+}
+
+// n scales a sample count (at least 3).
+func (s *Suite) n(base int) int { return max(3, int(math.Round(float64(base)*s.o.Scale))) }
+
+func (s *Suite) want(key string) bool {
+	if len(s.o.Only) == 0 {
+		return true
+	}
+	for _, k := range s.o.Only {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// scenario is one runnable scenario.
+type scenario struct {
+	key, title string
+	run        func(ctx context.Context, s *Suite) (Section, error)
+}
+
+var scenarios = []scenario{
+	{"a", "Command in a session vs docker exec", runCommand},
+	{"b", "Session create vs docker run and git worktree add", runSessionCreate},
+	{"c", "4 KiB file read and write vs docker exec", runFiles},
+	{"d", "Publish latency against change-set size", runPublishSize},
+	{"e", "Parallel agents in one sandbox", runAgents},
+	{"f", "Sandbox create for a 1k-file and a 20k-file repository", runSandboxCreate},
+}
+
+// Run starts the product and runs the chosen scenarios in order.
+func Run(ctx context.Context, o Options) (*Suite, error) {
+	if o.Scale <= 0 {
+		o.Scale = 1
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if len(o.Agents) == 0 {
+		o.Agents = []int{1, 5, 20, 50}
+	}
+	if o.AgentTime <= 0 {
+		o.AgentTime = 20 * time.Second
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	s := &Suite{o: o, Rec: &Recorder{}, Machine: machine(ctx)}
+	o.Stack.StateDir = filepath.Join(o.WorkDir, "state")
+	o.Stack.Log = o.Log
+	st, err := StartStack(ctx, o.Stack)
+	if err != nil {
+		return nil, fmt.Errorf("start the product: %w", err)
+	}
+	defer st.Close()
+	s.st = st
+	s.Machine["docker"], _ = st.Acts.DockerVersion(ctx)
+	for _, sc := range scenarios {
+		if !s.want(sc.key) {
+			continue
+		}
+		o.Log.Info("scenario", "key", sc.key, "title", sc.title)
+		start := time.Now()
+		sec, err := sc.run(ctx, s)
+		if err != nil {
+			return s, fmt.Errorf("scenario %s (%s): %w", sc.key, sc.title, err)
+		}
+		sec.Key, sec.Title = sc.key, sc.title
+		sec.Notes = append(sec.Notes, fmt.Sprintf("Scenario wall time: %s.", time.Since(start).Round(time.Second)))
+		s.Sections = append(s.Sections, sec)
+		o.Log.Info("scenario done", "key", sc.key, "seconds", time.Since(start).Seconds())
+	}
+	s.Machine["load_after"] = loadAvg()
+	return s, nil
+}
+
+// --- formatting helpers for the scenarios ---
+
+func fms(d time.Duration) string { return fmt.Sprintf("%v", Ms(d)) }
+
+func ratio(base, ours time.Duration) string {
+	if ours <= 0 || base <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1fx", float64(base)/float64(ours))
+}
+
+func fops(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func bytesStr(n int64) string {
+	switch {
+	case n < 0:
+		return "?"
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// summaryRow renders "p50 / p95 / p99 (ops/s)" cells of a summary.
+func summaryCells(sm Summary) []string {
+	cells := []string{fms(sm.P50), fms(sm.P95), fms(sm.P99)}
+	if sm.OpsPerSec > 0 {
+		cells = append(cells, fops(sm.OpsPerSec))
+	} else {
+		cells = append(cells, "–")
+	}
+	return append(cells, samplesCell(sm))
+}
+
+// samplesCell is the sample count, with the failures when there were any.
+func samplesCell(sm Summary) string {
+	if sm.Errors > 0 {
+		return fmt.Sprintf("%d (%d failed)", sm.N, sm.Errors)
+	}
+	return fmt.Sprint(sm.N)
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func machine(ctx context.Context) map[string]string {
+	m := map[string]string{"load_before": loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		n := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") && m["cpu"] == "" {
+				m["cpu"] = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+			}
+			if strings.HasPrefix(l, "processor") {
+				n++
+			}
+		}
+		m["cores"] = fmt.Sprint(n)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		m["memory"] = strings.TrimSpace(strings.SplitN(strings.SplitN(string(b), "\n", 2)[0], ":", 2)[1])
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
