@@ -24,14 +24,14 @@ var agentOps = []string{"create_session", "file_read", "file_write", "file_edit"
 
 // agentRun is what one concurrency level measured.
 type agentRun struct {
-	n                      int
-	wall                   time.Duration
-	iterations, published  int64
-	conflicts, failures    int64
-	cpuMean, cpuMax        float64 // % of one core
-	memMean, memMax        uint64
-	sessionDisk, worktree  int64
-	failureSample          string
+	n                     int
+	wall                  time.Duration
+	iterations, published int64
+	conflicts, failures   int64
+	cpuMean, cpuMax       float64 // % of one core
+	memMean, memMax       uint64
+	sessionDisk, worktree int64
+	failureSample         string
 }
 
 // runAgents: N agents, each looping edit → test → publish in its own

@@ -90,7 +90,6 @@ func runCommand(ctx context.Context, s *Suite) (Section, error) {
 		Tables: []Table{t}}, nil
 }
 
-
 // runSessionCreate: create_workspace_session (durable, through Temporal)
 // vs a fresh container (docker run) vs git worktree add.
 func runSessionCreate(ctx context.Context, s *Suite) (Section, error) {

@@ -14,9 +14,9 @@ import (
 
 // Options configure a suite run.
 type Options struct {
-	Image     string   // sandbox and baseline image
-	Scale     float64  // multiplies every sample count and duration
-	Agents    []int    // concurrency levels of the parallel-agents scenario
+	Image     string  // sandbox and baseline image
+	Scale     float64 // multiplies every sample count and duration
+	Agents    []int   // concurrency levels of the parallel-agents scenario
 	AgentTime time.Duration
 	Only      []string // scenario keys to run (a..f); empty = all
 	WorkDir   string   // repositories, worktrees, scratch
