@@ -42,10 +42,13 @@ test: test-deps
 	$(MAKE) fuzz
 
 # Each fuzz target briefly (go test -fuzz takes one target per run).
+FUZZPKGS := ./layerstack ./sandboxinit/telemetry
 fuzz:
-	@set -e; for t in $$($(GO) test -list 'Fuzz.*' ./layerstack | grep ^Fuzz); do \
-		echo "fuzz $$t ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./layerstack >/dev/null; \
+	@set -e; for p in $(FUZZPKGS); do \
+		for t in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+			echo "fuzz $$p $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p >/dev/null; \
+		done; \
 	done
 
 bench:
