@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
 
 // handler serves one RPC operation: decode args from body, return a result.
@@ -39,6 +40,9 @@ type Server struct {
 func NewServer(d *Daemon) *Server {
 	s := &Server{d: d, slots: make(chan struct{}, d.cfg.MaxConcurrent)}
 	s.ops = d.operations()
+	for name, h := range d.observabilityOps() {
+		s.ops[name] = h
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/rpc/", s.serveRPC)
 	mux.HandleFunc("/health", s.serveHealth)
@@ -132,7 +136,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	rid := r.Header.Get("X-Request-Id")
-	res, err := h(r.Context(), rid, body)
+	res, err := s.dispatch(telemetry.WithTrace(r.Context(), rid), op, rid, h, body)
 	if err != nil {
 		s.d.log.Debug("operation failed", "op", op, "request_id", rid, "err", err)
 		writeError(w, err)
@@ -143,6 +147,23 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// dispatch runs one operation. Observability views run quiet (they record
+// nothing and are not activity); every other operation wakes the sampler
+// and is a daemon.dispatch span in the request's trace.
+func (s *Server) dispatch(ctx context.Context, op, rid string, h handler, body []byte) (any, error) {
+	if isObservabilityOp(op) {
+		return h(telemetry.Quiet(ctx), rid, body)
+	}
+	s.d.touch()
+	ctx, sp := s.d.span(ctx, "daemon.dispatch", map[string]any{"op": op})
+	res, err := h(ctx, rid, body)
+	if err != nil {
+		sp.Set("error_kind", api.AsError(err).Kind)
+	}
+	sp.End(err)
+	return res, err
 }
 
 // streamer results write their own body (export streams).
@@ -206,7 +227,8 @@ func writeError(w http.ResponseWriter, err error) {
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	m, err := s.d.store.Manifest()
 	res := map[string]any{"status": "ok", "service": "daemon_http", "uptime_seconds": int(time.Since(s.d.started).Seconds()),
-		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid()}
+		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid(),
+		"observability_dropped": s.d.obs.store.Dropped()}
 	if err == nil {
 		res["manifest_version"], res["layer_count"] = m.Version, len(m.Layers)
 	} else {

@@ -61,6 +61,9 @@ func Quiet(ctx context.Context) context.Context {
 // TraceID returns the trace of ctx ("" if none).
 func TraceID(ctx context.Context) string { return fromContext(ctx).trace }
 
+// SpanID returns the span current in ctx ("" if none).
+func SpanID(ctx context.Context) string { return fromContext(ctx).span }
+
 // ActiveSpan is a started span; End writes it. Its methods are safe for
 // concurrent use and End writes once.
 type ActiveSpan struct {

@@ -1,0 +1,94 @@
+package sandboxinit
+
+import (
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
+)
+
+// WindowArgs are the resources view's arguments.
+type WindowArgs struct {
+	WindowMS  int64  `json:"window_ms,omitempty"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+}
+
+// CgroupArgs are the cgroup view's arguments.
+type CgroupArgs struct {
+	Scope     string `json:"scope,omitempty"` // "sandbox" (default) or a workspace session id
+	WindowMS  int64  `json:"window_ms,omitempty"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+}
+
+func selfPID() int { return os.Getpid() }
+
+// resourcesView returns every scope's samples of the window, oldest first.
+func (d *Daemon) resourcesView(a WindowArgs) map[string]any {
+	window := windowOr(a.WindowMS, 60000)
+	errs := []viewError{}
+	series, err := d.samplesSince(telemetry.Query{}, window)
+	if err != nil {
+		errs = append(errs, viewError{"samples", err.Error()})
+	}
+	availability := "available"
+	if len(errs) > 0 {
+		availability = "partial"
+	}
+	return map[string]any{"view": "resources", "scope": "sandbox", "sandbox_id": d.sandboxID(a.SandboxID), "source": "daemon_disk",
+		"availability": availability, "errors": errs, "series": series, "window_ms": window,
+		"sampler": d.obs.sampler.Stats()}
+}
+
+// cgroupView returns one scope's samples and the process topology: the
+// sandbox (its container's cgroup as the daemon samples it; the gateway
+// may answer this scope from Docker instead) or one workspace session.
+func (d *Daemon) cgroupView(a CgroupArgs) (map[string]any, error) {
+	scope := a.Scope
+	if scope == "" {
+		scope = "sandbox"
+	}
+	only := ""
+	if scope != "sandbox" {
+		if _, err := d.session(scope); err != nil {
+			return nil, api.Errorf(api.KindNotFound, map[string]any{"scope": scope}, "cgroup scope %q: not sandbox and not a live workspace session", scope)
+		}
+		only = scope
+	}
+	series, err := d.samplesSince(telemetry.Query{Scope: scope}, windowOr(a.WindowMS, 60000))
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"view": "cgroup", "scope": scope, "source": "daemon_disk", "series": series, "topology": d.topology(only)}, nil
+}
+
+func (d *Daemon) topologyView() map[string]any {
+	return map[string]any{"view": "topology", "scope": "sandbox", "topology": d.topology("")}
+}
+
+// daemonView is the daemon's own diagnostics: process, Go runtime, what it
+// owns, and its observability store with drop counters.
+func (d *Daemon) daemonView() map[string]any {
+	p := selfProcess()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	proc := map[string]any{"pid": p.pid, "rss_bytes": p.rss, "cpu_time_us": p.cpuUsec, "threads": p.threads, "fds": p.fds,
+		"uptime_seconds": int64(time.Since(d.started).Seconds()), "started_at": d.started.UTC()}
+	if p.err != "" {
+		proc["error"] = p.err
+	}
+	running := d.obs.execs.count()
+	sessions := d.liveSessions()
+	return map[string]any{"view": "daemon", "scope": "sandbox", "daemon": map[string]any{
+		"process": proc,
+		"runtime": map[string]any{"go_version": goruntime.Version(), "goroutines": goruntime.NumGoroutine(), "gomaxprocs": goruntime.GOMAXPROCS(0),
+			"num_cpu": goruntime.NumCPU(), "heap_alloc_bytes": ms.HeapAlloc, "heap_inuse_bytes": ms.HeapInuse, "heap_sys_bytes": ms.HeapSys,
+			"sys_bytes": ms.Sys, "gc_cycles": ms.NumGC},
+		"ownership": map[string]any{"state_dir": d.cfg.StateDir, "layerstack_root": d.store.Root(), "runtime_dir": fmt.Sprint(d.cfg.StateDir, "/runtime"),
+			"workspace_sessions": len(sessions), "running_commands": running, "leases": len(d.store.Leases()), "listen": d.cfg.Listen},
+		"event_store": d.eventStore(),
+		"sampler":     d.obs.sampler.Stats(),
+	}}
+}
