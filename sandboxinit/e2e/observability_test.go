@@ -179,7 +179,9 @@ func TestObservability(t *testing.T) {
 	// Idle: the sampler stops by itself and writes nothing more.
 	sampler := func() map[string]any { return field(call("daemon", nil), "daemon", "sampler").(map[string]any) }
 	require.Eventually(t, func() bool { return sampler()["running"] == false }, time.Minute, 250*time.Millisecond)
-	files := func() string { return docker(t, "exec", sb.name, "sh", "-c", "ls -l /eos/observability; sha256sum /eos/observability/*") }
+	files := func() string {
+		return docker(t, "exec", sb.name, "sh", "-c", "ls -l /eos/observability; sha256sum /eos/observability/*")
+	}
 	idle := files()
 	require.Never(t, func() bool { return files() != idle }, 5*time.Second, 500*time.Millisecond, "an idle sandbox appends nothing")
 
