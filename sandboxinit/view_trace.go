@@ -22,7 +22,7 @@ type EventsArgs struct {
 }
 
 // DefaultEventsLastN is how many events the events view returns without
-// last_n.
+// last_n and since_ms (with since_ms: up to the cap).
 const DefaultEventsLastN = 100
 
 // eventsView returns events newest first. since_ms keeps events strictly
@@ -30,7 +30,11 @@ const DefaultEventsLastN = 100
 // event once.
 func (d *Daemon) eventsView(a EventsArgs) (map[string]any, error) {
 	n := a.LastN
-	if n <= 0 {
+	switch {
+	case n > 0:
+	case a.SinceMS > 0:
+		n = telemetry.MaxRecords // a poller asking for what is new wants all of it
+	default:
 		n = DefaultEventsLastN
 	}
 	res, err := d.obs.store.Events.Query(telemetry.Query{Kind: telemetry.KindEvent, Name: a.Name, SinceMS: a.SinceMS, Ordered: true, Limit: n})
