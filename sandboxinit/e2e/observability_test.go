@@ -196,4 +196,11 @@ func TestObservability(t *testing.T) {
 	heap1 := field(call("daemon", nil), "daemon", "runtime", "heap_inuse_bytes").(float64)
 	require.Less(t, heap1-heap0, float64(16<<20), "daemon heap in use %v -> %v", heap0, heap1)
 	t.Logf("daemon heap in use %.0f -> %.0f bytes; store:\n%s", heap0, heap1, strings.TrimSpace(idle))
+
+	// The store is on the state volume: a container restart keeps it.
+	docker(t, "restart", "-t", "5", sb.name)
+	sb.connect()
+	require.Len(t, call("publish_history", nil)["publishes"], len(hist))
+	require.Equal(t, "e2e-pub-b", call("trace", map[string]any{"trace_id": "e2e-pub-b"})["trace"])
+	require.NotEmpty(t, call("trace", map[string]any{"trace_id": "e2e-pub-b"})["spans"])
 }
