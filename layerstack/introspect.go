@@ -34,6 +34,11 @@ type LayerUsage struct {
 type usageCache struct {
 	mu sync.Mutex
 	m  map[string]LayerUsage
+
+	// The whole store's usage changes only with a commit (manifest
+	// version) or a lease: StorageUsage is recomputed only then.
+	storageKey string
+	storage    StorageUsage
 }
 
 // LayerUsage returns the disk use of layer l (cached by id).
@@ -108,9 +113,44 @@ type StorageUsage struct {
 // hardlinked inodes once) and the store's own files (metadata, leases,
 // transaction records, staging, audit log).
 func (s *Store) StorageUsage() (StorageUsage, error) {
+	key := s.storageKey()
+	c := &s.usage
+	c.mu.Lock()
+	if c.storageKey == key {
+		out := c.storage
+		c.mu.Unlock()
+		return out, nil
+	}
+	c.mu.Unlock()
+	out, err := s.storageUsage()
+	if err == nil {
+		c.mu.Lock()
+		c.storageKey, c.storage = key, out
+		c.mu.Unlock()
+	}
+	return out, err
+}
+
+// storageKey names the store's current state for StorageUsage's cache.
+func (s *Store) storageKey() string {
+	var b strings.Builder
+	if m := s.head.Load(); m != nil {
+		fmt.Fprintf(&b, "v%d", m.Version)
+	}
+	ids := []string{}
+	for _, l := range s.Leases() {
+		ids = append(ids, l.ID)
+	}
+	sort.Strings(ids)
+	b.WriteString(":" + strings.Join(ids, ","))
+	return b.String()
+}
+
+func (s *Store) storageUsage() (StorageUsage, error) {
 	var out StorageUsage
 	var errs []error
 	shared := map[uint64]int64{}
+	onDisk := map[string]bool{}
 	for _, sub := range []string{dirBase, dirLayers} {
 		ents, err := os.ReadDir(filepath.Join(s.root, sub))
 		if err != nil {
@@ -126,6 +166,7 @@ func (s *Store) StorageUsage() (StorageUsage, error) {
 				errs = append(errs, err)
 				continue
 			}
+			onDisk[e.Name()] = true
 			out.Layers++
 			out.LogicalBytes += u.Bytes
 			out.AllocatedBytes += u.AllocatedBytes
@@ -136,6 +177,16 @@ func (s *Store) StorageUsage() (StorageUsage, error) {
 				shared[ino] = a
 			}
 		}
+	}
+	if len(errs) == 0 {
+		// Forget layers GC removed: the cache holds what is on disk.
+		s.usage.mu.Lock()
+		for id := range s.usage.m {
+			if !onDisk[id] {
+				delete(s.usage.m, id)
+			}
+		}
+		s.usage.mu.Unlock()
 	}
 	for _, sub := range []string{dirMeta, dirLeases, dirTxns, dirStaging} {
 		u, err := walkUsage(filepath.Join(s.root, sub))
