@@ -37,8 +37,9 @@ type usageCache struct {
 
 	// The whole store's usage changes only with a commit (manifest
 	// version) or a lease: StorageUsage is recomputed only then.
-	storageKey string
-	storage    StorageUsage
+	storageKey    string
+	storage       StorageUsage
+	invalidations int // layer usages dropped because a squash shares their inodes
 }
 
 // LayerUsage returns the disk use of layer l (cached by id).
@@ -54,11 +55,24 @@ func (s *Store) LayerUsage(l ManifestLayer) (LayerUsage, error) {
 	if err != nil {
 		return u, fmt.Errorf("usage of layer %s: %w", l.ID, err)
 	}
+	// A squashed layer hardlinks the files of the layers it replaces: their
+	// usage, if measured before, counted those inodes as their own. Measure
+	// them again so StorageUsage sees the shared inodes on both sides.
+	var stale []string
+	if meta, err := s.meta(l.ID); err == nil && meta.Kind == LayerSquash {
+		stale = meta.Replace
+	}
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[string]LayerUsage{}
 	}
 	c.m[l.ID] = u
+	for _, id := range stale {
+		if _, ok := c.m[id]; ok {
+			delete(c.m, id)
+			c.invalidations++
+		}
+	}
 	c.mu.Unlock()
 	return u, nil
 }
@@ -147,6 +161,21 @@ func (s *Store) storageKey() string {
 }
 
 func (s *Store) storageUsage() (StorageUsage, error) {
+	for {
+		s.usage.mu.Lock()
+		gen := s.usage.invalidations
+		s.usage.mu.Unlock()
+		out, err := s.storageUsageOnce()
+		s.usage.mu.Lock()
+		again := s.usage.invalidations != gen
+		s.usage.mu.Unlock()
+		if !again {
+			return out, err
+		}
+	}
+}
+
+func (s *Store) storageUsageOnce() (StorageUsage, error) {
 	var out StorageUsage
 	var errs []error
 	shared := map[uint64]int64{}

@@ -1,6 +1,7 @@
 package layerstack
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -52,4 +53,28 @@ func TestIntrospection(t *testing.T) {
 	require.Equal(t, m.Head(), l)
 	_, ok = s.FindLayer("L-nope")
 	require.False(t, ok)
+}
+
+// After a squash the squashed layer hardlinks its sources: while a lease
+// keeps them on disk, storage counts each inode once.
+func TestStorageUsageCountsHardlinksOnce(t *testing.T) {
+	s := newTestStore(t, tree{"base.txt": "b\n"})
+	for i := 0; i < 4; i++ {
+		l := mustLease(t, s, "workspace_session:ws")
+		_, err := publishOn(t, s, l, "workspace_session:ws", writes(strings.Repeat("x", i+1)+".bin", strings.Repeat("z", 64<<10)))
+		require.NoError(t, err)
+		require.NoError(t, s.Release(l.ID))
+	}
+	hold := mustLease(t, s, "workspace_session:holder") // keeps the pre-squash layers on disk
+	before, err := s.StorageUsage()
+	require.NoError(t, err)
+	res, err := s.Squash(context.Background())
+	require.NoError(t, err)
+	require.NotEmpty(t, res.SquashedBlocks)
+	after, err := s.StorageUsage()
+	require.NoError(t, err)
+	require.Greater(t, after.Layers, before.Layers, "the squashed layer joins its leased sources")
+	require.Greater(t, after.LogicalBytes, before.LogicalBytes+3*64<<10, "logical bytes count every layer's files")
+	require.Less(t, after.AllocatedBytes, before.AllocatedBytes+64<<10, "hardlinked data is allocated once")
+	_ = hold
 }
