@@ -79,6 +79,10 @@ func (d *Daemon) daemonView() map[string]any {
 	if p.err != "" {
 		proc["error"] = p.err
 	}
+	var sample any // the newest sandbox sample, null while none was taken in the last minute
+	if latest, _, err := d.latestSamples(); err == nil && latest["sandbox"] != nil {
+		sample = latest["sandbox"]
+	}
 	running := d.obs.execs.count()
 	sessions := d.liveSessions()
 	return map[string]any{"view": "daemon", "scope": "sandbox", "daemon": map[string]any{
@@ -90,5 +94,6 @@ func (d *Daemon) daemonView() map[string]any {
 			"workspace_sessions": len(sessions), "running_commands": running, "leases": len(d.store.Leases()), "listen": d.cfg.Listen},
 		"event_store": d.eventStore(),
 		"sampler":     d.obs.sampler.Stats(),
+		"sample":      sample,
 	}}
 }
