@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func line(i int, pad int) []byte {
@@ -198,4 +199,39 @@ func TestStreamConcurrentWriters(t *testing.T) {
 		_, err := ParseHeader(l)
 		require.NoError(t, err, "%s", l)
 	}
+}
+
+// A full disk drops records, never leaves a partial line behind, and the
+// stream carries on once there is room again.
+func TestStreamFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test mounts a small tmpfs to fill it: run it as root (make test does)")
+	}
+	dir := t.TempDir()
+	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"), "mount a 64 KiB tmpfs")
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	filler := filepath.Join(dir, "filler")
+	require.NoError(t, os.WriteFile(filler, bytes.Repeat([]byte("f"), 32<<10), 0o600))
+	s, err := OpenStream(dir, "events", 4<<20) // a budget larger than the disk
+	require.NoError(t, err)
+	defer s.Close()
+	for i := 0; i < 400; i++ {
+		s.Append(line(i, 500))
+	}
+	st := s.Stats()
+	require.Greater(t, st.Dropped, uint64(0), "the disk filled up")
+	require.Greater(t, st.Appended, uint64(0))
+	res, err := s.Query(Query{Limit: MaxRecords})
+	require.NoError(t, err)
+	require.Zero(t, res.Skipped, "no partial line on disk")
+	require.Equal(t, int(st.Appended), len(res.Records))
+
+	// Room again: appends succeed, after the last whole record.
+	require.NoError(t, os.Remove(filler))
+	s.Append(line(1000, 1))
+	require.Equal(t, st.Appended+1, s.Stats().Appended)
+	res, err = s.Query(Query{Limit: 1})
+	require.NoError(t, err)
+	require.Contains(t, string(res.Records[0]), `"i":1000`)
+	require.Zero(t, res.Skipped)
 }
