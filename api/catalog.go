@@ -311,7 +311,7 @@ var catalog = []Operation{
 		Description: "Sandbox form: lifecycle state, daemon, resources (latest sample and the last minute), workspaces with their running commands, and the layer stack's sizes. System form: {sandboxes:[...]}.",
 		Result:      map[string]string{"sandbox_id": "string", "lifecycle_state": "string", "availability": "string", "sampled_at_unix_ms": "integer", "errors": "array", "daemon": "object", "resources": "object", "workspaces": "array", "stack": "object"}},
 	{Name: "trace", Group: GroupObservability, Scope: ScopeSandbox,
-		Summary: "Spans of one request.", Description: "The trace id is the request id of a call (a workflow's steps, <id>/<step>, are found under <id>); last selects the most recent. Spans nest by parent with their offset from the trace's start and their events inline.",
+		Summary: "Spans of one request.", Description: "The trace id is the request id of a call; calls the workflow layer makes for it (<workflow>/update/<request id>, <txid>/<step>) are found by either end, so a publish's txid shows all its steps. last selects the most recent. Spans nest by parent with their offset from the trace's start and their events inline.",
 		Args:   []Arg{{Name: "trace_id", Type: TypeString, Default: "last", Description: "Trace (request) id or last."}},
 		Result: map[string]string{"view": "string", "trace": "string", "spans": "array"}},
 	{Name: "workflows", Group: GroupObservability, Scope: ScopeSandbox, Lifecycle: true,

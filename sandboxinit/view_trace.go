@@ -76,7 +76,7 @@ func (d *Daemon) traceView(a TraceArgs) (map[string]any, error) {
 			id = res.Headers[0].Trace
 		}
 	}
-	out := map[string]any{"view": "trace", "trace": id, "spans": []*traceNode{}, "events": []traceEvent{}, "truncated": false}
+	out := map[string]any{"view": "trace", "trace": id, "spans": []*traceNode{}, "events": []traceEvent{}, "truncated": false, "request_ids": []string{}}
 	if id == "" {
 		return out, nil
 	}
@@ -88,6 +88,16 @@ func (d *Daemon) traceView(a TraceArgs) (map[string]any, error) {
 	if len(res.Records) == 0 {
 		return out, nil
 	}
+	// The request ids the trace id matched (a workflow's steps each have one).
+	seen := map[string]bool{}
+	matched := []string{}
+	for i := len(res.Headers) - 1; i >= 0; i-- {
+		if tr := res.Headers[i].Trace; !seen[tr] && len(matched) < 20 {
+			seen[tr] = true
+			matched = append(matched, tr)
+		}
+	}
+	out["request_ids"] = matched
 	start := res.Headers[0].TS.UnixMicro()
 	for _, h := range res.Headers {
 		start = min(start, h.TS.UnixMicro())

@@ -22,8 +22,10 @@ type Query struct {
 	Kind  string // "" for any
 	Name  string // exact name; "" for any
 	Scope string // samples' scope; "" for any
-	// Trace selects one trace: records whose trace is Trace or starts with
-	// Trace+"/" (a workflow's steps carry "<workflow id>/<step>").
+	// Trace selects one trace: records whose trace is Trace, starts with
+	// Trace+"/" or ends with "/"+Trace. The workflow layer's daemon calls
+	// carry "<workflow id>/<step>" and "<workflow id>/update/<request id>":
+	// either end finds them.
 	Trace string
 	// SinceMS keeps records with ts (unix ms) > SinceMS when > 0.
 	SinceMS int64
@@ -70,7 +72,7 @@ func (s *Stream) Query(q Query) (Result, error) {
 	}
 	if q.Trace != "" {
 		b, _ := json.Marshal(q.Trace)
-		traceTag = append([]byte(`"trace":`), b[:len(b)-1]...) // open-ended: prefix matches T/...
+		traceTag = b[1 : len(b)-1] // the id as it is written, wherever it sits in the trace
 	}
 	segs, err := s.snapshot()
 	if err != nil {
@@ -102,7 +104,7 @@ func (s *Stream) Query(q Query) (Result, error) {
 		if (q.Kind != "" && h.Kind != q.Kind) || (q.Name != "" && h.Name != q.Name) || (q.Scope != "" && h.Scope != q.Scope) {
 			return true
 		}
-		if q.Trace != "" && h.Trace != q.Trace && !strings.HasPrefix(h.Trace, q.Trace+"/") {
+		if q.Trace != "" && !TraceMatches(h.Trace, q.Trace) {
 			return true
 		}
 		if q.Match != nil && !q.Match(h, line) {
@@ -128,4 +130,10 @@ func (s *Stream) Query(q Query) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// TraceMatches reports whether a record's trace belongs to the trace id
+// asked for (see Query.Trace).
+func TraceMatches(trace, id string) bool {
+	return trace == id || strings.HasPrefix(trace, id+"/") || strings.HasSuffix(trace, "/"+id)
 }

@@ -77,8 +77,13 @@ func TestQueryFilters(t *testing.T) {
 	}
 	require.Equal(t, []string{"wf-1/publish_commit:workspace_session.published", "wf-1/publish_prepare:daemon.dispatch", "wf-1/publish_prepare:lease.acquired"},
 		names(Query{Trace: "wf-1"}), "a trace includes its steps, not wf-10")
+	tr.Event(WithTrace(t.Context(), "sandbox/eos-1/update/rid-9"), "workspace_session.created", nil)
+	tr.Event(WithTrace(t.Context(), "sandbox/eos-1/update/rid-99"), "workspace_session.created", nil)
+	require.Equal(t, []string{"sandbox/eos-1/update/rid-9:workspace_session.created"}, names(Query{Trace: "rid-9"}),
+		"a request id finds the workflow update that carried it")
 	require.Equal(t, []string{"x:workspace_session.published", "wf-1/publish_commit:workspace_session.published"}, names(Query{Kind: KindEvent, Name: "workspace_session.published"}))
-	require.Equal(t, []string{"x:workspace_session.published"}, names(Query{Kind: KindEvent, SinceMS: t0.Add(time.Second).UnixMilli(), Ordered: true}))
+	require.Equal(t, []string{"sandbox/eos-1/update/rid-99:workspace_session.created", "sandbox/eos-1/update/rid-9:workspace_session.created", "x:workspace_session.published"},
+		names(Query{Kind: KindEvent, SinceMS: t0.Add(time.Second).UnixMilli(), Ordered: true}))
 	require.Len(t, names(Query{Kind: KindSpan}), 1)
 	require.Len(t, names(Query{Scope: "nope"}), 0)
 }
