@@ -4,6 +4,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // maxCommandAttr caps a command line kept in spans and views.
@@ -72,5 +73,9 @@ func capCommand(cmd string) string {
 	if len(cmd) <= maxCommandAttr {
 		return cmd
 	}
-	return cmd[:maxCommandAttr] + "…"
+	n := maxCommandAttr
+	for n > 0 && !utf8.RuneStart(cmd[n]) {
+		n--
+	}
+	return cmd[:n] + "…"
 }

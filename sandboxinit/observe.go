@@ -31,18 +31,6 @@ type cpuPoint struct {
 	usec uint64
 }
 
-// isObservabilityOp names the read-only views. They run under a quiet
-// context (nothing is recorded), do not count as activity (the sampler
-// stays asleep) and touch no session, so reading them changes nothing.
-func isObservabilityOp(op string) bool {
-	switch op {
-	case "health", "snapshot", "trace", "events", "resources", "daemon", "topology", "cgroup",
-		"layerstack", "publish_history", "layerstack_history":
-		return true
-	}
-	return false
-}
-
 // CheckObservability validates the observability settings against the
 // seed's ranges (zero means the default).
 func (c *Config) CheckObservability() error {

@@ -17,10 +17,6 @@ import (
 // them at its public doors.
 func (d *Daemon) operations() map[string]handler {
 	return map[string]handler{
-		"health": op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) {
-			return map[string]any{"status": "ok", "daemon_pid": os.Getpid(), "observability_dropped": d.obs.store.Dropped()}, nil
-		}),
-
 		"create_workspace_session": op(func(ctx context.Context, rid string, a api.CreateSessionArgs) (any, error) {
 			s, err := d.createSession(ctx, a, false)
 			if err != nil {
@@ -94,6 +90,18 @@ func (d *Daemon) operations() map[string]handler {
 		"export_layerstack": op(func(ctx context.Context, rid string, a api.ExportArgs) (any, error) {
 			return &exportStream{d: d, format: a.Format, ctx: context.WithoutCancel(ctx)}, nil
 		}),
+	}
+}
+
+// observabilityOps are the read-only views (seed-contract §0.3 shapes),
+// health and the audit log. The server runs them under a quiet context:
+// they record nothing, do not count as activity and touch no session, so
+// reading them changes nothing.
+func (d *Daemon) observabilityOps() map[string]handler {
+	return map[string]handler{
+		"health": op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) {
+			return map[string]any{"status": "ok", "daemon_pid": os.Getpid(), "observability_dropped": d.obs.store.Dropped()}, nil
+		}),
 		"layerstack_history": op(func(ctx context.Context, rid string, a struct {
 			Limit int `json:"limit,omitempty"`
 		}) (any, error) {
@@ -103,13 +111,6 @@ func (d *Daemon) operations() map[string]handler {
 			}
 			return map[string]any{"publishes": h}, err
 		}),
-	}
-}
-
-// observabilityOps are the read-only views (seed-contract §0.3 shapes).
-// The server runs them under a quiet context: they record nothing.
-func (d *Daemon) observabilityOps() map[string]handler {
-	return map[string]handler{
 		"snapshot": op(func(ctx context.Context, rid string, a ScopeArgs) (any, error) { return d.snapshot(a), nil }),
 		"trace":    op(func(ctx context.Context, rid string, a TraceArgs) (any, error) { return d.traceView(a) }),
 		"events":   op(func(ctx context.Context, rid string, a EventsArgs) (any, error) { return d.eventsView(a) }),

@@ -30,6 +30,7 @@ type handler func(ctx context.Context, rid string, body []byte) (any, error)
 type Server struct {
 	d        *Daemon
 	ops      map[string]handler
+	quiet    map[string]bool // observability views: they record nothing
 	slots    chan struct{}
 	closing  atomic.Bool
 	http     *http.Server
@@ -39,9 +40,9 @@ type Server struct {
 // NewServer builds the RPC server of d.
 func NewServer(d *Daemon) *Server {
 	s := &Server{d: d, slots: make(chan struct{}, d.cfg.MaxConcurrent)}
-	s.ops = d.operations()
+	s.ops, s.quiet = d.operations(), map[string]bool{}
 	for name, h := range d.observabilityOps() {
-		s.ops[name] = h
+		s.ops[name], s.quiet[name] = h, true
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/rpc/", s.serveRPC)
@@ -153,7 +154,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 // nothing and are not activity); every other operation wakes the sampler
 // and is a daemon.dispatch span in the request's trace.
 func (s *Server) dispatch(ctx context.Context, op, rid string, h handler, body []byte) (any, error) {
-	if isObservabilityOp(op) {
+	if s.quiet[op] {
 		return h(telemetry.Quiet(ctx), rid, body)
 	}
 	s.d.touch()
