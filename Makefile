@@ -64,7 +64,7 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 
-BINARIES := sandbox-gateway sandbox-worker sandbox-manager-cli sandbox-runtime-cli sandbox-observability-cli
+BINARIES := sandbox-gateway sandbox-worker sandbox-manager-cli sandbox-runtime-cli sandbox-observability-cli sandbox-mcp
 
 binaries: daemon
 	@for b in $(BINARIES); do $(GO) build -o $(BIN)/$$b ./cmd/$$b || exit 1; done

@@ -575,3 +575,49 @@ func (a *Activities) RemoveLeftovers(ctx context.Context, keep func(sandboxID st
 	}
 	return removed, errors.Join(errs...)
 }
+
+// Usage reads a sandbox container's counters once, without waiting for a
+// second sample (Docker's one-shot stats): cumulative CPU time, memory,
+// pids and block I/O. Cheap enough for a fleet-wide view.
+func (a *Activities) Usage(ctx context.Context, sandboxID string) (ContainerUsage, error) {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return ContainerUsage{}, err
+	}
+	name := ContainerName(sandboxID)
+	r, err := a.docker.ContainerStatsOneShot(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return ContainerUsage{}, notFound(err, "sandbox %s has no container (%s)", sandboxID, name)
+	}
+	if err != nil {
+		return ContainerUsage{}, fmt.Errorf("stats of %s: %w", name, err)
+	}
+	defer r.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(r.Body).Decode(&s); err != nil {
+		return ContainerUsage{}, fmt.Errorf("decode stats of %s: %w", name, err)
+	}
+	u := ContainerUsage{SampledAtUnixMS: s.Read.UnixMilli(), CPUUsageUsec: s.CPUStats.CPUUsage.TotalUsage / 1000,
+		MemoryLimitBytes: s.MemoryStats.Limit, Pids: s.PidsStats.Current}
+	if st := statsOf(s); st.MemoryBytes > 0 {
+		u.MemoryCurrentBytes = st.MemoryBytes
+	}
+	for _, e := range s.BlkioStats.IoServiceBytesRecursive {
+		switch strings.ToLower(e.Op) {
+		case "read":
+			u.IOReadBytes += e.Value
+		case "write":
+			u.IOWriteBytes += e.Value
+		}
+	}
+	return u, nil
+}
+
+// DockerVersion answers whether the Docker Engine is reachable, with its
+// version.
+func (a *Activities) DockerVersion(ctx context.Context) (string, error) {
+	v, err := a.docker.ServerVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("docker engine: %w", err)
+	}
+	return v.Version + " (API " + v.APIVersion + ")", nil
+}

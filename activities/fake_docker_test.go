@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
@@ -229,6 +230,14 @@ func (f *fakeDocker) ContainerRemove(ctx context.Context, ref string, _ containe
 
 func (f *fakeDocker) ContainerStats(ctx context.Context, ref string, stream bool) (container.StatsResponseReader, error) {
 	return container.StatsResponseReader{}, errors.New("fake: no stats")
+}
+
+func (f *fakeDocker) ContainerStatsOneShot(ctx context.Context, ref string) (container.StatsResponseReader, error) {
+	return container.StatsResponseReader{}, errors.New("fake: no stats")
+}
+
+func (f *fakeDocker) ServerVersion(ctx context.Context) (types.Version, error) {
+	return types.Version{Version: "fake", APIVersion: "1.41"}, nil
 }
 
 func (f *fakeDocker) ContainerLogs(ctx context.Context, ref string, _ container.LogsOptions) (io.ReadCloser, error) {

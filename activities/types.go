@@ -161,3 +161,15 @@ const LabelBaseVolume = "eos.base_volume"
 
 // BaseVolumeName is the shared base volume of a group led by leaderID.
 func BaseVolumeName(leaderID string) string { return "eos-base-" + leaderID }
+
+// ContainerUsage is one reading of a sandbox container's counters (the
+// seed's host-ring sample).
+type ContainerUsage struct {
+	SampledAtUnixMS    int64  `json:"sampled_at_unix_ms"`
+	CPUUsageUsec       uint64 `json:"cpu_usage_usec"`
+	MemoryCurrentBytes uint64 `json:"memory_current_bytes"`
+	MemoryLimitBytes   uint64 `json:"memory_limit_bytes"`
+	Pids               uint64 `json:"pids"`
+	IOReadBytes        uint64 `json:"io_read_bytes"`
+	IOWriteBytes       uint64 `json:"io_write_bytes"`
+}

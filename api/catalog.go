@@ -44,6 +44,9 @@ type Arg struct {
 	Positional  bool     `json:"positional,omitempty"` // the CLI's trailing positional argument
 	Aliases     []string `json:"aliases,omitempty"`    // extra CLI flag names (kebab-case)
 	Description string   `json:"description"`
+	// Schema holds extra JSON Schema keywords describing the inside of an
+	// object or array arg (items, properties), for OpenAPI and MCP.
+	Schema map[string]any `json:"schema,omitempty"`
 }
 
 // Operation is one entry of the catalog: the single declaration that drives
@@ -120,6 +123,23 @@ var (
 	argWindow    = intArg("window_ms", int64(60000), i64(1), i64(600000), "Length of the sampled window in milliseconds.")
 )
 
+// Schemas of the structured args.
+var (
+	editsSchema = map[string]any{"minItems": 1, "items": map[string]any{
+		"type": "object", "additionalProperties": false, "required": []string{"old_string", "new_string"},
+		"properties": map[string]any{
+			"old_string":  map[string]any{"type": "string", "description": "Exact text to replace; must occur exactly once unless replace_all."},
+			"new_string":  map[string]any{"type": "string", "description": "Replacement text."},
+			"replace_all": map[string]any{"type": "boolean", "default": false, "description": "Replace every occurrence."},
+		}}}
+	envSchema    = map[string]any{"additionalProperties": map[string]any{"type": "string"}}
+	limitsSchema = map[string]any{"additionalProperties": false, "properties": map[string]any{
+		"pids_max":     map[string]any{"type": "integer", "minimum": 1, "description": "Maximum number of processes."},
+		"memory_bytes": map[string]any{"type": "integer", "minimum": 1, "description": "Memory limit in bytes."},
+		"cpus":         map[string]any{"type": "number", "exclusiveMinimum": 0, "description": "CPU quota in cores, e.g. 0.5."},
+	}}
+)
+
 var resCommand = map[string]string{
 	"status": "string", "exit_code": "integer|null", "wall_time_seconds": "number",
 	"command_total_time_seconds": "number", "start_offset": "integer", "end_offset": "integer",
@@ -189,7 +209,7 @@ var catalog = []Operation{
 			argWS,
 			intArg("timeout_ms", int64(DefaultTimeoutMS), i64(1), i64(MaxTimeoutMS), "Kill the command after this many milliseconds (exit code 124)."),
 			argYield,
-			{Name: "env", Type: TypeObject, Description: "Extra environment variables {NAME: value}."},
+			{Name: "env", Type: TypeObject, Description: "Extra environment variables {NAME: value}.", Schema: envSchema},
 			str("cwd", "Working directory under /workspace."),
 			boolArg("tty", "Run under a pseudo-terminal."),
 			intArg("rows", nil, i64(1), i64(1000), "PTY rows."),
@@ -239,7 +259,7 @@ var catalog = []Operation{
 		Summary:     "Apply exact string replacements to a file.",
 		Description: "Applies edits in order; each old_string must occur exactly once unless replace_all. Files over 4 MiB are refused.",
 		Args: []Arg{reqStr("path", "File path."),
-			{Name: "edits", Type: TypeArray, Required: true, Description: "JSON array of {old_string, new_string, replace_all?}."},
+			{Name: "edits", Type: TypeArray, Required: true, Description: "JSON array of {old_string, new_string, replace_all?}.", Schema: editsSchema},
 			argWS},
 		Result: map[string]string{"type": "string", "path": "string", "edits_applied": "integer", "replacements": "integer", "bytes_written": "integer"}},
 	{Name: "file_delete", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
@@ -273,7 +293,7 @@ var catalog = []Operation{
 		Description: "A session is a private copy-on-write view of /workspace. Run commands and file ops in it with workspace_session_id, then publish_workspace_session or destroy_workspace_session.",
 		Args: []Arg{{Name: "network_profile", Type: TypeString, Default: "shared", Enum: []string{"shared", "isolated"}, Description: "shared uses the sandbox network; isolated has its own namespace."},
 			str("agent", "Free-form name of the agent owning the session."),
-			{Name: "limits", Type: TypeObject, Description: "cgroup limits {pids_max, memory_bytes, cpus}."}},
+			{Name: "limits", Type: TypeObject, Description: "cgroup limits {pids_max, memory_bytes, cpus}.", Schema: limitsSchema}},
 		Result: map[string]string{"workspace_session_id": "string", "network_profile": "string", "finalize_policy": "string"}},
 	{Name: "destroy_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
 		Summary:     "Discard a workspace session and its changes.",
@@ -541,11 +561,16 @@ func jsonSchemaType(t string) string {
 	return t
 }
 
-func (o *Operation) argsSchema() map[string]any {
+// ArgsSchema is the JSON Schema of the op's args object: types, required
+// args, defaults, limits and enums, and no other properties.
+func (o *Operation) ArgsSchema() map[string]any {
 	props := map[string]any{}
 	req := []string{}
 	for _, a := range o.Args {
 		p := map[string]any{"type": jsonSchemaType(a.Type), "description": a.Description}
+		for k, v := range a.Schema {
+			p[k] = v
+		}
 		if a.Default != nil {
 			p["default"] = a.Default
 		}
@@ -608,7 +633,7 @@ func OpenAPI() []byte {
 		body := map[string]any{"type": "object", "properties": map[string]any{
 			"request_id": map[string]any{"type": "string"},
 			"scope":      map[string]any{"$ref": "#/components/schemas/Scope"},
-			"args":       o.argsSchema(),
+			"args":       o.ArgsSchema(),
 		}}
 		paths["/v1/ops/"+o.Name] = map[string]any{"post": map[string]any{
 			"operationId": o.Name,

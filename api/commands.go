@@ -100,3 +100,9 @@ type CommandOutput struct {
 	PublishConflicts   []map[string]any `json:"publish_conflicts,omitempty"`
 	Publish            map[string]any   `json:"publish,omitempty"`
 }
+
+// ContentTypeNDJSON is the media type of a daemon answer that streams a
+// command's output: one JSON object per line, {"line": OutputLine} as the
+// command prints each line, then exactly one {"result": ...} or
+// {"error": {...}}. A caller asks for it with Accept.
+const ContentTypeNDJSON = "application/x-ndjson"

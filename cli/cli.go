@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -402,20 +401,9 @@ func resolveScope(group string, op api.Operation, g *globals) (jsonl.Scope, erro
 }
 
 func newClient(g *globals) (*client.Client, error) {
-	ep := g.endpoint
-	if ep == "" {
-		ep = client.EndpointFromEnv()
+	c, err := client.Resolve(g.endpoint, g.token)
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, err: api.Errorf(KindConfig, nil, "%v", err)}
 	}
-	tok := g.token
-	if tok == "" {
-		tok = os.Getenv("SANDBOX_GATEWAY_AUTH_TOKEN")
-	}
-	if tok == "" {
-		t, err := client.ReadToken(client.TokenPath())
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, &exitError{code: ExitUsage, err: api.Errorf(KindConfig, nil, "%v", err)}
-		}
-		tok = t
-	}
-	return client.New(ep, tok), nil
+	return c, nil
 }

@@ -137,7 +137,16 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	rid := r.Header.Get("X-Request-Id")
-	res, err := s.dispatch(telemetry.WithTrace(r.Context(), rid), op, rid, h, body)
+	// Every path, streamed or not, runs through dispatch: the request's
+	// trace, and quiet for the observability views.
+	traced := func(ctx context.Context, rid string, body []byte) (any, error) {
+		return s.dispatch(telemetry.WithTrace(ctx, rid), op, rid, h, body)
+	}
+	if wantsStream(op, r) {
+		s.serveStreaming(w, r, traced, rid, body)
+		return
+	}
+	res, err := traced(r.Context(), rid, body)
 	if err != nil {
 		s.d.log.Debug("operation failed", "op", op, "request_id", rid, "err", err)
 		writeError(w, err)

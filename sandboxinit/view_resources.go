@@ -1,6 +1,8 @@
 package sandboxinit
 
 import (
+	"bytes"
+
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
@@ -26,12 +28,21 @@ func (d *Daemon) resourcesView(a WindowArgs) map[string]any {
 	if err != nil {
 		errs = append(errs, viewError{"samples", err.Error()})
 	}
+	// latest: the newest sandbox sample of the window (what the gateway's
+	// fleet view shows without Docker), null if none.
+	var latest any
+	for i := len(series) - 1; i >= 0; i-- {
+		if bytes.Contains(series[i], []byte(`"scope":"sandbox"`)) {
+			latest = series[i]
+			break
+		}
+	}
 	availability := "available"
 	if len(errs) > 0 {
 		availability = "partial"
 	}
 	return map[string]any{"view": "resources", "scope": "sandbox", "sandbox_id": d.sandboxID(a.SandboxID), "source": "daemon_disk",
-		"availability": availability, "errors": errs, "series": series, "window_ms": window,
+		"availability": availability, "errors": errs, "series": series, "latest": latest, "window_ms": window,
 		"sampler": d.obs.sampler.Stats()}
 }
 

@@ -16,6 +16,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
@@ -33,7 +34,10 @@ type Options struct {
 	NoWorkers        bool // a client only (the gateway in front of separate sandbox-workers)
 	NoWorkflowWorker bool // a host worker that runs only its own queue's activities
 	Interceptors     []interceptor.WorkerInterceptor
-	Logger           *slog.Logger
+	// ClientInterceptors wrap every unary RPC of the Temporal client (the
+	// gateway measures Temporal round trips with one).
+	ClientInterceptors []grpc.UnaryClientInterceptor
+	Logger             *slog.Logger
 }
 
 // Service is a connected Temporal client plus the workers of this process.
@@ -82,6 +86,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	if tlsCfg != nil {
 		copts.ConnectionOptions.TLS = tlsCfg
+	}
+	if len(o.ClientInterceptors) > 0 {
+		copts.ConnectionOptions.DialOptions = append(copts.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(o.ClientInterceptors...))
 	}
 	c, err := client.DialContext(ctx, copts)
 	if err != nil {

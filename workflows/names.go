@@ -22,6 +22,8 @@ const (
 	UpdateExport         = "export_changes"
 	UpdateDestroy        = "destroy_sandbox"
 	QueryState           = "state"
+	// QueryPublishProgress is PublishWorkflow's query: the step it is in.
+	QueryPublishProgress = "progress"
 	SignalContainerLost  = "container_lost"
 )
 

@@ -17,7 +17,14 @@ import (
 // rejected commit is aborted so the session goes back to its agent, and the
 // workflow fails with the daemon's conflict report.
 func PublishWorkflow(ctx workflow.Context, in PublishInput) (json.RawMessage, error) {
+	// The step in progress, for callers that show progress; a query adds
+	// no event to the history, so replay is unaffected.
+	progress := PublishProgress{SessionID: in.SessionID, Step: "starting"}
+	if err := workflow.SetQueryHandler(ctx, QueryPublishProgress, func() (PublishProgress, error) { return progress, nil }); err != nil {
+		return nil, err
+	}
 	step := func(op string) (json.RawMessage, error) {
+		progress.Step = op
 		args, _ := json.Marshal(map[string]any{"workspace_session_id": in.SessionID, "txid": in.TxID, "keep": in.Keep, "message": in.Message})
 		call := activities.DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: in.TxID + "/" + op}
 		var out json.RawMessage
@@ -29,9 +36,14 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (json.RawMessage, er
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
 	var p struct {
-		Clean bool `json:"clean"`
+		Clean   bool `json:"clean"`
+		Publish struct {
+			Counts struct{ Files, Dirs, Symlinks, Deletes int } `json:"counts"`
+		} `json:"publish"`
 	}
 	_ = json.Unmarshal(prep, &p)
+	c := p.Publish.Counts
+	progress.Changes = c.Files + c.Dirs + c.Symlinks + c.Deletes
 	if !p.Clean {
 		_, _ = step("publish_abort")
 		var det map[string]any

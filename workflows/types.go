@@ -108,3 +108,12 @@ type PublishInput struct {
 
 // PublishOutput is the daemon's finalize result (seed shape).
 type PublishOutput = json.RawMessage
+
+// PublishProgress is what PublishWorkflow's progress query answers: the
+// daemon step it runs (publish_prepare, publish_commit, publish_finalize,
+// publish_abort) and, once prepared, how many paths the change set holds.
+type PublishProgress struct {
+	SessionID string `json:"workspace_session_id"`
+	Step      string `json:"step"`
+	Changes   int    `json:"changes,omitempty"`
+}

@@ -61,6 +61,9 @@ type Server struct {
 	// StreamHeartbeat is the interval of SSE heartbeat comments (default
 	// DefaultStreamHeartbeat).
 	StreamHeartbeat time.Duration
+	// Metrics are served at /metrics. New sets fresh ones; a caller that
+	// dialled Temporal with Metrics.TemporalInterceptor sets its own.
+	Metrics *Metrics
 
 	tokenSum [32]byte
 	engine   *gin.Engine
@@ -73,9 +76,21 @@ func New(b Backend, token string, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{Backend: b, Token: token, Log: log, MaxBody: MaxBodyBytes, sem: make(chan struct{}, MaxConcurrentConns)}
+	s.SetMetrics(NewMetrics())
 	s.tokenSum = sha256.Sum256([]byte(token))
 	s.engine = s.routes()
 	return s
+}
+
+// SetMetrics makes m the server's metrics (and lets them count the fleet
+// when the backend can list it).
+func (s *Server) SetMetrics(m *Metrics) {
+	if fl, ok := s.Backend.(FleetLister); ok {
+		m.fleet.mu.Lock()
+		m.fleet.lister = fl
+		m.fleet.mu.Unlock()
+	}
+	s.Metrics = m
 }
 
 type ctxKey struct{}
@@ -128,9 +143,11 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 		return nil, aerr
 	}
 	if aerr := op.CheckScope(req.Scope.Kind, req.Scope.SandboxID); aerr != nil {
+		s.Metrics.observe(op.Name, 0, nil, aerr)
 		return nil, aerr
 	}
 	if aerr := op.Validate(req.Args); aerr != nil {
+		s.Metrics.observe(op.Name, 0, nil, aerr)
 		return nil, aerr
 	}
 	sandboxID := req.Scope.SandboxID
@@ -142,19 +159,28 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 	var out any
 	var err error
 	pb, canProgress := s.Backend.(ProgressBackend)
+	rpb, canRuntimeProgress := s.Backend.(RuntimeProgressBackend)
+	streams := progress != nil && ProgressOps[op.Name]
 	switch {
-	case op.IsLifecycle(req.Args) && canProgress && progress != nil && ProgressOps[op.Name]:
+	case op.IsLifecycle(req.Args) && canProgress && streams:
 		lp := &lockedProgress{fn: progress}
 		out, err = pb.LifecycleProgress(ctx, op.Name, sandboxID, req.Args, lp.call)
+		lp.finish()
+	case !op.IsLifecycle(req.Args) && canRuntimeProgress && streams:
+		lp := &lockedProgress{fn: progress}
+		out, err = rpb.RuntimeProgress(ctx, op.Name, sandboxID, req.Args, lp.call)
 		lp.finish()
 	case op.IsLifecycle(req.Args):
 		out, err = s.Backend.Lifecycle(ctx, op.Name, sandboxID, req.Args)
 	default:
 		out, err = s.Backend.Runtime(ctx, op.Name, sandboxID, req.Args)
 	}
-	s.Log.Info("op", "request_id", req.RequestID, "op", op.Name, "sandbox_id", sandboxID, "ms", time.Since(start).Milliseconds(), "err", err)
+	elapsed := time.Since(start)
+	s.Log.Info("op", "request_id", req.RequestID, "op", op.Name, "sandbox_id", sandboxID, "ms", elapsed.Milliseconds(), "err", err)
 	if err != nil {
-		return nil, api.AsError(err)
+		aerr := api.AsError(err)
+		s.Metrics.observe(op.Name, elapsed, nil, aerr)
+		return nil, aerr
 	}
 	raw, ok := out.(json.RawMessage)
 	if !ok {
@@ -169,6 +195,7 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 		b, _ := json.Marshal(map[string]json.RawMessage{"result": raw})
 		raw = b
 	}
+	s.Metrics.observe(op.Name, elapsed, raw, nil)
 	return raw, nil
 }
 
@@ -190,7 +217,8 @@ func (s *Server) routes() *gin.Engine {
 		c.Header("X-Request-Id", id)
 		c.Next()
 	})
-	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "service": "sandbox-gateway"}) })
+	e.GET("/healthz", s.serveHealth)
+	e.GET("/metrics", s.auth, func(c *gin.Context) { s.Metrics.Handler().ServeHTTP(c.Writer, c.Request) })
 	e.GET("/v1/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", api.OpenAPI()) })
 	authed := e.Group("/v1", s.auth)
 	authed.GET("/ops", func(c *gin.Context) {
@@ -199,6 +227,8 @@ func (s *Server) routes() *gin.Engine {
 	authed.POST("/ops/:op", s.httpOp)
 	authed.GET("/sandboxes/:id/commands/:command_id/stream", s.streamCommand)
 	authed.GET("/sandboxes/:id/events/stream", s.streamEvents)
+	// MCP over streamable HTTP, one endpoint per tool set.
+	e.Any("/mcp/:set", s.auth, s.serveMCP(s.mcpHandlers()))
 	e.NoRoute(func(c *gin.Context) {
 		abort(c, api.Errorf(api.KindNotFound, nil, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

@@ -63,15 +63,7 @@ func start(t *testing.T) (*fakeBackend, *Server, string) {
 	t.Helper()
 	fb := &fakeBackend{}
 	s := New(fb, testToken, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Serve(ctx, l); close(done) }()
-	t.Cleanup(func() { cancel(); l.Close(); <-done })
-	return fb, s, l.Addr().String()
+	return fb, s, serve(t, s)
 }
 
 func post(t *testing.T, addr, op, auth string, body []byte) (int, map[string]any, http.Header) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,14 +13,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
@@ -29,6 +28,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -44,6 +44,10 @@ type TemporalBackend struct {
 	Timeout   time.Duration          // per lifecycle update (default 10 minutes)
 	Namespace string                 // Temporal namespace, for UI links ("" = default)
 	UIAddress string                 // Temporal UI host:port, for links ("" = no links)
+	// FleetConcurrency and FleetTimeout bound the system-wide views'
+	// fan-out to the sandboxes (defaults 8 and 1.5 s per sandbox).
+	FleetConcurrency int
+	FleetTimeout     time.Duration
 
 	mu        sync.Mutex
 	endpoints map[string]activities.Endpoint
@@ -181,8 +185,12 @@ func (b *TemporalBackend) Lifecycle(ctx context.Context, op, sandboxID string, a
 // LifecycleProgress implements ProgressBackend: create_sandbox reports its
 // stages (workflow start, waiting for readiness, ready) to progress.
 func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID string, args map[string]any, progress func(msg string)) (any, error) {
+	// Watching the workflow costs a describe per poll: only for a caller
+	// who asked for progress.
+	watch := b.watch
 	if progress == nil {
 		progress = func(string) {}
+		watch = func(context.Context, string, func(string, string) bool, func(string)) func() { return func() {} }
 	}
 	async := isAsync(args)
 	switch op {
@@ -246,19 +254,43 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		if err := decodeArgs(args, &r); err != nil {
 			return nil, err
 		}
-		return b.run(ctx, async, sandboxID, workflows.UpdatePublish, r)
+		if async {
+			return b.submit(ctx, sandboxID, workflows.UpdatePublish, r)
+		}
+		progress("publishing workspace session " + r.WorkspaceSessionID)
+		stop := watch(ctx, sandboxID, func(kind, name string) bool {
+			return kind == "child" && strings.Contains(name, "/"+r.WorkspaceSessionID+"/")
+		}, progress)
+		out, err := b.run(ctx, false, sandboxID, workflows.UpdatePublish, r)
+		stop()
+		progress(publishOutcome(out, err))
+		return out, err
 	case "file_write", "file_edit", "file_delete", "file_move":
 		raw, _ := json.Marshal(args)
 		var out json.RawMessage
 		return out, b.update(ctx, sandboxID, workflows.UpdateAmend, &out, workflows.AmendRequest{Op: op, Args: raw})
 	case "squash_layerstacks":
+		if !async {
+			progress("squashing the layer stack of " + sandboxID)
+			defer progress("squash done")
+		}
 		return b.run(ctx, async, sandboxID, workflows.UpdateSquash)
 	case "export_changes":
 		var r workflows.ExportRequest
 		if err := decodeArgs(args, &r); err != nil {
 			return nil, err
 		}
-		return b.run(ctx, async, sandboxID, workflows.UpdateExport, r)
+		if async {
+			return b.submit(ctx, sandboxID, workflows.UpdateExport, r)
+		}
+		progress("exporting the published changes of " + sandboxID + " to " + r.Dest)
+		stop := watch(ctx, sandboxID, func(kind, name string) bool { return kind == "activity" && name == "ExportChanges" }, progress)
+		out, err := b.run(ctx, false, sandboxID, workflows.UpdateExport, r)
+		stop()
+		if err == nil {
+			progress("export done")
+		}
+		return out, err
 	}
 	// Unreachable for catalog operations (TestEveryLifecycleOpHasAHandler).
 	return nil, api.Errorf(api.KindInternal, map[string]any{"op": op}, "no lifecycle handler for %s", op)
@@ -379,42 +411,17 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 }
 
 func (b *TemporalBackend) listSandboxes(ctx context.Context) (any, error) {
-	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.SandboxWorkflowName)
-	var recs []map[string]any
-	var token []byte
-	for {
-		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
-		if err != nil {
-			return nil, mapErr("", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			if e.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				continue
-			}
-			id := e.GetExecution().GetWorkflowId()
-			if len(id) <= len("sandbox/") {
-				continue
-			}
-			sid := id[len("sandbox/"):]
-			var memo map[string]any
-			if e.GetMemo() != nil {
-				memo = decodeMemo(e.GetMemo().GetFields())
-			}
-			st, err := b.state(ctx, sid)
-			if err != nil {
-				recs = append(recs, map[string]any{"id": sid, "state": "unknown", "error": err.Error(), "workspace_root": memo["workspace_root"]})
-				continue
-			}
-			recs = append(recs, b.recordWith(st, memo))
-		}
-		token = resp.GetNextPageToken()
-		if len(token) == 0 {
-			break
-		}
+	fleet, err := b.fleet(ctx)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(recs, func(i, j int) bool { return fmt.Sprint(recs[i]["id"]) < fmt.Sprint(recs[j]["id"]) })
-	if recs == nil {
-		recs = []map[string]any{}
+	recs := make([]map[string]any, 0, len(fleet))
+	for _, f := range fleet {
+		if f.Err != nil {
+			recs = append(recs, map[string]any{"id": f.ID, "state": "unknown", "error": f.Err.Error(), "workspace_root": f.Memo["workspace_root"]})
+			continue
+		}
+		recs = append(recs, b.recordWith(f.State, f.Memo))
 	}
 	return map[string]any{"sandboxes": recs}, nil
 }
@@ -485,20 +492,33 @@ func (b *TemporalBackend) endpoint(ctx context.Context, id string, fresh bool) (
 
 // Runtime implements Backend: the op goes straight to the daemon.
 func (b *TemporalBackend) Runtime(ctx context.Context, op, sandboxID string, args map[string]any) (any, error) {
+	return b.RuntimeProgress(ctx, op, sandboxID, args, nil)
+}
+
+// RuntimeProgress implements RuntimeProgressBackend: with progress, the
+// daemon streams the command's output lines (stderr ones prefixed
+// "[stderr] ") while the call waits.
+func (b *TemporalBackend) RuntimeProgress(ctx context.Context, op, sandboxID string, args map[string]any, progress func(string)) (any, error) {
 	if sandboxID == "" {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"op": op}, "the system-scope form of %s is not implemented yet; pass a sandbox id", op)
+		switch op {
+		case "snapshot":
+			return b.fleetSnapshot(ctx)
+		case "resources":
+			return b.fleetResources(ctx)
+		}
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"op": op}, "%s needs a sandbox id", op)
 	}
 	body, _ := json.Marshal(args)
 	ep, err := b.endpoint(ctx, sandboxID, false)
 	if err != nil {
 		return nil, err
 	}
-	out, err := b.callDaemon(ctx, sandboxID, ep, op, body)
+	out, err := b.callDaemon(ctx, sandboxID, ep, op, body, progress)
 	var ne net.Error
 	if err != nil && (errors.As(err, &ne) || errors.Is(err, errConn)) {
 		// The container may have restarted on a new port: look it up again.
 		if ep2, e2 := b.endpoint(ctx, sandboxID, true); e2 == nil && ep2 != ep {
-			out, err = b.callDaemon(ctx, sandboxID, ep2, op, body)
+			out, err = b.callDaemon(ctx, sandboxID, ep2, op, body, progress)
 		}
 	}
 	if err != nil && !isAPIError(err) {
@@ -514,7 +534,7 @@ func isAPIError(err error) bool {
 	return errors.As(err, &ae)
 }
 
-func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep activities.Endpoint, op string, body []byte) (json.RawMessage, error) {
+func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep activities.Endpoint, op string, body []byte, progress func(string)) (json.RawMessage, error) {
 	host := ep.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -529,11 +549,17 @@ func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep a
 	if rid := RequestID(ctx); rid != "" {
 		req.Header.Set("X-Request-Id", rid)
 	}
+	if progress != nil {
+		req.Header.Set("Accept", api.ContentTypeNDJSON)
+	}
 	resp, err := b.httpClient().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errConn, err)
 	}
 	defer resp.Body.Close()
+	if progress != nil && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), api.ContentTypeNDJSON) {
+		return readDaemonStream(resp.Body, progress)
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: read: %v", errConn, err)
@@ -597,4 +623,69 @@ func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, l
 		out = out[:limit]
 	}
 	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
+}
+
+// readDaemonStream reads a streamed daemon answer: line frames go to
+// progress, the result or error frame ends it.
+func readDaemonStream(r io.Reader, progress func(string)) (json.RawMessage, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := jsonl.ReadLine(br, MaxBodyBytes)
+		if err != nil {
+			if err == jsonl.ErrTooLarge {
+				return nil, api.Errorf(api.KindInternal, nil, "daemon frame exceeds %d bytes", MaxBodyBytes)
+			}
+			return nil, fmt.Errorf("%w: stream ended without a result: %v", errConn, err)
+		}
+		var f struct {
+			Line   *api.OutputLine `json:"line"`
+			Result json.RawMessage `json:"result"`
+			Error  *api.Error      `json:"error"`
+		}
+		if err := json.Unmarshal(line, &f); err != nil {
+			return nil, api.Errorf(api.KindInternal, nil, "daemon stream frame: %v", err)
+		}
+		switch {
+		case f.Line != nil:
+			if f.Line.Stream == "stderr" {
+				progress("[stderr] " + f.Line.Text)
+			} else {
+				progress(f.Line.Text)
+			}
+		case f.Error != nil:
+			if f.Error.Details == nil {
+				f.Error.Details = map[string]any{}
+			}
+			return nil, f.Error
+		case f.Result != nil:
+			return f.Result, nil
+		}
+	}
+}
+
+// publishOutcome is the last progress message of a publish.
+func publishOutcome(out any, err error) string {
+	if err != nil {
+		if ae, ok := err.(*api.Error); ok {
+			if cs, ok := ae.Details["conflicts"].([]any); ok {
+				return fmt.Sprintf("publish rejected: %d conflicting path(s); nothing committed", len(cs))
+			}
+		}
+		return "publish failed: " + err.Error()
+	}
+	var res struct {
+		Publish struct {
+			NoOp     bool `json:"no_op"`
+			Revision struct {
+				ManifestVersion int64 `json:"manifest_version"`
+			} `json:"revision"`
+		} `json:"publish"`
+	}
+	if raw, ok := out.(json.RawMessage); ok && json.Unmarshal(raw, &res) == nil {
+		if res.Publish.NoOp {
+			return "published: nothing to commit"
+		}
+		return fmt.Sprintf("published: manifest version %d", res.Publish.Revision.ManifestVersion)
+	}
+	return "published"
 }

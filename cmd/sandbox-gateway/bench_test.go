@@ -33,7 +33,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 
 	call := func(op string, body map[string]any) map[string]any {
 		b.Helper()
-		st, raw, err := g.httpOp(op, body)
+		st, raw, err := g.HTTPOp(op, body)
 		if err != nil || st != http.StatusOK {
 			b.Fatalf("%s: %d %s %v", op, st, raw, err)
 		}
@@ -57,7 +57,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		host = "127.0.0.1"
 	}
 	daemonURL := fmt.Sprintf("http://%s:%v/rpc/", host, dm["port"])
-	secret, err := os.ReadFile(filepath.Join(g.stateDir, "gateway.secret"))
+	secret, err := os.ReadFile(filepath.Join(g.StateDir, "gateway.secret"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,11 +77,11 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		do   func(op string, args map[string]any) ([]byte, error)
 	}{
 		{"http", func(op string, args map[string]any) ([]byte, error) {
-			_, raw, err := g.httpOp(op, map[string]any{"scope": scope, "args": args})
+			_, raw, err := g.HTTPOp(op, map[string]any{"scope": scope, "args": args})
 			return raw, err
 		}},
 		{"jsonl", func(op string, args map[string]any) ([]byte, error) {
-			return rawLine(g.addr, map[string]any{"op": op, "scope": scope, "args": args, "_sandbox_gateway_auth_token": g.token})
+			return testenv.RawLine(g.Addr, map[string]any{"op": op, "scope": scope, "args": args, "_sandbox_gateway_auth_token": g.Token})
 		}},
 		{"daemon", func(op string, args map[string]any) ([]byte, error) {
 			req, err := http.NewRequest(http.MethodPost, daemonURL+op, bytes.NewReader([]byte(mustJSON(args))))
@@ -90,7 +90,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			}
 			req.Header.Set("Authorization", "Bearer "+dtok)
 			req.Header.Set("Content-Type", "application/json")
-			resp, err := httpClient.Do(req)
+			resp, err := testenv.HTTPClient.Do(req)
 			if err != nil {
 				return nil, err
 			}

@@ -56,6 +56,8 @@ func run() int {
 	defer stop()
 	opts := wf.Options(acts, log)
 	opts.NoWorkers = *noWorkers
+	metrics := gateway.NewMetrics()
+	opts.ClientInterceptors = append(opts.ClientInterceptors, metrics.TemporalInterceptor())
 	svc, err := worker.Start(ctx, opts)
 	if err != nil {
 		log.Error("temporal start", "err", err)
@@ -78,6 +80,7 @@ func run() int {
 		backend.UIAddress = svc.Dev.UIAddress
 	}
 	srv := gateway.New(backend, token, log.With("component", "gateway"))
+	srv.SetMetrics(metrics)
 
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -108,7 +111,7 @@ func run() int {
 		}
 		fmt.Fprintf(os.Stderr, "  embedded Temporal at %s, UI %s\n", svc.Dev.Address, ui)
 	}
-	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json\n", l.Addr())
+	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json; MCP: http://%s/mcp/{management,runtime,observability}; metrics: /metrics; health: /healthz\n", l.Addr(), l.Addr())
 	fmt.Fprintf(os.Stderr, "  try: sandbox-manager-cli --gateway-endpoint %s create_sandbox --image ubuntu:24.04 --workspace-root \"$PWD\"\n", l.Addr())
 	fmt.Fprintf(os.Stderr, "   or: curl -s -H \"Authorization: Bearer $(cat %s)\" -d '{}' http://%s/v1/ops/list_sandboxes\n", *tokenFile, l.Addr())
 

@@ -1,20 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,182 +72,18 @@ func sub(t *testing.T, m map[string]any, key string) map[string]any {
 	return v
 }
 
-// --- the gateway as a separate process ---
+// --- the gateway as a separate process (internal/testenv) ---
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
-// TestMain removes the binaries gatewayBinaries built.
+// TestMain removes the binaries testenv.Binaries built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testenv.CleanupBinaries()
 	os.Exit(code)
 }
 
-// gatewayBinaries builds the gateway and the two CLIs once per test binary.
-func gatewayBinaries(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "eos-gw-bins-")
-		if binErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator),
-			"./cmd/sandbox-gateway", "./cmd/sandbox-manager-cli", "./cmd/sandbox-runtime-cli")
-		cmd.Dir = testenv.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binDir
-}
+type gatewayProc = testenv.Gateway
 
-type gatewayProc struct {
-	addr     string
-	token    string
-	stateDir string
-	bins     string
-	home     string
-	stderr   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
-// startGatewayProcess runs the sandbox-gateway binary with the embedded
-// Temporal (UI off), a temp state dir and token file, and waits until it
-// answers list_sandboxes over HTTP.
-func startGatewayProcess(t testing.TB) *gatewayProc {
-	t.Helper()
-	testenv.RequireDocker(t)
-	daemon := testenv.DaemonBinary(t)
-	bins := gatewayBinaries(t)
-	tmp := t.TempDir()
-	g := &gatewayProc{addr: freePort(t), stateDir: filepath.Join(tmp, "state"), bins: bins, home: filepath.Join(tmp, "home"), stderr: &syncBuffer{}}
-	if err := os.MkdirAll(g.home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(tmp, "gateway.token")
-	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"),
-		"--listen", g.addr, "--token-file", tokenFile, "--state-dir", g.stateDir,
-		"--temporal-embedded-address", "127.0.0.1:0", "--temporal-ui", "off",
-		"--host-queue", "eos-host-gw-seed-"+client.NewRequestID()[:8],
-		"--daemon-binary", daemon,
-		"--seccomp-profile", filepath.Join(testenv.RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
-		"--reconcile=false")
-	cmd.Env = append(os.Environ(), "HOME="+g.home)
-	cmd.Stderr = g.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if b, err := os.ReadFile(tokenFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			g.token = string(bytes.TrimSpace(b))
-			if st, _, err := g.httpOp("list_sandboxes", nil); err == nil && st == http.StatusOK {
-				return g
-			}
-		}
-		select {
-		case <-exited:
-			t.Fatalf("gateway exited during start:\n%s", g.stderr.String())
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 2m:\n%s", g.stderr.String())
-		}
-	}
-}
-
-var httpClient = &http.Client{Timeout: 5 * time.Minute}
-
-// httpOp posts body ({scope, args, request_id}) to /v1/ops/<op>.
-func (g *gatewayProc) httpOp(op string, body map[string]any) (int, []byte, error) {
-	if body == nil {
-		body = map[string]any{}
-	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+g.addr+"/v1/ops/"+op, bytes.NewReader([]byte(mustJSON(body))))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+g.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, err = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, bytes.TrimSpace(buf.Bytes()), err
-}
-
-// rawLine sends one hand-written JSON line over a fresh TCP connection,
-// half-closes, and reads the one answer line.
-func rawLine(addr string, req map[string]any) ([]byte, error) {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Minute))
-	if _, err := c.Write(append([]byte(mustJSON(req)), '\n')); err != nil {
-		return nil, err
-	}
-	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
-		return nil, err
-	}
-	r := bufio.NewReaderSize(c, 1<<20)
-	line, err := r.ReadBytes('\n')
-	if err != nil && len(line) == 0 {
-		return nil, err
-	}
-	return bytes.TrimSpace(line), nil
-}
+func startGatewayProcess(t testing.TB) *gatewayProc { return testenv.StartGateway(t) }
 
 type cliResult struct {
 	code   int
@@ -263,12 +94,12 @@ type cliResult struct {
 }
 
 // cli execs a CLI binary against the gateway and parses its one JSON line.
-func (g *gatewayProc) cli(t *testing.T, bin string, argv ...string) cliResult {
+func runCLI(t *testing.T, g *gatewayProc, bin string, argv ...string) cliResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(g.bins, bin), append([]string{"--gateway-endpoint", g.addr, "--gateway-auth-token", g.token, "--json"}, argv...)...)
-	cmd.Env = append(os.Environ(), "HOME="+g.home, "SANDBOX_GATEWAY_AUTH_TOKEN=", "SANDBOX_GATEWAY_SOCKET=")
+	cmd := exec.CommandContext(ctx, filepath.Join(g.Bins, bin), append([]string{"--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token, "--json"}, argv...)...)
+	cmd.Env = append(os.Environ(), "HOME="+g.Home, "SANDBOX_GATEWAY_AUTH_TOKEN=", "SANDBOX_GATEWAY_SOCKET=")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -301,39 +132,18 @@ func (g *gatewayProc) cli(t *testing.T, bin string, argv ...string) cliResult {
 	return r
 }
 
-func (g *gatewayProc) mustCLI(t *testing.T, bin string, argv ...string) map[string]any {
+func mustCLI(t *testing.T, g *gatewayProc, bin string, argv ...string) map[string]any {
 	t.Helper()
-	r := g.cli(t, bin, argv...)
+	r := runCLI(t, g, bin, argv...)
 	if r.code != 0 {
 		t.Fatalf("%s %v: exit %d: %s", bin, argv, r.code, r.stderr)
 	}
 	return r.out
 }
 
-func dockerList(t testing.TB, kind, id string) []string {
-	t.Helper()
-	var args []string
-	if kind == "container" {
-		args = []string{"ps", "-aq", "--filter", "label=eos.sandbox_id=" + id}
-	} else {
-		args = []string{"volume", "ls", "-q", "--filter", "label=eos.sandbox_id=" + id}
-	}
-	out, err := exec.Command("docker", args...).Output()
-	if err != nil {
-		t.Errorf("docker %v: %v", args, err)
-	}
-	return strings.Fields(string(out))
-}
+func dockerList(t testing.TB, kind, id string) []string { return testenv.DockerObjects(t, kind, id) }
 
-// removeSandboxObjects force-removes whatever Docker objects a sandbox left.
-func removeSandboxObjects(t testing.TB, id string) {
-	if ids := dockerList(t, "container", id); len(ids) > 0 {
-		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
-	}
-	if ids := dockerList(t, "volume", id); len(ids) > 0 {
-		_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, ids...)...).Run()
-	}
-}
+func removeSandboxObjects(t testing.TB, id string) { testenv.RemoveSandboxObjects(t, id) }
 
 const (
 	mgr = "sandbox-manager-cli"
@@ -351,11 +161,11 @@ func TestSeedFlowCLI(t *testing.T) {
 	writeFile(t, filepath.Join(ws, "shared.txt"), "alpha\nbravo\ncharlie\ndelta\necho\n")
 
 	// Usage error: nothing sent, exit 2, envelope on stderr.
-	if r := g.cli(t, rt, "exec_command", "true"); r.code != 2 || r.errEnv["kind"] != "invalid_request" {
+	if r := runCLI(t, g, rt, "exec_command", "true"); r.code != 2 || r.errEnv["kind"] != "invalid_request" {
 		t.Errorf("missing --sandbox-id: exit %d %v", r.code, r.errEnv)
 	}
 
-	rec := g.mustCLI(t, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
+	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
 	requireKeys(t, "sandbox_record", rec, keysSandboxRecord)
 	id, _ := rec["id"].(string)
 	if !strings.HasPrefix(id, "eos-") || rec["state"] != "ready" {
@@ -368,9 +178,9 @@ func TestSeedFlowCLI(t *testing.T) {
 	} else {
 		requireKeys(t, "sandbox_record.daemon_http", sub(t, rec, "daemon_http"), keysEndpoint)
 	}
-	requireKeys(t, "sandbox_record", g.mustCLI(t, mgr, "inspect_sandbox", "--sandbox-id", id), keysSandboxRecord)
+	requireKeys(t, "sandbox_record", mustCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", id), keysSandboxRecord)
 	sb := []string{"--sandbox-id", id}
-	run := func(argv ...string) map[string]any { t.Helper(); return g.mustCLI(t, rt, append(sb, argv...)...) }
+	run := func(argv ...string) map[string]any { t.Helper(); return mustCLI(t, g, rt, append(sb, argv...)...) }
 
 	// Bare exec: implicit session that publishes.
 	out := run("exec_command", "cat f.txt; echo hi > h.txt")
@@ -378,7 +188,7 @@ func TestSeedFlowCLI(t *testing.T) {
 	if out["status"] != "ok" || out["exit_code"] != float64(0) || !strings.Contains(fmt.Sprint(out["output"]), "base") {
 		t.Fatalf("exec: %v", out)
 	}
-	if r := g.cli(t, rt, append(sb, "exec_command", "exit 3")...); r.code != 0 || r.out["status"] != "error" || r.out["exit_code"] != float64(3) {
+	if r := runCLI(t, g, rt, append(sb, "exec_command", "exit 3")...); r.code != 0 || r.out["status"] != "error" || r.out["exit_code"] != float64(3) {
 		t.Errorf("exec exit 3: code %d %v %s", r.code, r.out, r.stderr)
 	}
 
@@ -417,7 +227,7 @@ func TestSeedFlowCLI(t *testing.T) {
 			t.Errorf("blame owner of a sessionless write: %q", o)
 		}
 	}
-	if r := g.cli(t, rt, append(sb, "file_read", "--path", "missing.txt")...); r.code != 1 || r.errEnv["kind"] != "not_found" {
+	if r := runCLI(t, g, rt, append(sb, "file_read", "--path", "missing.txt")...); r.code != 1 || r.errEnv["kind"] != "not_found" {
 		t.Errorf("missing file: exit %d %v", r.code, r.errEnv)
 	}
 
@@ -460,7 +270,7 @@ func TestSeedFlowCLI(t *testing.T) {
 	if rd := run("file_read", "--path", "shared.txt"); rd["content"] != "ALPHA\nbravo\ncharlie\ndelta\nECHO\n" {
 		t.Errorf("merged shared.txt: %q", rd["content"])
 	}
-	r3 := g.cli(t, rt, append(sb, "publish_workspace_session", "--workspace-session-id", s3)...)
+	r3 := runCLI(t, g, rt, append(sb, "publish_workspace_session", "--workspace-session-id", s3)...)
 	if r3.code != 1 || r3.errEnv["kind"] != "operation_failed" {
 		t.Fatalf("overlapping publish: exit %d out %v err %v", r3.code, r3.out, r3.errEnv)
 	}
@@ -482,7 +292,7 @@ func TestSeedFlowCLI(t *testing.T) {
 
 	// Export to a host directory.
 	dest := t.TempDir()
-	ex := g.mustCLI(t, mgr, "export_changes", "--sandbox-id", id, "--dest", dest)
+	ex := mustCLI(t, g, mgr, "export_changes", "--sandbox-id", id, "--dest", dest)
 	requireKeys(t, "export_changes.dir", ex, keysExportDir)
 	if ex["format"] != "dir" {
 		t.Errorf("export: %v", ex)
@@ -493,7 +303,7 @@ func TestSeedFlowCLI(t *testing.T) {
 		}
 	}
 
-	fin := g.mustCLI(t, mgr, "destroy_sandbox", "--sandbox-id", id)
+	fin := mustCLI(t, g, mgr, "destroy_sandbox", "--sandbox-id", id)
 	requireKeys(t, "sandbox_record", fin, keysSandboxRecord)
 	if fin["state"] != "stopped" {
 		t.Errorf("destroy: %v", fin)
@@ -504,7 +314,7 @@ func TestSeedFlowCLI(t *testing.T) {
 	if v := dockerList(t, "volume", id); len(v) != 0 {
 		t.Errorf("volumes left after destroy: %v", v)
 	}
-	if r := g.cli(t, mgr, "inspect_sandbox", "--sandbox-id", "eos-00000000-0000-0000-0000-000000000000"); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
+	if r := runCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", "eos-00000000-0000-0000-0000-000000000000"); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
 		!strings.Contains(fmt.Sprint(r.errEnv["message"]), "sandbox not found") {
 		t.Errorf("unknown sandbox: exit %d %v", r.code, r.errEnv)
 	}
@@ -525,11 +335,11 @@ func compareRawAndHTTP(t *testing.T, g *gatewayProc, id string) {
 		{"file_read", sbScope, map[string]any{"path": "nope.txt"}}, // not_found on both
 	} {
 		rid := "raw-" + client.NewRequestID()[:12]
-		line, err := rawLine(g.addr, map[string]any{"op": c.op, "request_id": rid, "scope": c.scope, "args": c.args, "_sandbox_gateway_auth_token": g.token})
+		line, err := testenv.RawLine(g.Addr, map[string]any{"op": c.op, "request_id": rid, "scope": c.scope, "args": c.args, "_sandbox_gateway_auth_token": g.Token})
 		if err != nil {
 			t.Fatalf("raw %s: %v", c.op, err)
 		}
-		_, hb, err := g.httpOp(c.op, map[string]any{"scope": c.scope, "args": c.args, "request_id": "http-" + rid})
+		_, hb, err := g.HTTPOp(c.op, map[string]any{"scope": c.scope, "args": c.args, "request_id": "http-" + rid})
 		if err != nil {
 			t.Fatalf("http %s: %v", c.op, err)
 		}
@@ -543,11 +353,11 @@ func compareRawAndHTTP(t *testing.T, g *gatewayProc, id string) {
 			t.Errorf("%s %v: raw JSON line and HTTP differ:\nraw  %s\nhttp %s", c.op, c.args, mustJSON(a), mustJSON(b))
 		}
 	}
-	line, err := rawLine(g.addr, map[string]any{"op": "list_sandboxes", "request_id": "bad-tok", "scope": sysScope, "args": map[string]any{}, "_sandbox_gateway_auth_token": "wrong"})
+	line, err := testenv.RawLine(g.Addr, map[string]any{"op": "list_sandboxes", "request_id": "bad-tok", "scope": sysScope, "args": map[string]any{}, "_sandbox_gateway_auth_token": "wrong"})
 	if k := errKind(line); err != nil || k != "unauthorized" {
 		t.Errorf("wrong token: %q %v", line, err)
 	}
-	line, err = rawLine(g.addr, map[string]any{"op": "no_such_op", "request_id": "unk", "scope": sysScope, "args": map[string]any{}, "_sandbox_gateway_auth_token": g.token})
+	line, err = testenv.RawLine(g.Addr, map[string]any{"op": "no_such_op", "request_id": "unk", "scope": sysScope, "args": map[string]any{}, "_sandbox_gateway_auth_token": g.Token})
 	if k := errKind(line); err != nil || k != "unknown_op" {
 		t.Errorf("unknown op: %q %v", line, err)
 	}

@@ -683,3 +683,56 @@ func TestResizeWithoutTTY(t *testing.T) {
 	out := run(t, e, h, api.ExecCommandArgs{Cmd: "sleep 30", YieldTimeMS: ms(0)})
 	requireKind(t, e.Resize(api.ResizeCommandArgs{CommandSessionID: out.CommandSessionID, Rows: 10, Cols: 10}), api.KindInvalidRequest)
 }
+
+// A streaming yield hands each line to the sink while the command runs,
+// once, in order, and the response is the same as without streaming.
+func TestStreamingYieldDeliversLinesAsTheyAppear(t *testing.T) {
+	e, h := newTestEngine(t, Options{})
+	var mu sync.Mutex
+	var got []api.OutputLine
+	// The command waits for a file the sink creates when it sees "one": it
+	// can only end if "one" was streamed while it ran.
+	flag := filepath.Join(t.TempDir(), "seen-one")
+	ctx := WithLineSink(context.Background(), func(l api.OutputLine) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, l)
+		if l.Text == "one" {
+			require.NoError(t, os.WriteFile(flag, nil, 0o600))
+		}
+	})
+	out, err := e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "echo one; echo two >&2; while [ ! -e " + flag + " ]; do sleep 0.01; done; echo three", YieldTimeMS: ms(long)}, Meta{})
+	require.NoError(t, err)
+	require.Equal(t, api.StatusOK, out.Status)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 3)
+	streams := map[string]string{}
+	for i, l := range got {
+		require.Equal(t, i, l.Offset, "in order, each once")
+		streams[l.Text] = l.Stream
+	}
+	require.Equal(t, map[string]string{"one": "stdout", "two": "stderr", "three": "stdout"}, streams)
+	require.Equal(t, "three", got[2].Text)
+	require.Equal(t, got[0].Text+"\n"+got[1].Text+"\nthree", out.Output, "the response is unchanged")
+
+	// A later yield streams only the lines after its cursor.
+	got = got[:0]
+	mu.Unlock()
+	out, err = e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "echo a; read x; echo b", YieldTimeMS: ms(0)}, Meta{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		o, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID})
+		require.NoError(t, err)
+		return o.TotalLines == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	first, err := e.WriteStdin(context.Background(), api.WriteCommandStdinArgs{CommandSessionID: out.CommandSessionID, YieldTimeMS: ms(0)})
+	require.NoError(t, err)
+	require.Equal(t, "a", first.Output)
+	last, err := e.WriteStdin(ctx, api.WriteCommandStdinArgs{CommandSessionID: out.CommandSessionID, Stdin: "\n", YieldTimeMS: ms(long)})
+	require.NoError(t, err)
+	require.Equal(t, api.StatusOK, last.Status)
+	mu.Lock()
+	require.Len(t, got, 1)
+	require.Equal(t, "b", got[0].Text)
+}

@@ -9,7 +9,9 @@ import (
 
 // yield waits up to d for c to end, then responds.
 func (e *Engine) yield(ctx context.Context, c *command, d time.Duration, callStart time.Time) *api.CommandOutput {
-	if d > 0 {
+	if sink := lineSink(ctx); sink != nil && d > 0 {
+		c.waitStreaming(ctx, d, sink)
+	} else if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {

@@ -168,6 +168,7 @@ func TestObservability(t *testing.T) {
 	require.Greater(t, scopes["sandbox"]["cpu_usage_usec"], float64(0))
 	require.Nil(t, scopes["sandbox"]["errors"], "the sandbox's cgroup reads cleanly: %v", scopes["sandbox"]["errors"])
 	require.NotNil(t, scopes["stack"])
+	require.Equal(t, "sandbox", field(res, "latest", "scope"), "resources.latest is the newest sandbox sample")
 	cg := call("cgroup", map[string]any{"scope": d, "window_ms": 600000})
 	series := cg["series"].([]any)
 	require.NotEmpty(t, series)

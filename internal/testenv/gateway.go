@@ -1,0 +1,232 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Commands Binaries builds (every main a test may run as a process).
+var Commands = []string{"sandbox-gateway", "sandbox-manager-cli", "sandbox-runtime-cli", "sandbox-observability-cli", "sandbox-mcp"}
+
+var (
+	binsOnce sync.Once
+	binsDir  string
+	binsErr  error
+)
+
+// Binaries builds the product's commands once per test binary and returns
+// their directory. The caller's TestMain should call CleanupBinaries.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	binsOnce.Do(func() {
+		binsDir, binsErr = os.MkdirTemp("", "eos-bins-")
+		if binsErr != nil {
+			return
+		}
+		args := []string{"build", "-o", binsDir + string(filepath.Separator)}
+		for _, c := range Commands {
+			args = append(args, "./cmd/"+c)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binsErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binsErr != nil {
+		t.Fatal(binsErr)
+	}
+	return binsDir
+}
+
+// CleanupBinaries removes what Binaries built.
+func CleanupBinaries() {
+	if binsDir != "" {
+		_ = os.RemoveAll(binsDir)
+	}
+}
+
+// Gateway is a sandbox-gateway process on the embedded Temporal.
+type Gateway struct {
+	Addr     string // host:port of HTTP and JSON lines
+	Token    string
+	StateDir string
+	Bins     string // directory of the built commands
+	Home     string // HOME of the gateway (and of the CLIs a test runs)
+	Stderr   *SyncBuffer
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// FreePort returns a loopback address nothing listens on (yet).
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// StartGateway runs the sandbox-gateway binary with the embedded Temporal
+// (UI off), a temp state dir and token file, the locally built daemon, and
+// waits until it answers list_sandboxes over HTTP. It is stopped (SIGINT)
+// when the test ends.
+func StartGateway(t testing.TB) *Gateway {
+	t.Helper()
+	RequireDocker(t)
+	daemon := DaemonBinary(t)
+	bins := Binaries(t)
+	tmp := t.TempDir()
+	g := &Gateway{Addr: FreePort(t), StateDir: filepath.Join(tmp, "state"), Bins: bins, Home: filepath.Join(tmp, "home"), Stderr: &SyncBuffer{}}
+	if err := os.MkdirAll(g.Home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(tmp, "gateway.token")
+	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"),
+		"--listen", g.Addr, "--token-file", tokenFile, "--state-dir", g.StateDir,
+		"--temporal-embedded-address", "127.0.0.1:0", "--temporal-ui", "off",
+		"--host-queue", fmt.Sprintf("eos-host-test-%d", time.Now().UnixNano()),
+		"--daemon-binary", daemon,
+		"--seccomp-profile", filepath.Join(RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
+		"--reconcile=false")
+	cmd.Env = append(os.Environ(), "HOME="+g.Home)
+	cmd.Stderr = g.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if b, err := os.ReadFile(tokenFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			g.Token = string(bytes.TrimSpace(b))
+			if st, _, err := g.HTTPOp("list_sandboxes", nil); err == nil && st == http.StatusOK {
+				return g
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("gateway exited during start:\n%s", g.Stderr.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready after 2m:\n%s", g.Stderr.String())
+		}
+	}
+}
+
+// HTTPClient is the client tests use against a gateway.
+var HTTPClient = &http.Client{Timeout: 5 * time.Minute}
+
+// HTTPOp posts body ({scope, args, request_id}) to /v1/ops/<op>.
+func (g *Gateway) HTTPOp(op string, body map[string]any) (int, []byte, error) {
+	if body == nil {
+		body = map[string]any{}
+	}
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(http.MethodPost, "http://"+g.Addr+"/v1/ops/"+op, bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+g.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := HTTPClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, bytes.TrimSpace(buf.Bytes()), err
+}
+
+// RawLine sends one hand-written JSON line over a fresh TCP connection,
+// half-closes, and reads the one answer line.
+func RawLine(addr string, req map[string]any) ([]byte, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Minute))
+	b, _ := json.Marshal(req)
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReaderSize(c, 1<<20)
+	line, err := r.ReadBytes('\n')
+	if err != nil && len(line) == 0 {
+		return nil, err
+	}
+	return bytes.TrimSpace(line), nil
+}
+
+// DockerObjects lists the ids of a sandbox's containers ("container") or
+// volumes ("volume") by label.
+func DockerObjects(t testing.TB, kind, id string) []string {
+	t.Helper()
+	var args []string
+	if kind == "container" {
+		args = []string{"ps", "-aq", "--filter", "label=eos.sandbox_id=" + id}
+	} else {
+		args = []string{"volume", "ls", "-q", "--filter", "label=eos.sandbox_id=" + id}
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Errorf("docker %v: %v", args, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// RemoveSandboxObjects force-removes whatever Docker objects a sandbox left.
+func RemoveSandboxObjects(t testing.TB, id string) {
+	if ids := DockerObjects(t, "container", id); len(ids) > 0 {
+		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	}
+	if ids := DockerObjects(t, "volume", id); len(ids) > 0 {
+		_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, ids...)...).Run()
+	}
+}
