@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
@@ -104,6 +105,19 @@ func TestObservability(t *testing.T) {
 	code, out = sb.callRID("e2e-write", "file_write", map[string]any{"path": "notes.md", "content": "n\n"})
 	require.Equal(t, http.StatusOK, code, "%v", out)
 
+	// A streamed exec (output lines as they come) is traced like any call.
+	body, _ := json.Marshal(map[string]any{"cmd": "echo streamed", "workspace_session_id": d, "yield_time_ms": 60000})
+	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/exec_command", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+sb.token)
+	req.Header.Set("X-Request-Id", "e2e-streamed")
+	req.Header.Set("Accept", api.ContentTypeNDJSON)
+	resp, err := sb.client.Do(req)
+	require.NoError(t, err)
+	streamed, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(streamed), "streamed")
+
 	call := func(op string, args map[string]any) map[string]any {
 		if args == nil {
 			args = map[string]any{}
@@ -140,6 +154,10 @@ func TestObservability(t *testing.T) {
 	for _, want := range []string{"daemon.dispatch", "command.exec", "workspace_session.create", "workspace_session.publish", "layerstack.publish"} {
 		require.Contains(t, all, want)
 	}
+
+	st := call("trace", map[string]any{"trace_id": "e2e-streamed"})["spans"].([]any)
+	require.Len(t, st, 1)
+	require.Equal(t, "command.exec", field(st[0].(map[string]any)["children"].([]any)[0].(map[string]any), "span", "name"))
 
 	// Who published what.
 	hist := call("publish_history", nil)["publishes"].([]any)
