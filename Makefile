@@ -42,15 +42,19 @@ test: test-deps
 	$(MAKE) fuzz
 
 # Each fuzz target briefly (go test -fuzz takes one target per run).
+FUZZPKGS := ./layerstack ./sandboxinit/telemetry
 fuzz:
-	@set -e; for t in $$($(GO) test -list 'Fuzz.*' ./layerstack | grep ^Fuzz); do \
-		echo "fuzz $$t ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./layerstack >/dev/null; \
+	@set -e; for p in $(FUZZPKGS); do \
+		for t in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+			echo "fuzz $$p $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p >/dev/null; \
+		done; \
 	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m ./layerstack | tee bench/results/layerstack-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./sandboxinit/e2e | tee bench/results/daemon-latest.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./sandboxinit/telemetry | tee bench/results/telemetry-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./worker | tee bench/results/workflows-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./cmd/sandbox-gateway | tee bench/results/gateway-latest.txt
 

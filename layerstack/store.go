@@ -57,6 +57,8 @@ type Store struct {
 
 	idxMu   sync.Mutex
 	indexes map[string]*layerIndex // by layer id; layers are immutable
+
+	usage usageCache // disk use per layer id, for the observability views
 }
 
 // Store directory layout.

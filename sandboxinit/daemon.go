@@ -2,6 +2,7 @@ package sandboxinit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -26,6 +27,14 @@ type Config struct {
 	Hidden          []string      // more paths masked inside sessions
 	AutoSquashAt    int
 	Logger          *slog.Logger
+
+	// Observability (seed-spec §6). SandboxID names the sandbox in the
+	// views when the gateway does not pass sandbox_id.
+	SandboxID       string
+	EventBudget     int64         // spans and events on disk, default 4 MiB
+	SampleBudget    int64         // resource samples on disk, default 1 MiB
+	SampleInterval  time.Duration // default 2 s, while active
+	SampleIdleAfter time.Duration // sampling stops this long after the last request, default 10 s
 }
 
 func (c *Config) defaults() {
@@ -82,7 +91,7 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	events   *eventLog
+	obs      *observability
 	started  time.Time
 }
 
@@ -109,7 +118,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, token: tok, store: store, rt: rt,
-		cmds: command.New(command.Options{}), sessions: map[string]*session{}, events: newEventLog(4096), started: time.Now()}
+		cmds: command.New(command.Options{}), sessions: map[string]*session{}, started: time.Now()}
+	if err := d.openObservability(); err != nil {
+		store.Close()
+		return nil, err
+	}
 	if err := d.restoreSessions(ctx); err != nil {
 		return nil, err
 	}
@@ -123,7 +136,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 // the container's stop ends them.
 func (d *Daemon) Close(ctx context.Context) error {
 	d.cmds.Shutdown(ctx, d.cfg.ShutdownGrace)
-	return d.store.Close()
+	return errors.Join(d.closeObservability(), d.store.Close())
 }
 
 func readToken(name string) ([]byte, error) {
@@ -145,50 +158,4 @@ func readToken(name string) ([]byte, error) {
 		return nil, fmt.Errorf("daemon token %s is shorter than 16 bytes", name)
 	}
 	return b, nil
-}
-
-// eventLog keeps the latest events in a ring (observability grows it).
-type eventLog struct {
-	mu   sync.Mutex
-	buf  []Event
-	next int
-	full bool
-}
-
-// Event is one daemon event.
-type Event struct {
-	TS    time.Time      `json:"ts"`
-	Name  string         `json:"name"`
-	Attrs map[string]any `json:"attrs"`
-}
-
-func newEventLog(n int) *eventLog { return &eventLog{buf: make([]Event, n)} }
-
-func (l *eventLog) add(e Event) {
-	l.mu.Lock()
-	l.buf[l.next] = e
-	l.next = (l.next + 1) % len(l.buf)
-	if l.next == 0 {
-		l.full = true
-	}
-	l.mu.Unlock()
-}
-
-func (l *eventLog) last(n int) []Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var all []Event
-	if l.full {
-		all = append(all, l.buf[l.next:]...)
-	}
-	all = append(all, l.buf[:l.next]...)
-	if n > 0 && len(all) > n {
-		all = all[len(all)-n:]
-	}
-	return all
-}
-
-func (d *Daemon) event(name string, attrs map[string]any) {
-	d.events.add(Event{TS: time.Now().UTC(), Name: name, Attrs: attrs})
-	d.log.Info(name, "attrs", attrs)
 }

@@ -4,19 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
 
 // exec runs a command in a session; without a session id it creates an
 // implicit session that publishes and goes away when its command ends.
-func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (*api.CommandOutput, error) {
+func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.CommandOutput, retErr error) {
 	if a.Cmd == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "cmd is required")
 	}
+	// command.exec lasts until the command ends (OnExit), not just this
+	// request; it ends here only if the command never started.
+	ctx, sp := d.span(ctx, "command.exec", map[string]any{"cmd": capCommand(a.Cmd), "workspace_session_id": a.WorkspaceSessionID, "tty": a.TTY})
+	started := false
+	defer func() {
+		if !started {
+			sp.End(retErr)
+		}
+	}()
 	cwd := WorkspaceRoot
 	if a.Cwd != "" {
 		rel, err := workspacePath(a.Cwd)
@@ -56,20 +67,37 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (*api.CommandO
 		return p, nil
 	}
 	s.act.touch()
-	meta := command.Meta{WorkspaceSessionID: s.rec.ID, OnExit: func(string, *api.CommandOutput) { s.act.touch() }}
+	sp.Set("workspace_session_id", s.rec.ID)
+	x := &execution{ws: s.rec.ID, cmd: capCommand(a.Cmd), trace: telemetry.TraceID(ctx), started: time.Now().UTC()}
+	exited := func(id string, out *api.CommandOutput) {
+		s.act.touch()
+		d.obs.execs.remove(x)
+		d.touch() // the end of a command is activity: sample what it left
+		sp.Set("command_session_id", id)
+		if out.ExitCode != nil {
+			sp.Set("exit_code", *out.ExitCode)
+		}
+		sp.EndStatus(commandStatus(out.Status), nil)
+	}
+	meta := command.Meta{WorkspaceSessionID: s.rec.ID, OnExit: exited}
 	var done chan func(*api.CommandOutput)
 	if implicit {
 		done = make(chan func(*api.CommandOutput), 1)
-		meta.OnExit = func(id string, _ *api.CommandOutput) { s.act.touch(); go d.finishImplicit(s, id, done) }
+		bg := context.WithoutCancel(ctx) // the publish outlives this request, in its trace
+		meta.OnExit = func(id string, out *api.CommandOutput) { exited(id, out); go d.finishImplicit(bg, s, id, done) }
 	}
+	d.obs.execs.add(x)
 	out, err := d.cmds.Start(ctx, starter, a, meta)
 	s.gate.Unlock()
 	if err != nil {
+		d.obs.execs.remove(x)
 		if implicit {
 			_, _ = d.teardown(context.WithoutCancel(ctx), s, true)
 		}
 		return nil, err
 	}
+	started = true
+	d.obs.execs.setID(x, out.CommandSessionID)
 	if implicit && out.Status != api.StatusRunning {
 		// The command ended within the yield: wait for its publish so the
 		// terminal response carries the outcome.
@@ -84,17 +112,17 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (*api.CommandO
 
 // finishImplicit publishes an implicit session once its command ended, then
 // destroys it; the outcome rides on the command's terminal response.
-func (d *Daemon) finishImplicit(s *session, cmdID string, done chan<- func(*api.CommandOutput)) {
+func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string, done chan<- func(*api.CommandOutput)) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	if len(d.cmds.Active(s.rec.ID)) > 0 {
 		return
 	}
-	res, err := d.publishLocked(context.Background(), s, api.PublishArgs{TxID: "implicit:" + s.rec.ID})
+	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: "implicit:" + s.rec.ID})
 	if err != nil {
 		// A rejected implicit publish discards the changes (the seed's
 		// policy) but, unlike the seed, says exactly what conflicted.
-		_, _ = d.teardown(context.Background(), s, true)
+		_, _ = d.teardown(ctx, s, true)
 	}
 	apply := func(out *api.CommandOutput) {
 		if err == nil {
@@ -120,3 +148,16 @@ func (d *Daemon) finishImplicit(s *session, cmdID string, done chan<- func(*api.
 }
 
 var _ = layerstack.ReasonSourceConflict
+
+// commandStatus maps a terminal command status to a span status.
+func commandStatus(st string) string {
+	switch st {
+	case api.StatusOK:
+		return telemetry.StatusCompleted
+	case api.StatusTimedOut:
+		return telemetry.StatusTimedOut
+	case api.StatusCancelled:
+		return telemetry.StatusCancelled
+	}
+	return telemetry.StatusError
+}

@@ -165,8 +165,13 @@ func (d *Daemon) fileWrite(ctx context.Context, rid string, a api.FileWriteArgs)
 	defer v.close()
 	var created bool
 	if v.s == nil {
-		r, err := d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_write:" + rid, Path: p, Content: []byte(a.Content),
-			Mode: mode, Owner: "operation:" + rid})
+		var r *layerstack.AmendResult
+		err := d.sessionless(ctx, "file_write:"+rid, "operation:"+rid, []string{p}, func(ctx context.Context) (*layerstack.PublishResult, error) {
+			var err error
+			r, err = d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_write:" + rid, Path: p, Content: []byte(a.Content),
+				Mode: mode, Owner: "operation:" + rid})
+			return amendPublish(r), err
+		})
 		if err != nil {
 			return nil, fileError(a.Path, amendError(err))
 		}
@@ -242,7 +247,12 @@ func (d *Daemon) fileEdit(ctx context.Context, rid string, a api.FileEditArgs) (
 	defer v.close()
 	var n, written int
 	if v.s == nil {
-		r, err := d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_edit:" + rid, Path: p, Edits: storeEdits(a.Edits), Owner: "operation:" + rid})
+		var r *layerstack.AmendResult
+		err := d.sessionless(ctx, "file_edit:"+rid, "operation:"+rid, []string{p}, func(ctx context.Context) (*layerstack.PublishResult, error) {
+			var err error
+			r, err = d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_edit:" + rid, Path: p, Edits: storeEdits(a.Edits), Owner: "operation:" + rid})
+			return amendPublish(r), err
+		})
 		if err != nil {
 			return nil, fileError(a.Path, amendError(err))
 		}
@@ -262,6 +272,13 @@ func (d *Daemon) fileEdit(ctx context.Context, rid string, a api.FileEditArgs) (
 		n, written = reps, len(out)
 	}
 	return map[string]any{"type": "edit", "path": a.Path, "edits_applied": len(a.Edits), "replacements": n, "bytes_written": written}, nil
+}
+
+func amendPublish(r *layerstack.AmendResult) *layerstack.PublishResult {
+	if r == nil {
+		return nil
+	}
+	return &r.PublishResult
 }
 
 // amendError maps store refusals of a sessionless write to the wire.
@@ -363,8 +380,10 @@ func (d *Daemon) fileDelete(ctx context.Context, rid string, a api.FileDeleteArg
 		if e.Kind == layerstack.KindDirectory && !a.Recursive {
 			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "%s is a directory: pass recursive to delete it", a.Path)
 		}
-		_, err = d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_delete:" + rid, Owner: "operation:" + rid,
-			Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: p, Kind: layerstack.ChangeDelete}}}})
+		err = d.sessionless(ctx, "file_delete:"+rid, "operation:"+rid, []string{p}, func(ctx context.Context) (*layerstack.PublishResult, error) {
+			return d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_delete:" + rid, Owner: "operation:" + rid,
+				Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: p, Kind: layerstack.ChangeDelete}}}})
+		})
 		if err != nil {
 			return nil, fileError(a.Path, amendError(err))
 		}
@@ -482,8 +501,10 @@ func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs,
 			return nil, fileError(a.From, err)
 		}
 	}
-	_, err = d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_move:" + rid, Owner: "operation:" + rid,
-		Changes: &layerstack.ChangeSet{Changes: changes}})
+	err = d.sessionless(ctx, "file_move:"+rid, "operation:"+rid, []string{from, to}, func(ctx context.Context) (*layerstack.PublishResult, error) {
+		return d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_move:" + rid, Owner: "operation:" + rid,
+			Changes: &layerstack.ChangeSet{Changes: changes}})
+	})
 	if err != nil {
 		return nil, fileError(a.From, amendError(err))
 	}

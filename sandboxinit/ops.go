@@ -17,10 +17,6 @@ import (
 // them at its public doors.
 func (d *Daemon) operations() map[string]handler {
 	return map[string]handler{
-		"health": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
-			return map[string]any{"status": "ok", "daemon_pid": os.Getpid()}, nil
-		}),
-
 		"create_workspace_session": op(func(ctx context.Context, rid string, a api.CreateSessionArgs) (any, error) {
 			s, err := d.createSession(ctx, a, false)
 			if err != nil {
@@ -81,10 +77,30 @@ func (d *Daemon) operations() map[string]handler {
 			return d.fileBlame(a.Path)
 		}),
 
-		"init_base":         op(func(ctx context.Context, rid string, a api.InitBaseArgs) (any, error) { return d.initBase(ctx, a) }),
-		"squash_layerstack": op(func(ctx context.Context, rid string, _ struct{}) (any, error) { return d.store.Squash(ctx) }),
+		"init_base": op(func(ctx context.Context, rid string, a api.InitBaseArgs) (any, error) { return d.initBase(ctx, a) }),
+		"squash_layerstack": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
+			ctx, sp := d.span(ctx, "layerstack.squash", nil)
+			res, err := d.store.Squash(ctx)
+			if res != nil {
+				sp.Set("squashed_blocks", len(res.SquashedBlocks))
+			}
+			sp.End(err)
+			return res, err
+		}),
 		"export_layerstack": op(func(ctx context.Context, rid string, a api.ExportArgs) (any, error) {
-			return &exportStream{d: d, format: a.Format}, nil
+			return &exportStream{d: d, format: a.Format, ctx: context.WithoutCancel(ctx)}, nil
+		}),
+	}
+}
+
+// observabilityOps are the read-only views (seed-contract §0.3 shapes),
+// health and the audit log. The server runs them under a quiet context:
+// they record nothing, do not count as activity and touch no session, so
+// reading them changes nothing.
+func (d *Daemon) observabilityOps() map[string]handler {
+	return map[string]handler{
+		"health": op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) {
+			return map[string]any{"status": "ok", "daemon_pid": os.Getpid(), "observability_dropped": d.obs.store.Dropped()}, nil
 		}),
 		"layerstack_history": op(func(ctx context.Context, rid string, a struct {
 			Limit int `json:"limit,omitempty"`
@@ -95,22 +111,17 @@ func (d *Daemon) operations() map[string]handler {
 			}
 			return map[string]any{"publishes": h}, err
 		}),
-		"events": op(func(ctx context.Context, rid string, a struct {
-			Name    string `json:"name,omitempty"`
-			SinceMS int64  `json:"since_ms,omitempty"`
-			LastN   int    `json:"last_n,omitempty"`
-		}) (any, error) {
-			evs := []Event{}
-			for _, e := range d.events.last(0) {
-				if (a.Name == "" || e.Name == a.Name) && e.TS.UnixMilli() > a.SinceMS {
-					evs = append(evs, e)
-				}
-			}
-			if a.LastN > 0 && len(evs) > a.LastN {
-				evs = evs[len(evs)-a.LastN:]
-			}
-			return map[string]any{"view": "events", "events": evs}, nil
+		"snapshot": op(func(ctx context.Context, rid string, a ScopeArgs) (any, error) { return d.snapshot(a), nil }),
+		"trace":    op(func(ctx context.Context, rid string, a TraceArgs) (any, error) { return d.traceView(a) }),
+		"events":   op(func(ctx context.Context, rid string, a EventsArgs) (any, error) { return d.eventsView(a) }),
+		"resources": op(func(ctx context.Context, rid string, a WindowArgs) (any, error) {
+			return d.resourcesView(a), nil
 		}),
+		"cgroup":          op(func(ctx context.Context, rid string, a CgroupArgs) (any, error) { return d.cgroupView(a) }),
+		"topology":        op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) { return d.topologyView(), nil }),
+		"daemon":          op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) { return d.daemonView(), nil }),
+		"layerstack":      op(func(ctx context.Context, rid string, a LayerstackArgs) (any, error) { return d.layerstackView(a) }),
+		"publish_history": op(func(ctx context.Context, rid string, a PublishHistoryArgs) (any, error) { return d.publishHistory(a) }),
 	}
 }
 
@@ -150,6 +161,7 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 type exportStream struct {
 	d      *Daemon
 	format string
+	ctx    context.Context // the request's trace, for the export span
 }
 
 func (e *exportStream) stream(w http.ResponseWriter) {
@@ -160,7 +172,13 @@ func (e *exportStream) stream(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Trailer", "X-Export-Error")
 	w.WriteHeader(http.StatusOK)
-	if _, err := e.d.store.Export(context.Background(), w, f); err != nil {
+	ctx, sp := e.d.span(e.ctx, "layerstack.export", map[string]any{"format": string(f)})
+	res, err := e.d.store.Export(ctx, w, f)
+	if res != nil {
+		sp.Set("bytes", res.Bytes)
+	}
+	sp.End(err)
+	if err != nil {
 		w.Header().Set("X-Export-Error", err.Error())
 	}
 }

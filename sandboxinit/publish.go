@@ -48,10 +48,12 @@ func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (map[str
 }
 
 // publishLocked runs with the session gate held: capture, commit, finalize.
-func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArgs) (map[string]any, error) {
+func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArgs) (_ map[string]any, retErr error) {
 	if a.TxID == "" {
 		a.TxID = fmt.Sprintf("publish:%s:%d", s.rec.ID, s.rec.Generation)
 	}
+	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "implicit": s.rec.Implicit, "keep": a.Keep})
+	defer func() { sp.End(retErr) }()
 	fail := func(stage string, extra map[string]any, format string, args ...any) error {
 		det := map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true}
 		for k, v := range extra {
@@ -59,37 +61,58 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		}
 		return api.Errorf(api.KindOperationFailed, det, format, args...)
 	}
+	_, csp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": s.rec.ID})
 	cs, err := layerstack.Capture(s.upper())
+	if cs != nil {
+		csp.Set("changes", len(cs.Changes))
+	}
+	csp.End(err)
 	if err != nil {
 		return nil, fail("capture", nil, "capture failed: %v", err)
 	}
-	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Changes: cs,
+	out := publishOutcome{TxID: a.TxID, SessionID: s.rec.ID, Agent: s.rec.Agent, Owner: s.owner(), Message: a.Message,
+		Source: sourceOf(s), Changes: cs}
+	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": a.TxID, "changes": len(cs.Changes)})
+	res, err := d.store.Publish(pctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Changes: cs,
 		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit})
+	if res != nil {
+		psp.Set("layer_id", res.LayerID)
+		psp.Set("no_op", res.NoOp)
+	}
+	psp.End(err)
 	if err != nil {
+		out.Err = err
+		d.recordPublish(ctx, out)
 		var ce *layerstack.ConflictError
 		if errors.As(err, &ce) {
-			d.event("workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
+			d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
 			return nil, fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error())
 		}
 		return nil, fail("publish", nil, "publish failed: %v", err)
 	}
-	d.event("workspace_session.published", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
-	out := map[string]any{"workspace_session_id": s.rec.ID, "publish": publishJSON(res)}
+	out.Result = res
+	d.recordPublish(ctx, out)
+	d.event(ctx, "workspace_session.published", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
+	resp := map[string]any{"workspace_session_id": s.rec.ID, "publish": publishJSON(res)}
+	fctx, fsp := d.span(ctx, "workspace_session.finalize", map[string]any{"workspace_session_id": s.rec.ID, "keep": a.Keep})
 	if a.Keep {
-		if err := d.rebase(ctx, s, res.LeaseID); err != nil {
+		if err := d.rebase(fctx, s, res.LeaseID); err != nil {
+			fsp.End(err)
 			s.state = StateFinalizeFailed
 			return nil, finalizeFailed(s, res, err)
 		}
-		out["destroyed"], out["kept"] = false, true
-		return out, nil
+		fsp.End(nil)
+		resp["destroyed"], resp["kept"] = false, true
+		return resp, nil
 	}
-	bytes, err := d.teardown(ctx, s, true)
+	bytes, err := d.teardown(fctx, s, true)
+	fsp.End(err)
 	if err != nil {
 		s.state = StateFinalizeFailed
 		return nil, finalizeFailed(s, res, err)
 	}
-	out["destroyed"], out["evicted_upperdir_bytes"] = true, bytes
-	return out, nil
+	resp["destroyed"], resp["evicted_upperdir_bytes"] = true, bytes
+	return resp, nil
 }
 
 func finalizeFailed(s *session, res *layerstack.PublishResult, err error) error {
@@ -139,7 +162,9 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	return d.start(ctx, s, lease)
 }
 
-func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
+func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ map[string]any, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.refresh", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
+	defer func() { sp.End(retErr) }()
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "refresh")
 	if err != nil {
 		return nil, err
@@ -162,6 +187,7 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (map[str
 	}
 	out := map[string]any{"workspace_session_id": s.rec.ID, "up_to_date": res.UpToDate, "revision": res.Revision,
 		"merged_paths": nonNil(res.MergedPaths), "changed_paths": res.Changes}
+	sp.Set("up_to_date", res.UpToDate)
 	if res.UpToDate {
 		return out, nil
 	}

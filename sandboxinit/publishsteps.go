@@ -37,6 +37,8 @@ type preparedPublish struct {
 	// Finalized is finalize's answer, kept so a retried finalize returns it.
 	Finalized map[string]any `json:"finalized,omitempty"`
 	Aborted   bool           `json:"aborted,omitempty"`
+
+	conflict *layerstack.ConflictError // the dry run's rejection, for the publish history
 }
 
 func (d *Daemon) txDir(txid string) string {
@@ -67,7 +69,9 @@ func (d *Daemon) savePrepared(p *preparedPublish) error {
 
 // publishPrepare captures the session's upper dir, freezes every file in a
 // copy under txns/, and dry-runs the result against the head.
-func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ map[string]any, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": a.TxID, "step": "prepare"})
+	defer func() { sp.End(retErr) }()
 	if a.TxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
 	}
@@ -110,8 +114,24 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (map
 		return nil, err
 	}
 	s.state = StatePublishing
+	sp.Set("changes", len(cs.Changes))
 	out := map[string]any{"txid": a.TxID, "workspace_session_id": s.rec.ID, "prepared": true, "changed_paths": len(cs.Changes)}
-	return d.checkPrepared(ctx, p, out)
+	res, err := d.checkPrepared(ctx, p, out)
+	if err == nil && res["clean"] == false {
+		// The workflow aborts a prepare that is not clean: this dry run is
+		// the only place the rejection shows.
+		d.recordPublish(ctx, publishOutcome{TxID: p.TxID, SessionID: p.SessionID, Agent: p.Agent, Owner: p.Owner, Message: p.Message,
+			Source: preparedSource(p), Changes: &p.Changes, Err: p.conflict})
+		d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "stage": "prepare"})
+	}
+	return res, err
+}
+
+func preparedSource(p *preparedPublish) string {
+	if p.Implicit {
+		return SourceImplicit
+	}
+	return SourceSession
 }
 
 // checkPrepared dry-runs frozen changes against the head.
@@ -124,6 +144,7 @@ func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out map[
 	var ce *layerstack.ConflictError
 	switch {
 	case errors.As(err, &ce):
+		p.conflict = ce
 		return mergeMaps(mergeMaps(out, map[string]any{"clean": false}), rejectionDetails(ce)), nil
 	case err != nil:
 		return nil, err
@@ -133,7 +154,9 @@ func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out map[
 }
 
 // publishCommit commits a prepared publish; a retry returns the first result.
-func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ map[string]any, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"txid": a.TxID, "step": "commit"})
+	defer func() { sp.End(retErr) }()
 	p, err := d.loadPrepared(a.TxID)
 	if err != nil {
 		return nil, err
@@ -141,8 +164,17 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (map[
 	if p.Aborted {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s was aborted", a.TxID)
 	}
-	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: p.TxID, LeaseID: p.LeaseID, Changes: &p.Changes,
+	sp.Set("workspace_session_id", p.SessionID)
+	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": p.TxID, "changes": len(p.Changes.Changes)})
+	res, err := d.store.Publish(pctx, layerstack.PublishRequest{TxID: p.TxID, LeaseID: p.LeaseID, Changes: &p.Changes,
 		Owner: p.Owner, Agent: p.Agent, Message: p.Message, Keep: p.Keep, AllowDrops: p.Implicit})
+	if res != nil {
+		psp.Set("layer_id", res.LayerID)
+		psp.Set("replayed", res.Replayed)
+	}
+	psp.End(err)
+	d.recordPublish(ctx, publishOutcome{TxID: p.TxID, SessionID: p.SessionID, Agent: p.Agent, Owner: p.Owner, Message: p.Message,
+		Source: preparedSource(p), Changes: &p.Changes, Result: res, Err: err})
 	if err != nil {
 		var ce *layerstack.ConflictError
 		if errors.As(err, &ce) {
@@ -155,13 +187,15 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (map[
 	if err := d.savePrepared(p); err != nil {
 		return nil, err
 	}
-	d.event("workspace_session.published", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
+	d.event(ctx, "workspace_session.published", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
 	return map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "publish": publishJSON(res)}, nil
 }
 
 // publishFinalize closes the session after its commit: destroyed, or with
 // keep moved onto the new head with an empty upper dir. Idempotent.
-func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ map[string]any, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.finalize", map[string]any{"txid": a.TxID})
+	defer func() { sp.End(retErr) }()
 	p, err := d.loadPrepared(a.TxID)
 	if err != nil {
 		return nil, err

@@ -61,7 +61,7 @@ func (d *Daemon) archiveIdle(ctx context.Context, a ArchiveIdleArgs) (map[string
 		if arch != nil {
 			out = append(out, *arch)
 		}
-		d.event("workspace_session.reaped", map[string]any{"workspace_session_id": s.rec.ID, "archived": arch != nil})
+		d.event(ctx, "workspace_session.reaped", map[string]any{"workspace_session_id": s.rec.ID, "archived": arch != nil})
 	}
 	return map[string]any{"archived": out}, nil
 }

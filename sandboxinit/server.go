@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
 
 // handler serves one RPC operation: decode args from body, return a result.
@@ -30,6 +31,7 @@ type handler func(ctx context.Context, rid string, body []byte) (any, error)
 type Server struct {
 	d        *Daemon
 	ops      map[string]handler
+	quiet    map[string]bool // observability views: they record nothing
 	slots    chan struct{}
 	closing  atomic.Bool
 	http     *http.Server
@@ -39,7 +41,10 @@ type Server struct {
 // NewServer builds the RPC server of d.
 func NewServer(d *Daemon) *Server {
 	s := &Server{d: d, slots: make(chan struct{}, d.cfg.MaxConcurrent)}
-	s.ops = d.operations()
+	s.ops, s.quiet = d.operations(), map[string]bool{}
+	for name, h := range d.observabilityOps() {
+		s.ops[name], s.quiet[name] = h, true
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/rpc/", s.serveRPC)
 	mux.HandleFunc("/health", s.serveHealth)
@@ -137,11 +142,16 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	rid := r.Header.Get("X-Request-Id")
+	// Every path, streamed or not, runs through dispatch: the request's
+	// trace, and quiet for the observability views.
+	traced := func(ctx context.Context, rid string, body []byte) (any, error) {
+		return s.dispatch(telemetry.WithTrace(ctx, rid), op, rid, h, body)
+	}
 	if wantsStream(op, r) {
-		s.serveStreaming(w, r, h, rid, body)
+		s.serveStreaming(w, r, traced, rid, body)
 		return
 	}
-	res, err := h(r.Context(), rid, body)
+	res, err := traced(r.Context(), rid, body)
 	if err != nil {
 		s.d.log.Debug("operation failed", "op", op, "request_id", rid, "err", err)
 		writeError(w, err)
@@ -152,6 +162,23 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// dispatch runs one operation. Observability views run quiet (they record
+// nothing and are not activity); every other operation wakes the sampler
+// and is a daemon.dispatch span in the request's trace.
+func (s *Server) dispatch(ctx context.Context, op, rid string, h handler, body []byte) (any, error) {
+	if s.quiet[op] {
+		return h(telemetry.Quiet(ctx), rid, body)
+	}
+	s.d.touch()
+	ctx, sp := s.d.span(ctx, "daemon.dispatch", map[string]any{"op": op})
+	res, err := h(ctx, rid, body)
+	if err != nil {
+		sp.Set("error_kind", api.AsError(err).Kind)
+	}
+	sp.End(err)
+	return res, err
 }
 
 // streamer results write their own body (export streams).
@@ -215,7 +242,8 @@ func writeError(w http.ResponseWriter, err error) {
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	m, err := s.d.store.Manifest()
 	res := map[string]any{"status": "ok", "service": "daemon_http", "uptime_seconds": int(time.Since(s.d.started).Seconds()),
-		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid()}
+		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid(),
+		"observability_dropped": s.d.obs.store.Dropped()}
 	if err == nil {
 		res["manifest_version"], res["layer_count"] = m.Version, len(m.Layers)
 	} else {

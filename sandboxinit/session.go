@@ -113,17 +113,21 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	if len(a.Agent) > 256 {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "agent label is longer than 256 bytes")
 	}
+	ctx, sp := d.span(ctx, "workspace_session.create", map[string]any{"network_profile": a.NetworkProfile, "implicit": implicit, "agent": a.Agent})
+	defer func() { sp.End(retErr) }()
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
 		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Created: time.Now().UTC()}}
 	if a.Limits != nil {
 		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
 	}
 	s.dir = filepath.Join(d.cfg.StateDir, "sessions", s.rec.ID)
+	sp.Set("workspace_session_id", s.rec.ID)
 	lease, err := d.store.Acquire(s.owner())
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	s.rec.LeaseID = lease.ID
+	d.event(ctx, "lease.acquired", map[string]any{"lease_id": lease.ID, "workspace_session_id": s.rec.ID, "manifest_version": lease.ManifestVersion})
 	defer func() {
 		if retErr != nil {
 			d.teardown(context.WithoutCancel(ctx), s, true)
@@ -144,7 +148,7 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	d.mu.Lock()
 	d.sessions[s.rec.ID] = s
 	d.mu.Unlock()
-	d.event("workspace_session.created", map[string]any{"workspace_session_id": s.rec.ID, "network_profile": a.NetworkProfile, "agent": a.Agent})
+	d.event(ctx, "workspace_session.created", map[string]any{"workspace_session_id": s.rec.ID, "network_profile": a.NetworkProfile, "agent": a.Agent})
 	return s, nil
 }
 
@@ -200,6 +204,8 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	if releaseLease && s.rec.LeaseID != "" {
 		if rerr := d.store.Release(s.rec.LeaseID); rerr != nil && err == nil {
 			err = rerr
+		} else if rerr == nil {
+			d.event(ctx, "lease.released", map[string]any{"lease_id": s.rec.LeaseID, "workspace_session_id": s.rec.ID})
 		}
 	}
 	d.mu.Lock()
@@ -234,7 +240,9 @@ func (d *Daemon) listSessions() []api.SessionInfo {
 	return out
 }
 
-func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (map[string]any, error) {
+func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (_ map[string]any, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.destroy", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "force": a.Force})
+	defer func() { sp.End(retErr) }()
 	s, err := d.session(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -250,7 +258,8 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 		s.state = StateFinalizeFailed
 		return nil, fmt.Errorf("destroy %s: %w", s.rec.ID, err)
 	}
-	d.event("workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID})
+	sp.Set("evicted_upperdir_bytes", bytes)
+	d.event(ctx, "workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID})
 	return map[string]any{"workspace_session_id": s.rec.ID, "destroyed": true, "evicted_upperdir_bytes": bytes}, nil
 }
 

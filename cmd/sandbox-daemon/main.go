@@ -48,8 +48,16 @@ func serve(args []string) int {
 	fs.StringVar(&cfg.SelfPath, "self", "", "path of this binary inside sessions (default: its own path)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long running commands get to end on shutdown")
 	fs.IntVar(&cfg.AutoSquashAt, "autosquash-at", 100, "squash the layer stack past this many layers")
+	fs.StringVar(&cfg.SandboxID, "sandbox-id", "", "the sandbox's id, shown in the observability views (the gateway may pass it per request instead)")
+	fs.Int64Var(&cfg.EventBudget, "observability-max-bytes", 4<<20, "disk budget of the span and event log (1-16 MiB)")
+	fs.Int64Var(&cfg.SampleBudget, "samples-max-bytes", 1<<20, "disk budget of the resource samples (128 KiB-4 MiB)")
+	fs.DurationVar(&cfg.SampleInterval, "sample-interval", 2*time.Second, "resource sampling interval while the sandbox is active (250ms-10m)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := cfg.CheckObservability(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-daemon:", err)
 		return 2
 	}
 	level := slog.LevelInfo
