@@ -286,6 +286,14 @@ func TestAgentsOverMCP(t *testing.T) {
 	require.NoError(t, err)
 	wf := obs.must(t, "workflows", map[string]any{"sandbox_id": id})
 	require.NotEmpty(t, wf["workflows"])
+	hist := obs.must(t, "publish_history", map[string]any{"sandbox_id": id})["publishes"].([]any)
+	var outcomes []string
+	for _, p := range hist {
+		outcomes = append(outcomes, p.(map[string]any)["agent"].(string)+":"+p.(map[string]any)["outcome"].(string))
+	}
+	require.Contains(t, outcomes, "carol:conflict", "the publish history tells who conflicted")
+	fleet := obs.must(t, "snapshot", map[string]any{})
+	require.NotEmpty(t, fleet["sandboxes"], "snapshot without sandbox_id is the fleet")
 
 	mgrHTTP, err := httpAgent(t, g, mcp.SetManagement, "manager-http", g.Token)
 	require.NoError(t, err)

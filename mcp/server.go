@@ -149,7 +149,9 @@ var instructions = map[string]string{
 		"published state), redo your change on top and publish again. Without workspace_session_id, file writes publish at once " +
 		"and exec_command runs in a one-off session that publishes when the command ends. A command still running returns " +
 		"status \"running\" and a command_session_id: poll it with read_command_lines or write_command_stdin.",
-	SetObservability: "Read-only views of sandboxes: snapshot (without sandbox_id, the whole fleet), events, trace (the request " +
-		"id of any call is its trace id), resources, cgroup, topology, daemon, layerstack, and workflows (the Temporal " +
-		"workflows behind a sandbox, with links into the Temporal UI).",
+	SetObservability: "Read-only views of sandboxes: snapshot (without sandbox_id, the whole fleet; a sandbox that does not " +
+		"answer shows as unavailable), events, trace (the request id of any call, in each result's _meta.request_id, is its " +
+		"trace id), resources (without sandbox_id, the fleet), cgroup, topology, daemon, layerstack, publish_history (who " +
+		"published what and when, merged or conflicting) and workflows (the Temporal workflows behind a sandbox, with links " +
+		"into the Temporal UI).",
 }

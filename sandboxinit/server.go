@@ -81,7 +81,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rid := r.Header.Get("X-Request-Id")
-		if rid == "" || len(rid) > 128 {
+		if rid == "" || len(rid) > 256 { // workflow steps append their own parts to the caller's id
 			rid = newRequestID()
 		}
 		r.Header.Set("X-Request-Id", rid)

@@ -26,7 +26,11 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (json.RawMessage, er
 	step := func(op string) (json.RawMessage, error) {
 		progress.Step = op
 		args, _ := json.Marshal(map[string]any{"workspace_session_id": in.SessionID, "txid": in.TxID, "keep": in.Keep, "message": in.Message})
-		call := activities.DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: in.TxID + "/" + op}
+		rid := in.TxID + "/" + op
+		if in.RequestID != "" {
+			rid += "/" + in.RequestID
+		}
+		call := activities.DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
 		var out json.RawMessage
 		err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), acts.CallDaemon, call).Get(ctx, &out)
 		return out, err

@@ -346,7 +346,7 @@ func (s *sandbox) publish(ctx workflow.Context, r PublishRequest) (json.RawMessa
 	id := PublishWorkflowID(s.id(), r.WorkspaceSessionID, s.state.PublishSeq)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TaskQueue: TaskQueue})
 	in := PublishInput{SandboxID: s.id(), HostQueue: s.in.HostQueue, Daemon: s.state.Container.Daemon,
-		SessionID: r.WorkspaceSessionID, TxID: id, Keep: r.Keep, Message: r.Message}
+		SessionID: r.WorkspaceSessionID, TxID: id, Keep: r.Keep, Message: r.Message, RequestID: workflow.GetCurrentUpdateInfo(ctx).ID}
 	var out json.RawMessage
 	err := workflow.ExecuteChildWorkflow(cctx, PublishWorkflowName, in).Get(ctx, &out)
 	if err != nil {

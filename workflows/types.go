@@ -104,6 +104,9 @@ type PublishInput struct {
 	TxID      string              `json:"txid"`
 	Keep      bool                `json:"keep,omitempty"`
 	Message   string              `json:"message,omitempty"`
+	// RequestID is the caller's request id (the update's id): the daemon
+	// calls carry it, so trace(<request id>) shows the publish's steps.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // PublishOutput is the daemon's finalize result (seed shape).

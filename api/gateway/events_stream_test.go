@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// eventsBackend answers the events op from a growing list, honouring
-// since_ms like the daemon does.
+// eventsBackend answers the events op from a growing list like the daemon
+// does: newest first, since_ms exclusive.
 type eventsBackend struct {
 	fakeBackend
 	mu     sync.Mutex
@@ -33,8 +33,8 @@ func (b *eventsBackend) Runtime(ctx context.Context, op, id string, args map[str
 		since, _ = v.Int64()
 	}
 	out := []map[string]any{}
-	for _, e := range b.events {
-		if e["ts"].(time.Time).UnixMilli() > since {
+	for i := len(b.events) - 1; i >= 0; i-- {
+		if e := b.events[i]; e["ts"].(time.Time).UnixMilli() > since {
 			out = append(out, e)
 		}
 	}
@@ -77,4 +77,28 @@ func TestEventsStreamSSE(t *testing.T) {
 	require.Len(t, next, 1)
 	require.Equal(t, "event", next[0].name)
 	require.Contains(t, next[0].data, "workspace_session.destroyed")
+}
+
+// An event in the same millisecond as the last one streamed still arrives,
+// and nothing arrives twice.
+func TestEventsStreamSameMillisecond(t *testing.T) {
+	b := &eventsBackend{}
+	at := time.Now().Truncate(time.Millisecond)
+	b.add("first", at)
+	addr := startWith(t, b, func(s *Server) { s.StreamPoll = 10 * time.Millisecond })
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/sandboxes/eos-1/events/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	require.Contains(t, readEvents(t, br, 1)[0].data, "first")
+	b.add("second", at.Add(500*time.Microsecond)) // the same millisecond
+	b.add("third", at.Add(2*time.Millisecond))
+	next := readEvents(t, br, 2)
+	require.Contains(t, next[0].data, "second")
+	require.Contains(t, next[1].data, "third")
+	b.add("fourth", at.Add(3*time.Millisecond))
+	last := readEvents(t, br, 1)
+	require.Contains(t, last[0].data, "fourth", "nothing is sent twice")
 }

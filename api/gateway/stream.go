@@ -297,20 +297,30 @@ func (s *Server) streamEvents(c *gin.Context) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.heartbeats(ev, stop)
+	// The daemon answers newest first with since_ms exclusive: emit each
+	// batch oldest first, and ask again from the newest millisecond sent
+	// minus one, skipping what was already sent in that millisecond, so an
+	// event appended in the same millisecond as the last one is not lost.
 	var since int64
+	sent := map[string]bool{}
 	for {
-		for i, r := range raws {
-			ev.event("event", r)
-			if ms := evs[i].TS.UnixMilli(); ms > since {
-				since = ms
+		for i := len(raws) - 1; i >= 0; i-- {
+			ms := evs[i].TS.UnixMilli()
+			if ms < since || (ms == since && sent[string(raws[i])]) {
+				continue
 			}
+			if ms > since {
+				since, sent = ms, map[string]bool{}
+			}
+			sent[string(raws[i])] = true
+			ev.event("event", raws[i])
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(s.poll()):
 		}
-		if raws, evs, aerr = fetch(map[string]any{"since_ms": json.Number(fmt.Sprint(since))}, false); aerr != nil {
+		if raws, evs, aerr = fetch(map[string]any{"since_ms": json.Number(fmt.Sprint(max(since-1, 0)))}, false); aerr != nil {
 			if ctx.Err() == nil {
 				b, _ := json.Marshal(api.Envelope{Error: aerr})
 				ev.event("error", b)

@@ -508,6 +508,10 @@ func (b *TemporalBackend) RuntimeProgress(ctx context.Context, op, sandboxID str
 		}
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"op": op}, "%s needs a sandbox id", op)
 	}
+	if o, ok := api.LookupOp(op); ok && o.Group == api.GroupObservability {
+		// The daemon's views name their sandbox; it does not know its id.
+		args = withArg(args, "sandbox_id", sandboxID)
+	}
 	body, _ := json.Marshal(args)
 	ep, err := b.endpoint(ctx, sandboxID, false)
 	if err != nil {
@@ -688,4 +692,14 @@ func publishOutcome(out any, err error) string {
 		return fmt.Sprintf("published: manifest version %d", res.Publish.Revision.ManifestVersion)
 	}
 	return "published"
+}
+
+// withArg returns args plus k=v, leaving the caller's map as it was.
+func withArg(args map[string]any, k string, v any) map[string]any {
+	out := make(map[string]any, len(args)+1)
+	for ak, av := range args {
+		out[ak] = av
+	}
+	out[k] = v
+	return out
 }

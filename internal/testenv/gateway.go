@@ -66,6 +66,7 @@ type Gateway struct {
 	Bins     string // directory of the built commands
 	Home     string // HOME of the gateway (and of the CLIs a test runs)
 	Stderr   *SyncBuffer
+	Pid      int
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers.
@@ -125,6 +126,7 @@ func StartGateway(t testing.TB) *Gateway {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	g.Pid = cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
@@ -153,6 +155,41 @@ func StartGateway(t testing.TB) *Gateway {
 			t.Fatalf("gateway not ready after 2m:\n%s", g.Stderr.String())
 		}
 	}
+}
+
+// Get sends an authenticated (token "" = none) GET to the gateway.
+func (g *Gateway) Get(path, token string) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+g.Addr+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := HTTPClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.Bytes(), err
+}
+
+// RSS is the gateway process's resident memory in bytes (VmRSS).
+func (g *Gateway) RSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			var kb int64
+			fmt.Sscan(f[1], &kb)
+			return kb * 1024
+		}
+	}
+	return -1
 }
 
 // HTTPClient is the client tests use against a gateway.
