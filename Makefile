@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build binaries daemon test test-deps fuzz bench lint run install clean
+.PHONY: all build binaries daemon test test-deps fuzz bench bench-inner bench-baseline bench-detail lint run install clean
 
 all: build
 
@@ -51,10 +51,30 @@ fuzz:
 		done; \
 	done
 
-bench:
+# The benchmark suite (bench/, cmd/sandbox-bench): every scenario beside its
+# baseline in one run; writes bench/results/<date>.md, .csv, plots and CPU
+# profiles. Then the inner-loop Go benchmarks, six counts, compared with
+# benchstat against the committed baseline (bench/results/inner-baseline.txt;
+# `make bench-baseline` makes the latest run the baseline).
+BENCH_INNER := -run '^$$' -bench 'Merge3|DiffLines|ViewStat|DispatchSpan|QueryNewest|StartNoProcess|Publish$$' -benchmem -count 6 -timeout 30m ./layerstack ./sandboxinit/telemetry ./sandboxinit/command
+BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+bench: daemon test-deps
+	$(GO) run ./cmd/sandbox-bench -out bench/results $(BENCH_FLAGS)
+	$(MAKE) bench-inner
+
+bench-inner:
+	$(GO) test $(BENCH_INNER) | tee bench/results/inner-latest.txt
+	$(GO) run $(BENCHSTAT) bench/results/inner-baseline.txt bench/results/inner-latest.txt | tee bench/results/inner-benchstat.txt
+
+bench-baseline:
+	cp bench/results/inner-latest.txt bench/results/inner-baseline.txt
+
+# The detailed per-layer benchmarks of earlier reports (daemon beside docker
+# exec/run at c=1/5/20, lifecycle through Temporal, gateway overhead).
+bench-detail: daemon test-deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m ./layerstack | tee bench/results/layerstack-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./sandboxinit/e2e | tee bench/results/daemon-latest.txt
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./sandboxinit/telemetry | tee bench/results/telemetry-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./worker | tee bench/results/workflows-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./cmd/sandbox-gateway | tee bench/results/gateway-latest.txt
 

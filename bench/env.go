@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
@@ -312,3 +313,7 @@ func ContainerDiskBytes(ctx context.Context, dc *dockerclient.Client, sandboxID,
 	kb, _ := strconv.ParseInt(f[0], 10, 64)
 	return kb * 1024
 }
+
+// TemporalClient is the product's Temporal client (for probes that read
+// workflow histories).
+func (s *Stack) TemporalClient() tclient.Client { return s.svc.Client }
