@@ -15,12 +15,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
-	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
@@ -287,15 +287,7 @@ func GitWorktree(repo, dst string) (remove func(), err error) {
 // DiskBytes is the space a directory tree takes on disk (du -sk).
 func DiskBytes(dir string) int64 {
 	out, err := exec.Command("du", "-sk", dir).Output()
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(out))
-	if len(f) == 0 {
-		return -1
-	}
-	kb, _ := strconv.ParseInt(f[0], 10, 64)
-	return kb * 1024
+	return duBytes(out, err)
 }
 
 // ContainerDiskBytes is DiskBytes of a path inside a sandbox's container.
@@ -303,17 +295,46 @@ func ContainerDiskBytes(ctx context.Context, dc *dockerclient.Client, sandboxID,
 	// -x: the session dir holds its workspace mount point, whose merged
 	// view is the layers, not the session.
 	out, err := DockerExec(ctx, dc, activities.ContainerName(sandboxID), []string{"du", "-skx", path}, nil)
-	if err != nil {
-		return -1
-	}
+	return duBytes(out, err)
+}
+
+// duBytes reads du -sk's first field as bytes (-1 when du failed).
+func duBytes(out []byte, err error) int64 {
 	f := strings.Fields(string(out))
-	if len(f) == 0 {
+	if err != nil || len(f) == 0 {
 		return -1
 	}
 	kb, _ := strconv.ParseInt(f[0], 10, 64)
 	return kb * 1024
 }
 
-// TemporalClient is the product's Temporal client (for probes that read
-// workflow histories).
-func (s *Stack) TemporalClient() tclient.Client { return s.svc.Client }
+// SettleDisk flushes dirty pages and waits (up to a minute) until the
+// kernel has little left to write back, so a sample that writes a lot does
+// not pay for the writeback of the one before it.
+func SettleDisk() {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		syscall.Sync()
+		if dirtyBytes() < 8<<20 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dirtyBytes is Dirty + Writeback of /proc/meminfo.
+func dirtyBytes() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && (f[0] == "Dirty:" || f[0] == "Writeback:") {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			total += kb << 10
+		}
+	}
+	return total
+}

@@ -93,15 +93,11 @@ func runCommand(ctx context.Context, s *Suite) (Section, error) {
 // runSessionCreate: create_workspace_session (durable, through Temporal)
 // vs a fresh container (docker run) vs git worktree add.
 func runSessionCreate(ctx context.Context, s *Suite) (Section, error) {
-	repo := filepath.Join(s.o.WorkDir, "repo-1k")
-	if err := ensureRepo(repo, 1000, 4096); err != nil {
-		return Section{}, err
-	}
-	id, err := s.st.CreateSandbox(ctx, s.o.Image, repo)
+	repo, id, destroy, err := s.repoSandbox(ctx, "repo-1k", 1000)
 	if err != nil {
 		return Section{}, err
 	}
-	defer s.st.DestroySandbox(id)
+	defer destroy()
 	var idle []string
 	ow := Load(s.Rec, "b", "ours", "create_session", 1, s.n(40), func(w, i int) error {
 		ws, err := s.st.Session(ctx, id, "bench")

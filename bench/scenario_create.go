@@ -33,12 +33,13 @@ func runSandboxCreate(ctx context.Context, s *Suite) (Section, error) {
 			return Section{}, err
 		}
 		n := s.n(r.samples)
-		// One at a time, each removed (untimed) before the next, so every
-		// create starts from the same state; no warm-up: creates are cold
-		// by nature.
+		// One at a time, each removed (untimed) before the next and the
+		// disk settled, so every create starts from the same state; no
+		// warm-up: creates are cold by nature.
 		timed := func(cas string, create func() (cleanup func(), err error)) time.Duration {
 			var total time.Duration
 			for i := 0; i < n; i++ {
+				SettleDisk()
 				t0 := time.Now()
 				cleanup, err := create()
 				d := time.Since(t0)

@@ -23,15 +23,11 @@ var changeSets = []changeSet{{1, 4 << 10}, {10, 4 << 10}, {100, 4 << 10}, {1000,
 // file to 1,000 files and to a 3 MiB payload, against git add + commit of
 // the same files in a worktree.
 func runPublishSize(ctx context.Context, s *Suite) (Section, error) {
-	repo := filepath.Join(s.o.WorkDir, "repo-1k")
-	if err := ensureRepo(repo, 1000, 4096); err != nil {
-		return Section{}, err
-	}
-	id, err := s.st.CreateSandbox(ctx, s.o.Image, repo)
+	repo, id, destroy, err := s.repoSandbox(ctx, "repo-1k", 1000)
 	if err != nil {
 		return Section{}, err
 	}
-	defer s.st.DestroySandbox(id)
+	defer destroy()
 	stop := s.profile(ctx, "publish", id)
 	defer stop()
 	t := Table{Header: []string{"change set", "ours p50", "p95", "samples", "git add+commit p50", "p95", "samples", "latency ratio"}}

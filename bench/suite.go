@@ -65,6 +65,20 @@ type Series struct {
 	X, Y []float64
 }
 
+// repoSandbox creates a sandbox over the suite's repository of files 4 KiB
+// files (made once per run) and returns it with its removal.
+func (s *Suite) repoSandbox(ctx context.Context, name string, files int) (repo, id string, destroy func(), err error) {
+	repo = filepath.Join(s.o.WorkDir, name)
+	if err := ensureRepo(repo, files, 4096); err != nil {
+		return "", "", nil, err
+	}
+	id, err = s.st.CreateSandbox(ctx, s.o.Image, repo)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return repo, id, func() { s.st.DestroySandbox(id) }, nil
+}
+
 // summary summarizes the recorded samples of one scenario, case and op.
 func (s *Suite) summary(scenario, cas, op string, c int, wall time.Duration) Summary {
 	lat, errs := s.Rec.Select(scenario, cas, op, c)
@@ -133,6 +147,7 @@ func Run(ctx context.Context, o Options) (*Suite, error) {
 			continue
 		}
 		o.Log.Info("scenario", "key", sc.key, "title", sc.title)
+		SettleDisk() // what the scenario before left to write back is not this one's cost
 		start := time.Now()
 		sec, err := sc.run(ctx, s)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/renameio/v2"
 	"github.com/pelletier/go-toml/v2"
 )
 
@@ -82,7 +83,7 @@ func Setup(o SetupOptions) (*SetupResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	old, mode, err := readConfig(path)
+	old, err := readConfig(path)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func Setup(o SetupOptions) (*SetupResult, error) {
 	if o.DryRun || !res.Changed {
 		return res, nil
 	}
-	if err := writeAtomic(path, updated, mode); err != nil {
+	if err := writeAtomic(path, updated); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -138,48 +139,24 @@ func (o *SetupOptions) configPath() (string, error) {
 	return "", fmt.Errorf("setup: unknown client %q (codex or claude)", o.Client)
 }
 
-func readConfig(path string) ([]byte, fs.FileMode, error) {
+func readConfig(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0o600, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("setup: read %s: %w", path, err)
+		return nil, fmt.Errorf("setup: read %s: %w", path, err)
 	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	return b, st.Mode().Perm(), nil
+	return b, nil
 }
 
 // writeAtomic replaces path with data (temp file, fsync, rename), keeping
 // the file's mode; a new file is 0600 (client configs can hold secrets).
-func writeAtomic(path string, data []byte, mode fs.FileMode) error {
+func writeAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return renameio.WriteFile(path, data, 0o600)
 }
 
 // --- Codex: ~/.codex/config.toml ---

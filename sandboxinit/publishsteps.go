@@ -178,8 +178,12 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ ma
 	if err != nil {
 		var ce *layerstack.ConflictError
 		if errors.As(err, &ce) {
-			return nil, api.Errorf(api.KindOperationFailed, mergeMaps(map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID,
-				"stage": "publish", "session_retained": true}, rejectionDetails(ce)), "publish rejected: %s", ce.Error())
+			// Another publish landed first on what this one changed: an
+			// answer, not a failure (the workflow aborts and reports it,
+			// as for a conflict found by prepare), so no step is retried
+			// or logged as an error.
+			return mergeMaps(map[string]any{"clean": false, "workspace_session_id": p.SessionID, "txid": p.TxID,
+				"stage": "publish", "session_retained": true}, rejectionDetails(ce)), nil
 		}
 		return nil, err
 	}

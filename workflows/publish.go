@@ -49,17 +49,33 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (json.RawMessage, er
 	c := p.Publish.Counts
 	progress.Changes = c.Files + c.Dirs + c.Symlinks + c.Deletes
 	if !p.Clean {
-		_, _ = step("publish_abort")
-		var det map[string]any
-		_ = json.Unmarshal(prep, &det)
-		return nil, temporal.NewNonRetryableApplicationError("publish rejected: conflicts with the head", activities.ErrDaemon, nil,
-			map[string]any{"kind": "operation_failed", "message": "publish rejected", "details": mergeDetails(det, in)})
+		return nil, rejected(step, prep, in)
 	}
-	if _, err := step("publish_commit"); err != nil {
+	commit, err := step("publish_commit")
+	if err != nil {
 		_, _ = step("publish_abort")
 		return nil, err
 	}
+	// A commit can still lose to a publish that landed after prepare: the
+	// daemon then answers clean false with the conflicts (older daemons
+	// answered an error, handled above).
+	var cm struct {
+		Clean *bool `json:"clean"`
+	}
+	if _ = json.Unmarshal(commit, &cm); cm.Clean != nil && !*cm.Clean {
+		return nil, rejected(step, commit, in)
+	}
 	return step("publish_finalize")
+}
+
+// rejected aborts the publish (the session goes back to its agent) and
+// returns the non-retryable error that carries the daemon's conflict report.
+func rejected(step func(string) (json.RawMessage, error), answer json.RawMessage, in PublishInput) error {
+	_, _ = step("publish_abort")
+	var det map[string]any
+	_ = json.Unmarshal(answer, &det)
+	return temporal.NewNonRetryableApplicationError("publish rejected: conflicts with the head", activities.ErrDaemon, nil,
+		map[string]any{"kind": "operation_failed", "message": "publish rejected", "details": mergeDetails(det, in)})
 }
 
 func mergeDetails(det map[string]any, in PublishInput) map[string]any {

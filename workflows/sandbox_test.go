@@ -268,42 +268,53 @@ func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 }
 
+// A conflict found by prepare, or by a commit that lost to a publish that
+// landed after prepare, reaches the caller with its report; the publish is
+// aborted and the session kept.
 func TestPublishConflictReachesTheCaller(t *testing.T) {
-	e := newEnv(t)
-	e.happyCreate()
-	aborted := false
-	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
-		switch call.Op {
-		case "publish_prepare":
-			return json.RawMessage(`{"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`), nil
-		case "publish_abort":
-			aborted = true
-		}
-		return okDaemon(call)
-	})
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
-	e.script(time.Second,
-		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
-		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
-			var app *temporal.ApplicationError
-			require.True(t, errors.As(err, &app), "%v", err)
-			var det map[string]any
-			require.NoError(t, app.Details(&det))
-			require.Equal(t, "operation_failed", det["kind"])
-			require.Contains(t, det["details"], "conflicts")
-		}, then: func() {
-			// The session is kept for the agent to fix and publish again.
-			v, err := e.QueryWorkflow(QueryState)
-			require.NoError(t, err)
-			var st SandboxState
-			require.NoError(t, v.Get(&st))
-			require.Contains(t, st.Sessions, "ws-1")
-		}},
-		step{name: UpdateDestroy, check: ok(t)},
-	)
-	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
-	require.NoError(t, e.GetWorkflowError())
-	require.True(t, aborted)
+	const report = `{"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`
+	for _, at := range []string{"publish_prepare", "publish_commit"} {
+		t.Run(at, func(t *testing.T) {
+			e := newEnv(t)
+			e.happyCreate()
+			aborted, finalized := false, false
+			e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+				switch call.Op {
+				case at:
+					return json.RawMessage(report), nil
+				case "publish_abort":
+					aborted = true
+				case "publish_finalize":
+					finalized = true
+				}
+				return okDaemon(call)
+			})
+			e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+			e.script(time.Second,
+				step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+				step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+					var app *temporal.ApplicationError
+					require.True(t, errors.As(err, &app), "%v", err)
+					var det map[string]any
+					require.NoError(t, app.Details(&det))
+					require.Equal(t, "operation_failed", det["kind"])
+					require.Contains(t, det["details"], "conflicts")
+				}, then: func() {
+					// The session is kept for the agent to fix and publish again.
+					v, err := e.QueryWorkflow(QueryState)
+					require.NoError(t, err)
+					var st SandboxState
+					require.NoError(t, v.Get(&st))
+					require.Contains(t, st.Sessions, "ws-1")
+				}},
+				step{name: UpdateDestroy, check: ok(t)},
+			)
+			e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+			require.NoError(t, e.GetWorkflowError())
+			require.True(t, aborted)
+			require.False(t, finalized)
+		})
+	}
 }
 
 func TestContinueAsNewCarriesState(t *testing.T) {

@@ -13,9 +13,10 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
-func scrape(t *testing.T, addr, token string) (int, string) {
+// get sends a GET with the bearer token ("" = none).
+func get(t *testing.T, addr, path, token string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -23,7 +24,13 @@ func scrape(t *testing.T, addr, token string) (int, string) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, b
+}
+
+func scrape(t *testing.T, addr, token string) (int, string) {
+	t.Helper()
+	st, b := get(t, addr, "/metrics", token)
+	return st, string(b)
 }
 
 // publishBackend answers publishes from a table of outcomes.
@@ -108,32 +115,26 @@ func (h *healthBackend) Health(ctx context.Context) (map[string]any, bool) {
 func TestHealthz(t *testing.T) {
 	hb := &healthBackend{critical: true}
 	addr := serve(t, New(hb, testToken, nil))
-	get := func(token string) (int, map[string]any) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/healthz", nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
+	health := func(token string) (int, map[string]any) {
+		st, b := get(t, addr, "/healthz", token)
 		var m map[string]any
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-		return resp.StatusCode, m
+		require.NoError(t, json.Unmarshal(b, &m))
+		return st, m
 	}
-	st, m := get("")
+	st, m := health("")
 	require.Equal(t, http.StatusOK, st)
 	require.Equal(t, map[string]any{"status": "ok", "service": "sandbox-gateway"}, m, "without the token: nothing about sandboxes")
-	st, m = get("wrong")
+	st, m = health("wrong")
 	require.Equal(t, http.StatusOK, st)
 	require.NotContains(t, m, "sandboxes")
 
-	st, m = get(testToken)
+	st, m = health(testToken)
 	require.Equal(t, http.StatusOK, st)
 	require.Equal(t, "degraded", m["status"], "a dead daemon degrades the report")
 	require.Len(t, m["sandboxes"], 1)
 
 	hb.critical = false
-	st, m = get(testToken)
+	st, m = health(testToken)
 	require.Equal(t, http.StatusServiceUnavailable, st)
 	require.Equal(t, "down", m["status"])
 }

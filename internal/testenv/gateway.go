@@ -157,14 +157,22 @@ func StartGateway(t testing.TB) *Gateway {
 	}
 }
 
-// Get sends an authenticated (token "" = none) GET to the gateway.
+// Get sends a GET to the gateway with the bearer token ("" = none).
 func (g *Gateway) Get(path, token string) (int, []byte, error) {
-	req, err := http.NewRequest(http.MethodGet, "http://"+g.Addr+path, nil)
+	return g.do(http.MethodGet, path, token, nil)
+}
+
+// do sends one request and reads the whole answer.
+func (g *Gateway) do(method, path, token string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://"+g.Addr+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := HTTPClient.Do(req)
 	if err != nil {
@@ -173,7 +181,7 @@ func (g *Gateway) Get(path, token string) (int, []byte, error) {
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	_, err = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, buf.Bytes(), err
+	return resp.StatusCode, bytes.TrimSpace(buf.Bytes()), err
 }
 
 // RSS is the gateway process's resident memory in bytes (VmRSS).
@@ -201,20 +209,7 @@ func (g *Gateway) HTTPOp(op string, body map[string]any) (int, []byte, error) {
 		body = map[string]any{}
 	}
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequest(http.MethodPost, "http://"+g.Addr+"/v1/ops/"+op, bytes.NewReader(b))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+g.Token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := HTTPClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, err = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, bytes.TrimSpace(buf.Bytes()), err
+	return g.do(http.MethodPost, "/v1/ops/"+op, g.Token, b)
 }
 
 // RawLine sends one hand-written JSON line over a fresh TCP connection,

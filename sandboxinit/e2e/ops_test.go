@@ -32,7 +32,9 @@ func TestPublishSteps(t *testing.T) {
 
 	prep = sb.ok("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b"})
 	require.Equal(t, false, prep["clean"])
-	sb.fail("publish_commit", map[string]any{"txid": "tx-b"}, "operation_failed")
+	rej := sb.ok("publish_commit", map[string]any{"txid": "tx-b"})
+	require.Equal(t, false, rej["clean"], "a commit that loses to the head answers with the conflicts")
+	require.NotEmpty(t, rej["conflicts"])
 	sb.ok("publish_abort", map[string]any{"txid": "tx-b"})
 	require.Equal(t, "ok", sb.exec(b, "true")["status"], "the session is back after the abort")
 
