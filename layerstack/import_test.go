@@ -90,3 +90,24 @@ func TestCaptureReadsEveryUpperEncoding(t *testing.T) {
 	}, got)
 	require.Equal(t, []Drop{{Path: "pipe", Reason: DropSpecialFile}}, cs.Drops)
 }
+
+// Link imports the same base as a copy, by hard links on one filesystem,
+// and the base stays whole once the source is gone.
+func TestImportDirLink(t *testing.T) {
+	fs := t.TempDir() // source and store on one filesystem
+	src, parent := filepath.Join(fs, "src"), filepath.Join(fs, "store")
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	writeTree(t, src, tree{"a.txt": "a\n", "bin/run*": "#!/bin/sh\n", "ln": "->a.txt", "d/e/f.txt": "f"})
+	copied, _, err := ImportDir(context.Background(), src, t.TempDir(), ImportOptions{})
+	require.NoError(t, err)
+	linked, rep, err := ImportDir(context.Background(), src, parent, ImportOptions{Link: true})
+	require.NoError(t, err)
+	require.Equal(t, copied.ID, linked.ID, "the same content, the same base")
+	require.Equal(t, 3, rep.Files)
+	var s1, s2 unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(src, "d/e/f.txt"), &s1))
+	require.NoError(t, unix.Stat(filepath.Join(linked.Path, "d/e/f.txt"), &s2))
+	require.Equal(t, s1.Ino, s2.Ino, "a hard link, not a copy")
+	require.NoError(t, os.RemoveAll(src))
+	require.Equal(t, tree{"a.txt": "a\n", "bin/": "", "bin/run*": "#!/bin/sh\n", "ln": "->a.txt", "d/": "", "d/e/": "", "d/e/f.txt": "f"}, dirTree(t, linked.Path))
+}

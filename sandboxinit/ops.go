@@ -144,7 +144,7 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 	if a.SourceDir == "" || !filepath.IsAbs(a.SourceDir) {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "source_dir must be an absolute path inside the sandbox")
 	}
-	info, rep, err := layerstack.ImportDir(ctx, a.SourceDir, filepath.Join(d.store.Root(), "base"), layerstack.ImportOptions{All: a.All})
+	info, rep, err := layerstack.ImportDir(ctx, a.SourceDir, filepath.Join(d.store.Root(), "base"), layerstack.ImportOptions{All: a.All, Link: a.Remove})
 	if err != nil {
 		return nil, api.Errorf(api.KindOperationFailed, nil, "import base: %v", err)
 	}
