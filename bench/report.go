@@ -33,6 +33,9 @@ func (s *Suite) Report(date, base, command string) string {
 	fmt.Fprintf(&b, "# Benchmark report — %s\n\n", date)
 	fmt.Fprintf(&b, "Reproduce: `%s`. Raw samples: [`%s.csv`](%s.csv). ", command, base, base)
 	b.WriteString("Every scenario ran in this one process beside its baseline, back to back, so both saw the same machine.\n\n")
+	if s.Analysis != "" {
+		fmt.Fprintf(&b, "What these numbers mean, the misses, the profiles and what we would change: [`%s`](%s).\n\n", s.Analysis, s.Analysis)
+	}
 	b.WriteString("| machine | |\n|---|---|\n")
 	for _, k := range sortedKeys(s.Machine) {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, s.Machine[k])
@@ -84,11 +87,16 @@ func plotOf(key, file string) bool {
 }
 
 // Write writes the report, the CSV and the plots into dir, named by date.
+// A hand-written <date>-analysis.md next to it (what the numbers mean,
+// misses, what to change) is linked from the report's head.
 func (s *Suite) Write(dir, date, command string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	base := date
+	if _, err := os.Stat(filepath.Join(dir, base+"-analysis.md")); err == nil {
+		s.Analysis = base + "-analysis.md"
+	}
 	if err := s.WriteCSV(filepath.Join(dir, base+".csv")); err != nil {
 		return "", err
 	}

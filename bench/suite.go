@@ -36,6 +36,7 @@ type Suite struct {
 	Plots    []Plot
 	Profiles []string
 	Machine  map[string]string
+	Analysis string // the hand-written analysis file next to the report, if any
 }
 
 // Section is one scenario's part of the report.
