@@ -47,7 +47,14 @@ fuzz:
 	@set -e; for p in $(FUZZPKGS); do \
 		for t in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
 			echo "fuzz $$p $$t ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p >/dev/null; \
+			log=$(TESTTMP)/fuzz-$$t.log; \
+			if ! $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p >$$log 2>&1; then \
+				if ls $$p/testdata/fuzz/$$t/* >/dev/null 2>&1 && [ -n "$$(git status --porcelain $$p/testdata/fuzz)" ]; then \
+					grep -v '^fuzz: elapsed' $$log; echo "fuzz $$t found a failing input (kept in $$p/testdata/fuzz/$$t)"; exit 1; \
+				fi; \
+				echo "fuzz $$t: the fuzzing engine failed without a failing input; once more:"; grep -v '^fuzz: elapsed' $$log | tail -5; \
+				$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p >$$log 2>&1 || { grep -v '^fuzz: elapsed' $$log; exit 1; }; \
+			fi; \
 		done; \
 	done
 
