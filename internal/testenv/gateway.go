@@ -20,41 +20,25 @@ import (
 // Commands Binaries builds (every main a test may run as a process).
 var Commands = []string{"sandbox-gateway", "sandbox-manager-cli", "sandbox-runtime-cli", "sandbox-observability-cli", "sandbox-mcp"}
 
-var (
-	binsOnce sync.Once
-	binsDir  string
-	binsErr  error
-)
+var binsBuild built
 
 // Binaries builds the product's commands once per test binary and returns
 // their directory. The caller's TestMain should call CleanupBinaries.
 func Binaries(t testing.TB) string {
 	t.Helper()
-	binsOnce.Do(func() {
-		binsDir, binsErr = os.MkdirTemp("", "eos-bins-")
-		if binsErr != nil {
-			return
-		}
-		args := []string{"build", "-o", binsDir + string(filepath.Separator)}
+	return binsBuild.get(t, "eos-bins-", func(dir string) error {
+		args := []string{"-o", dir + string(filepath.Separator)}
 		for _, c := range Commands {
 			args = append(args, "./cmd/"+c)
 		}
-		cmd := exec.Command("go", args...)
-		cmd.Dir = RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binsErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		return goBuild(nil, args...)
 	})
-	if binsErr != nil {
-		t.Fatal(binsErr)
-	}
-	return binsDir
 }
 
 // CleanupBinaries removes what Binaries built.
 func CleanupBinaries() {
-	if binsDir != "" {
-		_ = os.RemoveAll(binsDir)
+	if binsBuild.dir != "" {
+		_ = os.RemoveAll(binsBuild.dir)
 	}
 }
 

@@ -35,35 +35,53 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-var (
-	once   sync.Once
-	bin    string
-	binErr error
-)
+// built builds something once per test binary into a fresh temp dir.
+type built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// get runs build(dir) the first time and fails t with its error every time.
+func (b *built) get(t testing.TB, prefix string, build func(dir string) error) string {
+	t.Helper()
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", prefix); b.err == nil {
+			b.err = build(b.dir)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.dir
+}
+
+// goBuild runs go build in the module root.
+func goBuild(env []string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+var daemonBuild built
 
 // DaemonBinary builds cmd/sandbox-daemon the way the product ships it: one
 // statically linked binary with libseccomp inside.
 func DaemonBinary(t testing.TB) string {
 	t.Helper()
-	once.Do(func() {
-		dir, err := os.MkdirTemp("", "eos-daemon-bin-")
+	dir := daemonBuild.get(t, "eos-daemon-bin-", func(dir string) error {
+		err := goBuild([]string{"CGO_ENABLED=1"}, "-tags", "seccomp osusergo netgo", "-ldflags", "-linkmode external -extldflags -static",
+			"-o", filepath.Join(dir, "sandbox-daemon"), "./cmd/sandbox-daemon")
 		if err != nil {
-			binErr = err
-			return
+			return fmt.Errorf("static build of sandbox-daemon (needs libseccomp-dev: scripts/ensure-build-deps.sh): %w", err)
 		}
-		bin = filepath.Join(dir, "sandbox-daemon")
-		cmd := exec.Command("go", "build", "-tags", "seccomp osusergo netgo", "-ldflags", "-linkmode external -extldflags -static",
-			"-o", bin, "./cmd/sandbox-daemon")
-		cmd.Dir = RepoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("static build of sandbox-daemon (needs libseccomp-dev: scripts/ensure-build-deps.sh): %v\n%s", err, out)
-		}
+		return nil
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return bin
+	return filepath.Join(dir, "sandbox-daemon")
 }
 
 // SeccompProfile returns the sandbox seccomp profile's JSON.
