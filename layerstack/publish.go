@@ -87,6 +87,14 @@ func (s *Store) Publish(ctx context.Context, req PublishRequest) (*PublishResult
 		if locked {
 			s.commitMu.Unlock()
 		}
+		if err != nil {
+			// Another attempt of this same transaction (a retry that
+			// overlapped a slow first one) may have committed meanwhile:
+			// its result is this one's, not a conflict with itself.
+			if r, rerr := s.replay(req); r != nil && rerr == nil {
+				return r, nil
+			}
+		}
 		if errors.Is(err, errStale) {
 			continue
 		}
@@ -373,6 +381,9 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	}
 	if s.head.Load() != head {
 		return nil, errStale
+	}
+	if _, err := s.readTx(tx.req.TxID); err == nil {
+		return nil, errStale // committed by an overlapping attempt: Publish replays it
 	}
 	return res, s.commit(stage, head, meta, res, tx.req)
 }

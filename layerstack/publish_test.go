@@ -433,3 +433,33 @@ func TestLeasesPersistAcrossReopen(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a\n", string(b), "the lease still shows its base")
 }
+
+// Attempts of one transaction that overlap (a retry started while a slow
+// first attempt still runs) commit it once; each answers with its result,
+// none reports a conflict with the transaction's own layer.
+func TestOverlappingAttemptsOfOneTransactionCommitOnce(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		s := newTestStore(t, tree{"f.txt": "shared line\n", "bin": "\x00\x01"})
+		l := mustLease(t, s, sess1)
+		req := PublishRequest{TxID: "same-tx", LeaseID: l.ID, Owner: sess1,
+			Changes: &ChangeSet{Changes: append(writes("f.txt", "changed\n").Changes, writes("bin", "\x00\x02").Changes...)}}
+		var wg sync.WaitGroup
+		res := make([]*PublishResult, 4)
+		errs := make([]error, 4)
+		for i := range res {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				res[i], errs[i] = s.Publish(context.Background(), req)
+			}(i)
+		}
+		wg.Wait()
+		for i := range res {
+			require.NoError(t, errs[i], "round %d attempt %d", round, i)
+			require.Equal(t, res[0].LayerID, res[i].LayerID, "one layer for every attempt")
+		}
+		m, _ := s.Manifest()
+		require.Len(t, m.Layers, 2, "committed once")
+		requireHealthy(t, s)
+	}
+}
