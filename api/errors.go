@@ -8,18 +8,21 @@ import (
 
 // Error kinds (the seed's, plus ours at the end).
 const (
-	KindInvalidRequest   = "invalid_request"
-	KindOperationFailed  = "operation_failed"
-	KindNotFound         = "not_found"
-	KindInternal         = "internal_error"
-	KindUnknownOp        = "unknown_op"
-	KindUnauthorized     = "unauthorized"
-	KindBadJSON          = "bad_json"
-	KindRequestTooLarge  = "request_too_large"
-	KindServerBusy       = "server_busy"
-	KindShuttingDown     = "server_shutting_down"
-	KindConflict         = "source_conflict"
-	KindMethodNotAllowed = "method_not_allowed"
+	KindInvalidRequest  = "invalid_request"
+	KindOperationFailed = "operation_failed"
+	KindNotFound        = "not_found"
+	KindInternal        = "internal_error"
+	KindUnknownOp       = "unknown_op"
+	KindUnauthorized    = "unauthorized"
+	KindBadJSON         = "bad_json"
+	KindRequestTooLarge = "request_too_large"
+	KindServerBusy      = "server_busy"
+	KindShuttingDown    = "server_shutting_down"
+	KindConflict        = "source_conflict"
+	// KindOperationConflict: another operation on the same object is in
+	// progress (the seed's kind for a duplicate command id).
+	KindOperationConflict = "operation_conflict"
+	KindMethodNotAllowed  = "method_not_allowed"
 )
 
 // Error is the body of the error envelope {"error": {...}}.
@@ -68,7 +71,7 @@ func HTTPStatus(kind string) int {
 		return http.StatusTooManyRequests
 	case KindShuttingDown:
 		return http.StatusServiceUnavailable
-	case KindOperationFailed, KindConflict:
+	case KindOperationFailed, KindConflict, KindOperationConflict:
 		return http.StatusConflict
 	case KindMethodNotAllowed:
 		return http.StatusMethodNotAllowed

@@ -24,13 +24,20 @@ func (d *Daemon) busy(s *session, op string) error {
 }
 
 // lockIdle returns a session with its gate held, refusing (and releasing
-// the gate) while commands run; the caller runs unlock when done.
+// the gate) while commands run or while a prepared publish of it is still
+// committing (a second publish or a refresh would capture or move what
+// that publish froze); the caller runs unlock when done.
 func (d *Daemon) lockIdle(id, op string) (*session, func(), error) {
 	s, err := d.session(id)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.gate.Lock()
+	if s.state == StatePublishing {
+		s.gate.Unlock()
+		return nil, nil, api.Errorf(api.KindOperationConflict, map[string]any{"workspace_session_id": id, "finalization_state": StatePublishing},
+			"%s: workspace session %s is being published; wait for that publish to end", op, id)
+	}
 	if err := d.busy(s, op); err != nil {
 		s.gate.Unlock()
 		return nil, nil, err

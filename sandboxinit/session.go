@@ -249,6 +249,11 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 	}
 	s.gate.Lock()
 	defer s.gate.Unlock()
+	if s.state == StatePublishing && !a.Force {
+		// Its publish holds the session's lease until it commits.
+		return nil, api.Errorf(api.KindOperationConflict, map[string]any{"workspace_session_id": s.rec.ID, "finalization_state": s.state},
+			"workspace session %s is being published; wait for that publish to end, or pass force", s.rec.ID)
+	}
 	if active := d.cmds.Active(s.rec.ID); len(active) > 0 && !a.Force {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},
 			"workspace session %s has %d running command(s); cancel them or pass force", s.rec.ID, len(active))

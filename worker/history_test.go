@@ -82,6 +82,8 @@ func TestRecordHistories(t *testing.T) {
 		s.writeHistory(t, h, id, filepath.Join(out, "sandbox-create-failed.json"))
 	})
 
+	t.Run("contended", func(t *testing.T) { recordContended(t, s, out) })
+
 	t.Run("publish-keep", func(t *testing.T) {
 		id, ep := s.recordCreate(t)
 		var o map[string]any
@@ -101,6 +103,41 @@ func TestRecordHistories(t *testing.T) {
 		s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-publish-keep.json"))
 		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 1), filepath.Join(out, "publish-keep.json"))
 	})
+}
+
+// contended: publishes of two sessions sent at once, and a refresh of a
+// third meanwhile (recorded with the code that ran them one at a time under
+// the workflow's commit mutex, so the replay test keeps that code path).
+func recordContended(t *testing.T, s *stack, out string) {
+	id, ep := s.recordCreate(t)
+	var sess []string
+	for i := 0; i < 3; i++ {
+		var o map[string]any
+		require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: fmt.Sprintf("contender-%d", i)}))
+		sess = append(sess, o["workspace_session_id"].(string))
+	}
+	for i, script := range []string{"sed -i 's/^line 1$/LINE ONE/' f.txt", "sed -i 's/^line 9$/LINE NINE/' f.txt", "echo new > n.txt"} {
+		o := s.daemon(id, ep, "exec_command", map[string]any{"cmd": script, "workspace_session_id": sess[i], "yield_time_ms": 30000})
+		require.Equal(t, "ok", o["status"])
+	}
+	errs := make(chan error, 3)
+	for i := 0; i < 2; i++ {
+		go func(i int) {
+			var pub map[string]any
+			errs <- s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[i], Message: "contended"})
+		}(i)
+	}
+	go func() {
+		var r map[string]any
+		errs <- s.update(id, workflows.UpdateRefresh, &r, workflows.SessionRequest{WorkspaceSessionID: sess[2]})
+	}()
+	for i := 0; i < 3; i++ {
+		require.NoError(t, <-errs)
+	}
+	var final workflows.SandboxState
+	require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+	s.waitClosed(t, workflows.SandboxWorkflowID(id))
+	s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-contended.json"))
 }
 
 // recordCreate creates a ready sandbox over a fresh ten-line workspace.

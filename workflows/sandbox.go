@@ -16,6 +16,10 @@ import (
 // does not suggest continuing as new yet.
 const continueAsNewAfter = 4000
 
+// versionPublishSideBySide marks runs in which publishes of different
+// sessions do not wait for each other (they did under commitMu before).
+const versionPublishSideBySide = "publish-side-by-side"
+
 // SandboxWorkflow is the entity of one sandbox: it creates the sandbox's
 // Docker objects (compensating on failure), serves the lifecycle updates,
 // reaps idle sessions, and destroys everything when asked.
@@ -38,6 +42,9 @@ type sandbox struct {
 	in       SandboxInput
 	state    *SandboxState
 	commitMu workflow.Mutex
+	// publishing holds the sessions whose publish runs now (publishes of
+	// different sessions run side by side; one session's do not).
+	publishing map[string]bool
 	lost     bool
 	log      interface {
 		Info(string, ...interface{})
@@ -48,7 +55,7 @@ type sandbox struct {
 var acts *activities.Activities
 
 func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
-	s := &sandbox{in: in, state: in.State, commitMu: workflow.NewMutex(ctx), log: workflow.GetLogger(ctx)}
+	s := &sandbox{in: in, state: in.State, commitMu: workflow.NewMutex(ctx), publishing: map[string]bool{}, log: workflow.GetLogger(ctx)}
 	if s.state == nil {
 		s.state = &SandboxState{SandboxID: in.Spec.SandboxID, Phase: PhaseCreating, Sessions: map[string]*SessionRecord{},
 			Created: workflow.Now(ctx).UTC()}
@@ -266,11 +273,22 @@ func (s *sandbox) validateSession(r SessionRequest) error {
 	if _, ok := s.state.Sessions[r.WorkspaceSessionID]; !ok {
 		return temporal.NewApplicationError("workspace session not found: "+r.WorkspaceSessionID, "NotFound")
 	}
+	if s.publishing[r.WorkspaceSessionID] && !r.Force {
+		return s.errPublishing("publish, refresh or destroy", r.WorkspaceSessionID)
+	}
 	return nil
 }
 
 func (s *sandbox) validatePublish(r PublishRequest) error {
 	return s.validateSession(SessionRequest{WorkspaceSessionID: r.WorkspaceSessionID})
+}
+
+// errPublishing refuses a second publish, a refresh or a destroy of a
+// session while its publish runs (it froze the session's changes and holds
+// its lease until it commits).
+func (s *sandbox) errPublishing(op, sessionID string) error {
+	return temporal.NewApplicationError(fmt.Sprintf("%s: workspace session %s is being published; wait for that publish to end", op, sessionID),
+		activities.ErrConflict)
 }
 
 func (s *sandbox) validateAmend(r AmendRequest) error {
@@ -342,6 +360,19 @@ func (s *sandbox) destroySession(ctx workflow.Context, r SessionRequest) (json.R
 // whole prepare, commit and finalize (measured: 5 agents publishing at once
 // waited 5x the latency of one).
 func (s *sandbox) publish(ctx workflow.Context, r PublishRequest) (json.RawMessage, error) {
+	if workflow.GetVersion(ctx, versionPublishSideBySide, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		// Runs recorded before publishes ran side by side replay as they ran.
+		if err := s.commitMu.Lock(ctx); err != nil {
+			return nil, err
+		}
+		defer s.commitMu.Unlock()
+	} else {
+		if s.publishing[r.WorkspaceSessionID] { // accepted together with another
+			return nil, s.errPublishing("publish", r.WorkspaceSessionID)
+		}
+		s.publishing[r.WorkspaceSessionID] = true
+		defer delete(s.publishing, r.WorkspaceSessionID)
+	}
 	s.state.PublishSeq++
 	id := PublishWorkflowID(s.id(), r.WorkspaceSessionID, s.state.PublishSeq)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TaskQueue: TaskQueue})

@@ -372,3 +372,47 @@ func TestIdleSessionsAreReaped(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 	require.Positive(t, reaps)
 }
+
+// Two publishes of one session sent together: one runs, the other is
+// refused (operation conflict) and nothing is published twice.
+func TestOnePublishPerSessionAtATime(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	var prepares []string
+	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).After(200 * time.Millisecond).Return(func(_ context.Context, call activities.DaemonCall) (json.RawMessage, error) {
+		if call.Op == "publish_prepare" {
+			var a struct {
+				WS string `json:"workspace_session_id"`
+			}
+			_ = json.Unmarshal(call.Args, &a)
+			prepares = append(prepares, a.WS)
+		}
+		if call.Op == "create_workspace_session" {
+			return json.RawMessage(`{"workspace_session_id":"ws-0","network_profile":"shared"}`), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	results := map[string]error{}
+	send := func(id, ws string) {
+		e.UpdateWorkflow(UpdatePublish, id, &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { results[id] = err },
+			OnComplete: func(_ interface{}, err error) { results[id] = err },
+		}, PublishRequest{WorkspaceSessionID: ws})
+	}
+	e.script(time.Second, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t), then: func() {
+		send("first", "ws-0")
+		send("second", "ws-0")
+	}})
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(UpdateDestroy, "destroy", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(error) {}, OnComplete: func(interface{}, error) {}})
+	}, 30*time.Second)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.NoError(t, results["first"])
+	var app *temporal.ApplicationError
+	require.True(t, errors.As(results["second"], &app), "the second publish of ws-0 is refused: %v", results["second"])
+	require.Equal(t, activities.ErrConflict, app.Type())
+	require.Equal(t, []string{"ws-0"}, prepares, "one publish ran")
+}

@@ -736,3 +736,27 @@ func TestStreamingYieldDeliversLinesAsTheyAppear(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "b", got[0].Text)
 }
+
+// A command printing without pause cannot hold a streaming yield past its
+// yield time.
+func TestStreamingYieldKeepsItsDeadline(t *testing.T) {
+	e, h := newTestEngine(t, Options{})
+	var n atomic.Int64
+	// A sink slower than the command, like a client reading over a network.
+	ctx := WithLineSink(context.Background(), func(api.OutputLine) { n.Add(1); time.Sleep(time.Millisecond) })
+	done := make(chan *api.CommandOutput, 1)
+	go func() {
+		out, err := e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "yes streaming", YieldTimeMS: ms(300), TimeoutMS: ms(60_000)}, Meta{})
+		require.NoError(t, err)
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		require.Equal(t, api.StatusRunning, out.Status, "the yield ended, the command runs on")
+		require.Greater(t, n.Load(), int64(0), "lines were streamed meanwhile")
+		_, err := e.Cancel(context.Background(), api.CancelCommandArgs{CommandSessionID: out.CommandSessionID})
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a chatty command held the streaming yield far past its 300 ms")
+	}
+}

@@ -34,7 +34,13 @@ func (c *command) waitStreaming(ctx context.Context, d time.Duration, sink func(
 	c.mu.Lock()
 	off := c.cursor
 	c.mu.Unlock()
-	deliver := func() {
+	// deliver sends what became final since the last call — once the
+	// command has exited, everything that is left — and stops at the
+	// yield's deadline: a command printing faster than the caller reads
+	// cannot hold the yield past it (what was not streamed is in the
+	// response, or paged with read_command_lines).
+	until := time.Now().Add(d)
+	deliver := func(exited bool) {
 		for {
 			c.mu.Lock()
 			w := c.headWindow(off, api.MaxReadLimit)
@@ -43,12 +49,15 @@ func (c *command) waitStreaming(ctx context.Context, d time.Duration, sink func(
 				text, st := c.out.lines.line(o)
 				lines = append(lines, api.OutputLine{Offset: o, Stream: st.String(), Text: string(text)})
 			}
-			off = w.to
 			c.mu.Unlock()
 			for _, l := range lines {
+				if ctx.Err() != nil || time.Now().After(until) {
+					return
+				}
 				sink(l)
+				off = l.Offset + 1
 			}
-			if len(lines) == 0 || ctx.Err() != nil {
+			if len(lines) == 0 || !exited {
 				return
 			}
 		}
@@ -62,15 +71,14 @@ func (c *command) waitStreaming(ctx context.Context, d time.Duration, sink func(
 		case <-c.exited:
 			// The terminal state is recorded once the output is drained,
 			// so the last lines are final now.
-			deliver()
+			deliver(true)
 			return
 		case <-deadline.C:
-			deliver()
 			return
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			deliver()
+			deliver(false)
 		}
 	}
 }
