@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -299,7 +300,7 @@ func (im *importer) copyEntry(p string, fi fs.FileInfo) error {
 		im.dirTimes[dstFull] = fi.ModTime()
 		im.report.Dirs++
 	case m.IsRegular():
-		if im.link {
+		if im.link && linkable(fi) {
 			if err := os.Link(srcFull, dstFull); err == nil {
 				im.report.Bytes += fi.Size()
 				im.report.Files++
@@ -332,6 +333,17 @@ func (im *importer) copyEntry(p string, fi fs.FileInfo) error {
 		im.report.Skipped = append(im.report.Skipped, Drop{Path: p, Reason: DropSpecialFile})
 	}
 	return nil
+}
+
+// linkable reports whether a hard link gives the file a copy would: a copy
+// has only the permission bits (no setuid, setgid or sticky) and is owned
+// by this process.
+func linkable(fi fs.FileInfo) bool {
+	if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Getuid() && int(st.Gid) == os.Getgid()
 }
 
 func (im *importer) restoreDirTimes() {

@@ -110,4 +110,27 @@ func TestImportDirLink(t *testing.T) {
 	require.Equal(t, s1.Ino, s2.Ino, "a hard link, not a copy")
 	require.NoError(t, os.RemoveAll(src))
 	require.Equal(t, tree{"a.txt": "a\n", "bin/": "", "bin/run*": "#!/bin/sh\n", "ln": "->a.txt", "d/": "", "d/e/": "", "d/e/f.txt": "f"}, dirTree(t, linked.Path))
+
+	// A setuid file or one owned by someone else is copied, so the base is
+	// the one a copy makes (permission bits only, owned by the importer).
+	src2, parent2 := filepath.Join(fs, "src2"), filepath.Join(fs, "store2")
+	require.NoError(t, os.MkdirAll(src2, 0o755))
+	writeTree(t, src2, tree{"suid": "s", "theirs": "t", "mine": "m"})
+	require.NoError(t, os.Chmod(filepath.Join(src2, "suid"), 0o755|os.ModeSetuid))
+	require.NoError(t, os.Chown(filepath.Join(src2, "theirs"), 1234, 1234))
+	copied2, _, err := ImportDir(context.Background(), src2, t.TempDir(), ImportOptions{})
+	require.NoError(t, err)
+	linked2, _, err := ImportDir(context.Background(), src2, parent2, ImportOptions{Link: true})
+	require.NoError(t, err)
+	require.Equal(t, copied2.ID, linked2.ID)
+	for name, wantLink := range map[string]bool{"suid": false, "theirs": false, "mine": true} {
+		var a, b unix.Stat_t
+		require.NoError(t, unix.Stat(filepath.Join(src2, name), &a))
+		require.NoError(t, unix.Stat(filepath.Join(linked2.Path, name), &b))
+		require.Equal(t, wantLink, a.Ino == b.Ino, name)
+		if !wantLink {
+			require.Zero(t, b.Mode&(unix.S_ISUID|unix.S_ISGID|unix.S_ISVTX), "%s: no special bits, as a copy", name)
+			require.EqualValues(t, os.Getuid(), b.Uid, "%s: owned by the importer, as a copy", name)
+		}
+	}
 }

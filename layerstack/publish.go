@@ -353,6 +353,16 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	}
 	if len(plan) == 0 {
 		s.gcMu.RUnlock()
+		// Nothing left to commit may mean an overlapping attempt of this
+		// transaction committed it: then its record stands (Publish
+		// replays it), and this attempt must not overwrite it with a no-op.
+		if !locked {
+			s.commitMu.Lock()
+			defer s.commitMu.Unlock()
+		}
+		if _, err := s.readTx(tx.req.TxID); err == nil {
+			return nil, errStale
+		}
 		res := &PublishResult{TxID: tx.req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
 		if tx.req.Keep {
 			l, err := s.Acquire(tx.req.Owner)

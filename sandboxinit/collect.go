@@ -78,9 +78,10 @@ func (d *Daemon) sandboxMetrics(now time.Time) map[string]any {
 
 // sessionMetrics samples one session's cgroup and upper dir.
 func (d *Daemon) sessionMetrics(s *session, now time.Time) map[string]any {
-	m := map[string]any{"lifecycle_state": s.state}
+	seen := s.seen()
+	m := map[string]any{"lifecycle_state": seen.state}
 	var errs []string
-	if rs := s.rt; rs != nil {
+	if rs := seen.rt; rs != nil {
 		paths, err := rs.CgroupPaths()
 		if err == nil {
 			var u runtime.CgroupUsage
@@ -92,7 +93,7 @@ func (d *Daemon) sessionMetrics(s *session, now time.Time) map[string]any {
 			errs = append(errs, err.Error())
 		}
 	}
-	bytes, entries, complete := upperBytes(s.upper())
+	bytes, entries, complete := upperBytes(seen.upper)
 	m["upper_bytes"], m["upper_entries"] = bytes, entries
 	if !complete {
 		m["upper_bytes_partial"] = true

@@ -105,7 +105,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	if a.Keep {
 		if err := d.rebase(fctx, s, res.LeaseID); err != nil {
 			fsp.End(err)
-			s.state = StateFinalizeFailed
+			s.setState(StateFinalizeFailed)
 			return nil, finalizeFailed(s, res, err)
 		}
 		fsp.End(nil)
@@ -115,7 +115,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	bytes, err := d.teardown(fctx, s, true)
 	fsp.End(err)
 	if err != nil {
-		s.state = StateFinalizeFailed
+		s.setState(StateFinalizeFailed)
 		return nil, finalizeFailed(s, res, err)
 	}
 	resp["destroyed"], resp["evicted_upperdir_bytes"] = true, bytes
@@ -157,7 +157,7 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	} else if err := os.Rename(newUpper, filepath.Join(s.dir, name)); err != nil {
 		return err
 	}
-	s.rec.Upper, s.rec.LeaseID = name, leaseID
+	s.setUpperLease(name, leaseID)
 	if err := s.save(); err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ map[s
 		return out, nil
 	}
 	if err := d.switchUpper(ctx, s, res.LeaseID, staged); err != nil {
-		s.state = StateFinalizeFailed
+		s.setState(StateFinalizeFailed)
 		return nil, fmt.Errorf("refresh %s: remount: %w", s.rec.ID, err)
 	}
 	return out, nil

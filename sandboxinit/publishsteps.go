@@ -113,7 +113,7 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ m
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	s.state = StatePublishing
+	s.setState(StatePublishing)
 	sp.Set("changes", len(cs.Changes))
 	out := map[string]any{"txid": a.TxID, "workspace_session_id": s.rec.ID, "prepared": true, "changed_paths": len(cs.Changes)}
 	res, err := d.checkPrepared(ctx, p, out)
@@ -221,16 +221,16 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ 
 	if p.Keep {
 		if s.rec.LeaseID != p.Result.LeaseID {
 			if err := d.rebase(ctx, s, p.Result.LeaseID); err != nil {
-				s.state = StateFinalizeFailed
+				s.setState(StateFinalizeFailed)
 				return nil, finalizeFailed(s, p.Result, err)
 			}
 		}
-		s.state = StateActive
+		s.setState(StateActive)
 		out["destroyed"], out["kept"] = false, true
 	} else {
 		bytes, err := d.teardown(ctx, s, true)
 		if err != nil {
-			s.state = StateFinalizeFailed
+			s.setState(StateFinalizeFailed)
 			return nil, finalizeFailed(s, p.Result, err)
 		}
 		out["destroyed"], out["evicted_upperdir_bytes"] = true, bytes
@@ -280,7 +280,7 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (map[s
 	if s, err := d.session(p.SessionID); err == nil {
 		s.gate.Lock()
 		if s.state == StatePublishing {
-			s.state = StateActive
+			s.setState(StateActive)
 		}
 		s.gate.Unlock()
 	}

@@ -42,6 +42,42 @@ type session struct {
 	gate  sync.Mutex
 	state string
 	act   activity
+
+	// seenMu guards rt, state, rec.LeaseID and rec.Upper for readers that
+	// do not take the gate (the observability views and the sampler):
+	// writers hold the gate and take seenMu for the write itself.
+	seenMu sync.RWMutex
+}
+
+func (s *session) setState(st string) {
+	s.seenMu.Lock()
+	s.state = st
+	s.seenMu.Unlock()
+}
+
+func (s *session) setRuntime(rs *runtime.Session) {
+	s.seenMu.Lock()
+	s.rt = rs
+	s.seenMu.Unlock()
+}
+
+func (s *session) setUpperLease(upper, leaseID string) {
+	s.seenMu.Lock()
+	s.rec.Upper, s.rec.LeaseID = upper, leaseID
+	s.seenMu.Unlock()
+}
+
+// seenState is what a view may read of a session without its gate.
+type seenState struct {
+	rt             *runtime.Session
+	state, leaseID string
+	upper          string // the upper dir's path
+}
+
+func (s *session) seen() seenState {
+	s.seenMu.RLock()
+	defer s.seenMu.RUnlock()
+	return seenState{rt: s.rt, state: s.state, leaseID: s.rec.LeaseID, upper: s.upper()}
 }
 
 // sessionRecord is what persists in <state>/sessions/<id>/session.json, so
@@ -85,14 +121,15 @@ func (d *Daemon) info(s *session) api.SessionInfo {
 	if s.rec.Implicit {
 		policy = "publish_then_destroy"
 	}
+	seen := s.seen() // listed without the gate
 	inf := api.SessionInfo{WorkspaceSessionID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, FinalizePolicy: policy,
-		Agent: s.rec.Agent, State: s.state, Implicit: s.rec.Implicit, Created: s.rec.Created.Format(time.RFC3339Nano),
+		Agent: s.rec.Agent, State: seen.state, Implicit: s.rec.Implicit, Created: s.rec.Created.Format(time.RFC3339Nano),
 		ActiveCommands: d.cmds.Active(s.rec.ID), IdleSeconds: int64(s.act.since().Seconds())}
-	if l, err := d.store.Lease(s.rec.LeaseID); err == nil {
+	if l, err := d.store.Lease(seen.leaseID); err == nil {
 		inf.ManifestVersion = l.ManifestVersion
 	}
-	if s.rt != nil {
-		inf.IP = s.rt.IP()
+	if seen.rt != nil {
+		inf.IP = seen.rt.IP()
 	}
 	if inf.ActiveCommands == nil {
 		inf.ActiveCommands = []string{}
@@ -126,7 +163,7 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
-	s.rec.LeaseID = lease.ID
+	s.setUpperLease(s.rec.Upper, lease.ID)
 	d.event(ctx, "lease.acquired", map[string]any{"lease_id": lease.ID, "workspace_session_id": s.rec.ID, "manifest_version": lease.ManifestVersion})
 	defer func() {
 		if retErr != nil {
@@ -162,7 +199,7 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 		_ = unmountAll(s.merged())
 		return fmt.Errorf("start session: %w", err)
 	}
-	s.rt = rs
+	s.setRuntime(rs)
 	if s.rec.Addr != rs.IP() {
 		s.rec.Addr = rs.IP()
 		return s.save()
@@ -186,7 +223,7 @@ func (d *Daemon) stop(ctx context.Context, s *session) error {
 		if err := s.rt.Destroy(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		s.rt = nil
+		s.setRuntime(nil)
 	}
 	if err := unmountAll(s.merged()); err != nil {
 		errs = append(errs, err)
@@ -260,7 +297,7 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 	}
 	bytes, err := d.teardown(ctx, s, true)
 	if err != nil {
-		s.state = StateFinalizeFailed
+		s.setState(StateFinalizeFailed)
 		return nil, fmt.Errorf("destroy %s: %w", s.rec.ID, err)
 	}
 	sp.Set("evicted_upperdir_bytes", bytes)
@@ -289,11 +326,11 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 		}
 		s.act.touch()
 		if d.pendingPublish(s.rec.ID) {
-			s.state = StatePublishing
+			s.setState(StatePublishing)
 		}
 		if err := d.restore(ctx, s); err != nil {
 			d.log.Error("restore session failed; its upper dir is kept", "workspace_session_id", s.rec.ID, "err", err)
-			s.state = StateFinalizeFailed
+			s.setState(StateFinalizeFailed)
 		}
 		d.mu.Lock()
 		d.sessions[s.rec.ID] = s
@@ -310,7 +347,7 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 		if lease = d.newestLease(s.owner()); lease == nil {
 			return fmt.Errorf("lease %s: %w", s.rec.LeaseID, err)
 		}
-		s.rec.LeaseID = lease.ID
+		s.setUpperLease(s.rec.Upper, lease.ID)
 		if err := s.save(); err != nil {
 			return err
 		}
@@ -320,7 +357,7 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 	// state, cgroup, root mount) and the session starts again below.
 	rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s))
 	if err == nil && isMountPoint(s.merged()) {
-		s.rt = rs
+		s.setRuntime(rs)
 		return nil
 	}
 	if err == nil {

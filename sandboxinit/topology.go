@@ -68,7 +68,7 @@ func (d *Daemon) topology(only string) topology {
 		if len(d.obs.execs.list(s.rec.ID)) > 0 {
 			w.State = "active"
 		}
-		rs := s.rt
+		rs := s.seen().rt
 		if rs == nil {
 			w.State = "partial"
 			t.Warnings = append(t.Warnings, s.rec.ID+": session is not running")

@@ -127,7 +127,8 @@ func (d *Daemon) workspaceLayersView(a LayerstackArgs) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	lease, err := d.store.Lease(s.rec.LeaseID)
+	seen := s.seen()
+	lease, err := d.store.Lease(seen.leaseID)
 	if err != nil {
 		return nil, api.Errorf(api.KindNotFound, map[string]any{"workspace_id": a.WorkspaceID}, "lease of %s: %v", a.WorkspaceID, err)
 	}
@@ -142,10 +143,10 @@ func (d *Daemon) workspaceLayersView(a LayerstackArgs) (map[string]any, error) {
 		}
 		mounts = append(mounts, map[string]any{"layer_id": l.ID, "shared_with": others})
 	}
-	bytes, entries, complete := upperBytes(s.upper())
+	bytes, entries, complete := upperBytes(seen.upper)
 	return map[string]any{"view": "layerstack",
 		"workspace": map[string]any{"workspace_id": s.rec.ID, "lease_id": lease.ID, "manifest_version": lease.ManifestVersion,
-			"root_hash": lease.RootHash, "layer_count": len(lease.Layers), "agent": s.rec.Agent, "finalization_state": finalizationState(s.state)},
+			"root_hash": lease.RootHash, "layer_count": len(lease.Layers), "agent": s.rec.Agent, "finalization_state": finalizationState(seen.state)},
 		"mounts": mounts, "upper_bytes": bytes, "upper_entries": entries, "upper_bytes_partial": !complete}, nil
 }
 

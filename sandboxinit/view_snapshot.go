@@ -114,12 +114,13 @@ func (d *Daemon) snapshot(a ScopeArgs) map[string]any {
 }
 
 func (d *Daemon) workspaceSnapshot(s *session, latest json.RawMessage) map[string]any {
+	seen := s.seen()
 	layers := map[string]any{"base_root_hash": "", "layer_count": 0}
-	if l, err := d.store.Lease(s.rec.LeaseID); err == nil {
+	if l, err := d.store.Lease(seen.leaseID); err == nil {
 		layers = map[string]any{"base_root_hash": l.RootHash, "layer_count": len(l.Layers), "manifest_version": l.ManifestVersion}
 	}
 	nsCount, lifecycle := 0, "inactive"
-	if rs := s.rt; rs != nil {
+	if rs := seen.rt; rs != nil {
 		lifecycle = "active"
 		if pid, err := rs.InitPid(); err == nil {
 			nsCount = ownNamespaces(pid)
@@ -138,7 +139,7 @@ func (d *Daemon) workspaceSnapshot(s *session, latest json.RawMessage) map[strin
 	if latest != nil {
 		resources = latest
 	}
-	return map[string]any{"workspace_id": s.rec.ID, "lifecycle_state": lifecycle, "finalization_state": finalizationState(s.state),
+	return map[string]any{"workspace_id": s.rec.ID, "lifecycle_state": lifecycle, "finalization_state": finalizationState(seen.state),
 		"network_profile": s.rec.NetworkProfile, "finalize_policy": policy, "layers": layers, "namespace_fd_count": nsCount,
 		"resources": resources, "active_namespace_executions": execs, "agent": s.rec.Agent, "implicit": s.rec.Implicit,
 		"created": s.rec.Created, "idle_seconds": int64(s.act.since().Seconds())}

@@ -39,6 +39,8 @@ func (s *Server) mcpHandlers() map[string]http.Handler {
 			mcpserver.WithEndpointPath("/mcp/"+set),
 			mcpserver.WithHeartbeatInterval(15*time.Second),
 			mcpserver.WithEventStore(mcp.NewEventStore()),
+			// Sessions a client never ends (no DELETE) are forgotten.
+			mcpserver.WithSessionIdleTTL(30*time.Minute),
 			mcpserver.WithStreamableHTTPLogger(s.Log.With("component", "mcp_http", "set", set)))
 	}
 	return out

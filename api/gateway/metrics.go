@@ -76,7 +76,11 @@ func (m *Metrics) observe(op string, d time.Duration, out json.RawMessage, aerr 
 	m.opTime.WithLabelValues(op, outcome).Observe(d.Seconds())
 	switch op {
 	case "publish_workspace_session":
-		m.publish.WithLabelValues("session", publishOutcomeLabel(out, aerr)).Inc()
+		// An async publish answers when it is accepted: its outcome is not
+		// known here (it shows in publish_history and the workflows view).
+		if aerr != nil || json.Valid(out) && strings.Contains(string(out), `"publish"`) {
+			m.publish.WithLabelValues("session", publishOutcomeLabel(out, aerr)).Inc()
+		}
 	case "exec_command", "write_command_stdin", "read_command_lines", "cancel_command":
 		// An implicit session's publish rides on its command's terminal
 		// answer, which can be read many times: count it once per command.

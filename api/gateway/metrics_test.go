@@ -138,3 +138,12 @@ func TestHealthz(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, st)
 	require.Equal(t, "down", m["status"])
 }
+
+func TestAsyncPublishIsNotCountedAsAnOutcome(t *testing.T) {
+	pb := &publishBackend{next: []any{json.RawMessage(`{"status":"accepted","workflow_id":"sandbox/eos-1","update_id":"u"}`)}}
+	addr := serve(t, New(pb, testToken, nil))
+	post(t, addr, "publish_workspace_session", "Bearer "+testToken, []byte(`{"scope":{"kind":"sandbox","sandbox_id":"eos-1"},"args":{"workspace_session_id":"ws-1","async":true}}`))
+	_, m := scrape(t, addr, testToken)
+	require.Contains(t, m, `eos_operations_total{op="publish_workspace_session",outcome="ok"} 1`)
+	require.NotContains(t, m, `eos_publishes_total{kind="session"`)
+}
