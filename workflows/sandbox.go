@@ -45,8 +45,8 @@ type sandbox struct {
 	// publishing holds the sessions whose publish runs now (publishes of
 	// different sessions run side by side; one session's do not).
 	publishing map[string]bool
-	lost     bool
-	log      interface {
+	lost       bool
+	log        interface {
 		Info(string, ...interface{})
 		Error(string, ...interface{})
 	}
