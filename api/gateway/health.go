@@ -52,15 +52,20 @@ func (s *Server) serveHealth(c *gin.Context) {
 	c.JSON(status, base)
 }
 
+// degraded: Docker is down, the fleet could not be listed, or a ready
+// sandbox's daemon does not answer (one still being created is not a fault).
 func degraded(rep map[string]any) bool {
 	for _, k := range []string{"temporal", "docker"} {
 		if m, ok := rep[k].(map[string]any); ok && m["status"] != "ok" && m["status"] != "not_used" {
 			return true
 		}
 	}
+	if _, failed := rep["sandboxes_error"]; failed {
+		return true
+	}
 	sbs, _ := rep["sandboxes"].([]map[string]any)
 	for _, sb := range sbs {
-		if sb["daemon"] != "ok" {
+		if sb["daemon"] == "unavailable" {
 			return true
 		}
 	}

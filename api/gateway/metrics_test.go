@@ -105,15 +105,16 @@ func TestMetricsCountOperationsAndPublishes(t *testing.T) {
 type healthBackend struct {
 	fakeBackend
 	critical bool
+	daemon   string
 }
 
 func (h *healthBackend) Health(ctx context.Context) (map[string]any, bool) {
 	return map[string]any{"temporal": map[string]any{"status": "ok"}, "docker": map[string]any{"status": "ok"},
-		"sandboxes": []map[string]any{{"sandbox_id": "eos-1", "daemon": "unavailable"}}}, h.critical
+		"sandboxes": []map[string]any{{"sandbox_id": "eos-1", "daemon": h.daemon}}}, h.critical
 }
 
 func TestHealthz(t *testing.T) {
-	hb := &healthBackend{critical: true}
+	hb := &healthBackend{critical: true, daemon: "not_ready"}
 	addr := serve(t, New(hb, testToken, nil))
 	health := func(token string) (int, map[string]any) {
 		st, b := get(t, addr, "/healthz", token)
@@ -128,6 +129,10 @@ func TestHealthz(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	require.NotContains(t, m, "sandboxes")
 
+	st, m = health(testToken)
+	require.Equal(t, http.StatusOK, st)
+	require.Equal(t, "ok", m["status"], "a sandbox still being created is not a fault")
+	hb.daemon = "unavailable"
 	st, m = health(testToken)
 	require.Equal(t, http.StatusOK, st)
 	require.Equal(t, "degraded", m["status"], "a dead daemon degrades the report")

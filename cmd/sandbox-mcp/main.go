@@ -85,10 +85,17 @@ func serveStdio(ctx context.Context, o *serveOptions, stdin io.Reader, stdout, s
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if o.tokenFile != "" {
-		os.Setenv("SANDBOX_GATEWAY_TOKEN_FILE", o.tokenFile)
+	token := o.token
+	if token == "" && o.tokenFile != "" {
+		// An explicit token file is what the user meant: it must be there
+		// and it wins over SANDBOX_GATEWAY_AUTH_TOKEN.
+		t, err := client.ReadToken(o.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--gateway-token-file: %w", err)
+		}
+		token = t
 	}
-	c, err := client.Resolve(o.endpoint, o.token)
+	c, err := client.Resolve(o.endpoint, token)
 	if err != nil {
 		return fmt.Errorf("gateway token: %w", err)
 	}

@@ -42,4 +42,8 @@ func TestSetupCommand(t *testing.T) {
 	errb.Reset()
 	require.Equal(t, 2, run([]string{"--set", "nope"}, nil, &out, &errb))
 	require.Contains(t, errb.String(), "--set must be")
+
+	errb.Reset()
+	require.Equal(t, 2, run([]string{"--set", "runtime", "--gateway-token-file", filepath.Join(dir, "missing.token")}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, errb.String(), "--gateway-token-file", "a named token file that is not there is an error, not no token")
 }
