@@ -288,7 +288,7 @@ func (s *sandbox) validatePublish(r PublishRequest) error {
 // its lease until it commits).
 func (s *sandbox) errPublishing(op, sessionID string) error {
 	return temporal.NewApplicationError(fmt.Sprintf("%s: workspace session %s is being published; wait for that publish to end", op, sessionID),
-		activities.ErrConflict)
+		ErrOperationConflict)
 }
 
 func (s *sandbox) validateAmend(r AmendRequest) error {

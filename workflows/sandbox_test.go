@@ -413,6 +413,6 @@ func TestOnePublishPerSessionAtATime(t *testing.T) {
 	require.NoError(t, results["first"])
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(results["second"], &app), "the second publish of ws-0 is refused: %v", results["second"])
-	require.Equal(t, activities.ErrConflict, app.Type())
+	require.Equal(t, ErrOperationConflict, app.Type())
 	require.Equal(t, []string{"ws-0"}, prepares, "one publish ran")
 }

@@ -111,6 +111,8 @@ func mapErr(sandboxID string, err error) error {
 			kind = api.KindNotFound
 		case activities.ErrConflict:
 			kind = api.KindConflict
+		case workflows.ErrOperationConflict:
+			kind = api.KindOperationConflict
 		}
 		return api.Errorf(kind, map[string]any{"type": app.Type()}, "%s", app.Message())
 	}

@@ -173,6 +173,45 @@ func TestObservabilityThroughTheGateway(t *testing.T) {
 		}
 	}, 20*time.Second, 50*time.Millisecond, "the new session's event arrives on the stream")
 
+	// Two publishes of one session sent at once: one commits, the other is
+	// refused (it overlapped: operation_conflict; or came after: the
+	// session is gone), and the session's change lands once.
+	gina := session("gina")
+	run(gina, "mkdir -p many && for i in $(seq 1 200); do echo $i > many/f$i; done")
+	type answer struct {
+		st int
+		m  map[string]any
+	}
+	answers := make(chan answer, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			st, raw, err := g.HTTPOp("publish_workspace_session", map[string]any{"scope": sb, "args": map[string]any{"workspace_session_id": gina}})
+			var m map[string]any
+			if err == nil {
+				_ = json.Unmarshal(raw, &m)
+			}
+			answers <- answer{st, m}
+		}()
+	}
+	okCount := 0
+	for i := 0; i < 2; i++ {
+		a := <-answers
+		if a.st == http.StatusOK {
+			okCount++
+			continue
+		}
+		kind := a.m["error"].(map[string]any)["kind"]
+		require.Contains(t, []any{"operation_conflict", "invalid_request"}, kind, "%v", a.m)
+	}
+	require.Equal(t, 1, okCount, "one of the two publishes commits")
+	n := 0
+	for _, p := range ok("publish_history", sb, map[string]any{"workspace_session_id": gina})["publishes"].([]any) {
+		if p.(map[string]any)["outcome"] != "conflict" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "the session's change was published once")
+
 	// A thousand view calls leave the daemon's stores as they were and
 	// memory flat. Wait until the activity-gated sampler is idle first.
 	require.Eventually(t, func() bool {
