@@ -161,7 +161,7 @@ var catalog = []Operation{
 		Summary:     "Create a sandbox from a Docker image and a host workspace directory.",
 		Description: "Starts a sandbox container from image, imports workspace_root (an absolute host path) as the base layer, and waits until the sandbox is ready. Returns the sandbox record; use its id as sandbox_id / --sandbox-id for runtime operations. With count > 1 returns {sandboxes:[...]}.",
 		Args: []Arg{
-			reqStr("image", "Docker image to run, e.g. ubuntu:24.04."),
+			reqStr("image", "Docker image already on the host (nothing is pulled; list_docker_images lists them), e.g. ubuntu:24.04."),
 			{Name: "workspace_root", Type: TypeString, Required: true, Aliases: []string{"workspace-bind-root"}, Description: "Absolute host path imported as the sandbox's /workspace base."},
 			intArg("count", int64(1), i64(1), i64(16), "How many identical sandboxes to create."),
 		},

@@ -21,7 +21,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
-	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
@@ -339,7 +338,3 @@ func dirtyBytes() int64 {
 	}
 	return total
 }
-
-// Temporal is the product's Temporal client (probes read workflow
-// histories with it).
-func (s *Stack) Temporal() tclient.Client { return s.svc.Client }

@@ -164,12 +164,23 @@ func (sb *sandbox) call(op string, args any) (int, map[string]any) {
 
 func (sb *sandbox) callWith(op string, args any, auth string) (int, map[string]any) {
 	sb.t.Helper()
+	h := map[string]string{}
+	if auth != "" {
+		h["Authorization"] = auth
+	}
+	return sb.request(op, args, h)
+}
+
+// request posts args to /rpc/<op> with the given headers and decodes the
+// JSON answer.
+func (sb *sandbox) request(op string, args any, headers map[string]string) (int, map[string]any) {
+	sb.t.Helper()
 	body, err := json.Marshal(args)
 	require.NoError(sb.t, err)
 	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/"+op, bytes.NewReader(body))
 	require.NoError(sb.t, err)
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := sb.client.Do(req)
 	require.NoError(sb.t, err)

@@ -18,20 +18,7 @@ import (
 // callRID runs an RPC with X-Request-Id rid (its trace id).
 func (sb *sandbox) callRID(rid, op string, args any) (int, map[string]any) {
 	sb.t.Helper()
-	body, err := json.Marshal(args)
-	require.NoError(sb.t, err)
-	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/"+op, bytes.NewReader(body))
-	require.NoError(sb.t, err)
-	req.Header.Set("Authorization", "Bearer "+sb.token)
-	req.Header.Set("X-Request-Id", rid)
-	resp, err := sb.client.Do(req)
-	require.NoError(sb.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(sb.t, err)
-	var out map[string]any
-	require.NoError(sb.t, json.Unmarshal(raw, &out), "%s: %s", op, raw)
-	return resp.StatusCode, out
+	return sb.request(op, args, map[string]string{"Authorization": "Bearer " + sb.token, "X-Request-Id": rid})
 }
 
 func field(m map[string]any, path ...string) any {
