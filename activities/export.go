@@ -21,7 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"github.com/ephemeral-sandbox/sandbox/archive"
 )
 
 // Export formats of ExportSpec.Format.
@@ -57,7 +57,7 @@ func normalizeFormat(f string) (string, bool) {
 // ExportChanges exports everything published above the base (folded
 // newest-wins) from the sandbox's daemon (export_layerstack) to the host.
 //
-//   - "dir" (default): applied to spec.Dest with layerstack.ApplyTar, which
+//   - "dir" (default): applied to spec.Dest with archive.ApplyTar, which
 //     validates the whole stream before touching Dest. Result keys:
 //     manifest_version, format, layers_exported, files_written,
 //     symlinks_written, deletes_applied, opaque_clears, skipped_unchanged,
@@ -144,7 +144,7 @@ func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, de
 	stream := &exportStream{ctx: ctx, a: a, resp: resp, sandboxID: spec.SandboxID, version: m.Version, n: streamed}
 
 	if format == FormatDir {
-		rep, err := layerstack.ApplyTar(ctx, stream, dest, layerstack.ApplyOptions{Mode: layerstack.ApplyChanges})
+		rep, err := archive.ApplyTar(ctx, stream, dest, archive.ApplyOptions{Mode: archive.ApplyChanges})
 		if err != nil {
 			if errors.Is(err, errStackMoved) {
 				return nil, errStackMoved
@@ -152,8 +152,8 @@ func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, de
 			if stream.err != nil && !errors.Is(stream.err, errStackMoved) {
 				return nil, stream.err // the daemon's own failure, or a lost connection
 			}
-			var ae *layerstack.ApplyError
-			if errors.As(err, &ae) && ae.Phase == layerstack.PhaseValidate && ae.Reason != layerstack.ReasonIO && ae.Reason != layerstack.ReasonCanceled {
+			var ae *archive.ApplyError
+			if errors.As(err, &ae) && ae.Phase == archive.PhaseValidate && ae.Reason != archive.ReasonIO && ae.Reason != archive.ReasonCanceled {
 				msg := fmt.Sprintf("export of sandbox %s refused: %v", spec.SandboxID, err)
 				return nil, temporal.NewNonRetryableApplicationError(msg, ErrDaemon, err,
 					DaemonError{Kind: "bad_export", Message: msg, Details: map[string]any{"path": ae.Path, "reason": ae.Reason}})

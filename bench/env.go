@@ -26,7 +26,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
-	"github.com/ephemeral-sandbox/sandbox/api/gateway"
+	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 )

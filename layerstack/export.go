@@ -1,6 +1,8 @@
 package layerstack
 
 import (
+	"github.com/ephemeral-sandbox/sandbox/archive"
+
 	"archive/tar"
 	"context"
 	"fmt"
@@ -168,7 +170,7 @@ func (t *tarSink) whiteout(p string) error {
 
 // ExportToDir applies the export to a host directory with the hardened
 // applier, exactly as a host that distrusts the sandbox would.
-func (s *Store) ExportToDir(ctx context.Context, dest string) (*ExportResult, *ApplyReport, error) {
+func (s *Store) ExportToDir(ctx context.Context, dest string) (*ExportResult, *archive.ApplyReport, error) {
 	pr, pw := io.Pipe()
 	type out struct {
 		res *ExportResult
@@ -180,7 +182,7 @@ func (s *Store) ExportToDir(ctx context.Context, dest string) (*ExportResult, *A
 		pw.CloseWithError(err)
 		ch <- out{res, err}
 	}()
-	rep, aerr := ApplyTar(ctx, pr, dest, ApplyOptions{Mode: ApplyChanges})
+	rep, aerr := archive.ApplyTar(ctx, pr, dest, archive.ApplyOptions{Mode: archive.ApplyChanges})
 	pr.CloseWithError(fmt.Errorf("applier stopped"))
 	o := <-ch
 	if o.err != nil {

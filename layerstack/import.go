@@ -1,6 +1,8 @@
 package layerstack
 
 import (
+	"github.com/ephemeral-sandbox/sandbox/archive"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -96,7 +98,7 @@ func ImportTar(ctx context.Context, r io.Reader, parent string) (BaseInfo, *Impo
 		return BaseInfo{}, nil, err
 	}
 	defer removeAll(tmp)
-	ar, err := ApplyTar(ctx, r, tmp, ApplyOptions{Mode: ApplyImport})
+	ar, err := archive.ApplyTar(ctx, r, tmp, archive.ApplyOptions{Mode: archive.ApplyImport})
 	if err != nil {
 		return BaseInfo{}, nil, fmt.Errorf("import tar: %w", err)
 	}

@@ -1,6 +1,8 @@
 package layerstack
 
 import (
+	"github.com/ephemeral-sandbox/sandbox/archive"
+
 	"archive/tar"
 	"bytes"
 	"context"
@@ -84,9 +86,9 @@ func TestImportTarSkipsSpecialFilesAndRejectsEscapes(t *testing.T) {
 	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644}))
 	require.NoError(t, tw.Close())
 	_, _, err = ImportTar(context.Background(), &buf, parent)
-	var ae *ApplyError
+	var ae *archive.ApplyError
 	require.True(t, errors.As(err, &ae), "%v", err)
-	require.Equal(t, ReasonParentTraversal, ae.Reason)
+	require.Equal(t, archive.ReasonParentTraversal, ae.Reason)
 	ents, _ := os.ReadDir(parent)
 	require.Len(t, ents, 2, "only the first base and its sidecar; the rejected import left nothing")
 	_, err = ReadBaseInfo(parent, info.ID)

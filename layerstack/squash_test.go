@@ -1,6 +1,8 @@
 package layerstack
 
 import (
+	"github.com/ephemeral-sandbox/sandbox/archive"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -127,7 +129,7 @@ func TestExportFormatsReproduceTheHead(t *testing.T) {
 			require.Positive(t, res.Entries.Whiteouts)
 			dest := t.TempDir()
 			writeTree(t, dest, historyBase())
-			_, err = ApplyTar(context.Background(), &buf, dest, ApplyOptions{Mode: ApplyChanges})
+			_, err = archive.ApplyTar(context.Background(), &buf, dest, archive.ApplyOptions{Mode: archive.ApplyChanges})
 			require.NoError(t, err)
 			require.Equal(t, want, dirTree(t, dest))
 		})

@@ -326,7 +326,7 @@ func TestViewsChangeNothing(t *testing.T) {
 }
 
 // TestEventsPollerContract follows what the gateway's SSE poller
-// (api/gateway/stream.go streamEvents) does: first last_n, then since_ms =
+// (gateway/stream.go streamEvents) does: first last_n, then since_ms =
 // the newest ts it saw. Every event arrives exactly once; each batch is
 // newest first, so the poller reverses it to stream in time order.
 func TestEventsPollerContract(t *testing.T) {

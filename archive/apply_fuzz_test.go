@@ -1,4 +1,4 @@
-package layerstack
+package archive
 
 import (
 	"archive/tar"
