@@ -2,15 +2,8 @@ package activities
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -21,7 +14,10 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // Paths inside the sandbox container. The daemon's defaults match them
@@ -96,7 +92,7 @@ type Activities struct {
 	cfg    Config
 	docker Docker
 	log    *slog.Logger
-	http   *http.Client
+	daemon *daemonclient.Client
 }
 
 // New builds the activities over a Docker client.
@@ -105,27 +101,14 @@ func New(cfg Config, docker Docker) *Activities {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0, // per call, through the context
-		DisableCompression:    true,
-	}
-	return &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities"), http: &http.Client{Transport: tr}}
+	a := &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities")}
+	a.daemon = daemonclient.New(cfg.Secret, a.resolveDaemon)
+	return a
 }
 
-// DaemonToken derives a sandbox's daemon token from the gateway secret:
-// hex(HMAC-SHA256(secret, "daemon-token/"+sandboxID)). Deriving it where it
-// is needed keeps it out of workflow history, Docker labels, env and argv.
-func DaemonToken(secret []byte, sandboxID string) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("daemon-token/" + sandboxID))
-	return hex.EncodeToString(m.Sum(nil))
+func (a *Activities) token(sandboxID string) string {
+	return daemonclient.Token(a.cfg.Secret, sandboxID)
 }
-
-func (a *Activities) token(sandboxID string) string { return DaemonToken(a.cfg.Secret, sandboxID) }
 
 // heartbeat records progress when ctx is an activity context, and does
 // nothing otherwise, so that the activities also run as plain functions
@@ -169,31 +152,14 @@ func keepHeartbeating(ctx context.Context, every time.Duration, progress func() 
 // Non-retryable failures.
 
 func invalidArgument(format string, a ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrInvalidArgument, nil)
+	return apperr.Newf(api.KindInvalidRequest, nil, format, a...)
 }
 
-func notFound(cause error, format string, a ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrNotFound, cause)
+func notFound(format string, a ...any) error {
+	return apperr.Newf(api.KindNotFound, nil, format, a...)
 }
 
+// conflict: a name or destination is taken by something that is not ours.
 func conflict(format string, a ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrConflict, nil)
-}
-
-// AsDaemonError returns the daemon's error envelope carried by err: the
-// detail of an ErrDaemon ApplicationError (also after it crossed Temporal),
-// or a *DaemonError wrapped in a retryable error.
-func AsDaemonError(err error) (*DaemonError, bool) {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == ErrDaemon && appErr.HasDetails() {
-		var de DaemonError
-		if appErr.Details(&de) == nil {
-			return &de, true
-		}
-	}
-	var de *DaemonError
-	if errors.As(err, &de) {
-		return de, true
-	}
-	return nil, false
+	return apperr.Newf(api.KindInvalidRequest, nil, format, a...)
 }

@@ -1,194 +1,105 @@
 package activities
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"regexp"
-	"strconv"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
-const (
-	// DefaultDaemonTimeout bounds a daemon call without its own Timeout.
-	DefaultDaemonTimeout = 5 * time.Minute
-	// maxDaemonResponse caps a daemon's JSON answer (the daemon caps its
-	// requests at 16 MiB too; Temporal payloads are far smaller anyway).
-	maxDaemonResponse = 16 << 20
-	maxRequestID      = 128
-)
-
-// Error kinds of the daemon that only say "not now": retrying helps.
-const (
-	kindServerBusy   = "server_busy"
-	kindShuttingDown = "server_shutting_down"
-)
-
-var opPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
-
-func (ep Endpoint) baseURL() (string, error) {
-	host := ep.Host
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	if ep.Port <= 0 || ep.Port > 65535 {
-		return "", invalidArgument("daemon endpoint has no valid port (%d)", ep.Port)
-	}
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(ep.Port)), nil
-}
-
-// newDaemonRequest builds a request to a sandbox's daemon with its derived
-// token. The token is only ever in this header.
-func (a *Activities) newDaemonRequest(ctx context.Context, method, sandboxID string, ep Endpoint, path string, body []byte, requestID string) (*http.Request, error) {
-	base, err := ep.baseURL()
-	if err != nil {
-		return nil, err
-	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return nil, invalidArgument("daemon request: %v", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+a.token(sandboxID))
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if requestID != "" {
-		req.Header.Set("X-Request-Id", requestID)
-	}
-	return req, nil
-}
-
-// CallDaemon runs one RPC on a sandbox's daemon: POST /rpc/<op> with the
-// args as the JSON body, the derived token, and call.RequestID as
-// X-Request-Id. It returns the daemon's JSON result.
+// CallDaemon runs one RPC on a sandbox's daemon through the one daemon
+// client (daemonclient): POST /rpc/<op> with the args as the JSON body, the
+// derived token, and call.RequestID as X-Request-Id. It returns the
+// daemon's JSON result.
 //
-// The daemon's error envelope becomes a non-retryable ApplicationError of
-// type ErrDaemon whose one detail is the envelope's *DaemonError, except
-// server_busy and server_shutting_down, which are retryable plain errors
-// (wrapping the *DaemonError), like connection failures and timeouts.
+// A refusal of the daemon becomes a non-retryable ApplicationError that
+// carries the daemon's *api.Error unchanged (apperr); server_busy and
+// server_shutting_down are retryable, like a daemon that cannot be reached
+// (a container restarting: the client looks its new port up in Docker).
 func (a *Activities) CallDaemon(ctx context.Context, call DaemonCall) (json.RawMessage, error) {
 	if err := checkSandboxID(call.SandboxID); err != nil {
 		return nil, err
 	}
-	if !opPattern.MatchString(call.Op) {
-		return nil, invalidArgument("invalid daemon operation %q", call.Op)
-	}
-	if len(call.RequestID) > maxRequestID {
-		return nil, invalidArgument("request id longer than %d bytes", maxRequestID)
-	}
-	body := []byte(call.Args)
-	if len(bytes.TrimSpace(body)) == 0 {
-		body = []byte("{}")
-	} else if !json.Valid(body) {
-		return nil, invalidArgument("args of %s are not valid JSON", call.Op)
-	}
-	timeout := call.Timeout
-	if timeout <= 0 {
-		timeout = DefaultDaemonTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := a.newDaemonRequest(ctx, http.MethodPost, call.SandboxID, call.Daemon, "/rpc/"+call.Op, body, call.RequestID)
-	if err != nil {
-		return nil, err
-	}
 	stop := keepHeartbeating(ctx, 5*time.Second, nil)
 	defer stop()
-	resp, err := a.http.Do(req)
-	if err != nil && a.docker != nil && ctx.Err() == nil {
-		// A restarted container gets a new ephemeral host port: look it up
-		// and try once more there.
-		if c, ierr := a.inspectContainer(ctx, call.SandboxID); ierr == nil {
-			if ep := daemonEndpoint(c); ep.Port > 0 && ep != call.Daemon {
-				if req2, rerr := a.newDaemonRequest(ctx, http.MethodPost, call.SandboxID, ep, "/rpc/"+call.Op, body, call.RequestID); rerr == nil {
-					resp, err = a.http.Do(req2)
-				}
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("daemon %s of sandbox %s: %w", call.Op, call.SandboxID, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxDaemonResponse+1))
-	if err != nil {
-		return nil, fmt.Errorf("daemon %s of sandbox %s: read answer: %w", call.Op, call.SandboxID, err)
-	}
-	if len(raw) > maxDaemonResponse {
-		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("daemon %s answered more than %d bytes", call.Op, maxDaemonResponse), ErrDaemon, nil,
-			DaemonError{Kind: "response_too_large", Message: "the daemon's answer exceeds the activity's limit", Status: resp.StatusCode})
-	}
-	if resp.StatusCode == http.StatusOK {
-		if !json.Valid(raw) {
-			return nil, fmt.Errorf("daemon %s of sandbox %s: answer is not JSON", call.Op, call.SandboxID)
-		}
-		return json.RawMessage(raw), nil
-	}
-	return nil, daemonFailure(call.Op, resp.StatusCode, raw)
+	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op,
+		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
+	return out, activityError(err)
 }
 
-// daemonFailure maps a non-200 answer to the activity's error.
-func daemonFailure(op string, status int, raw []byte) error {
-	var env struct {
-		Error *DaemonError `json:"error"`
+// activityError maps the daemon client's errors to activity failures.
+func activityError(err error) error {
+	if err == nil {
+		return nil
 	}
-	if json.Unmarshal(raw, &env) != nil || env.Error == nil || env.Error.Kind == "" {
-		// Not the daemon's envelope (a proxy, a crash mid-answer): server
-		// errors may pass, client errors will not.
-		de := &DaemonError{Kind: "bad_response", Message: fmt.Sprintf("HTTP %d: %s", status, truncate(string(raw), 512)), Status: status}
-		if status >= 500 || status == http.StatusTooManyRequests {
-			return fmt.Errorf("daemon %s: %w", op, de)
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		if ae.Kind == api.KindServerBusy || ae.Kind == api.KindShuttingDown {
+			return apperr.Retryable(ae)
 		}
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("daemon %s: %s", op, de.Message), ErrDaemon, nil, *de)
+		return apperr.New(ae)
 	}
-	de := env.Error
-	de.Status = status
-	if de.Kind == kindServerBusy || de.Kind == kindShuttingDown {
-		return fmt.Errorf("daemon %s: %w", op, de)
+	var re *daemonclient.ResponseError
+	if errors.As(err, &re) && !re.Transient() {
+		return apperr.Newf(api.KindInternal, map[string]any{"status": re.Status}, "%v", re)
 	}
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("daemon %s: %s: %s", op, de.Kind, de.Message), ErrDaemon, nil, *de)
+	return err // unreachable daemon, or a server error that may pass: retryable
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// resolveDaemon is the daemon client's Resolver: where Docker publishes the
+// sandbox's daemon now.
+func (a *Activities) resolveDaemon(ctx context.Context, sandboxID string) (api.Endpoint, error) {
+	c, err := a.inspectContainer(ctx, sandboxID)
+	if err != nil {
+		return api.Endpoint{}, err
 	}
-	return s[:n] + "..."
+	return daemonEndpoint(c), nil
+}
+
+// ResolveDaemon is the activity behind the sandbox workflow's
+// resolve_daemon update: the daemon's endpoint as Docker publishes it now
+// (a restarted container may listen on another host port), and whether the
+// container runs.
+func (a *Activities) ResolveDaemon(ctx context.Context, sandboxID string) (ContainerInfo, error) {
+	if err := checkSandboxID(sandboxID); err != nil {
+		return ContainerInfo{}, err
+	}
+	c, err := a.inspectContainer(ctx, sandboxID)
+	if err != nil {
+		return ContainerInfo{}, err
+	}
+	return containerInfo(c, sandboxID), nil
 }
 
 // WaitReady polls the daemon's /health with the token until it answers
 // 200, heartbeating; it gives up when ctx ends, or early when the container
 // stopped running.
-func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep Endpoint) error {
+func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.Endpoint) error {
 	if err := checkSandboxID(sandboxID); err != nil {
 		return err
 	}
-	if _, err := ep.baseURL(); err != nil {
-		return err
+	if _, err := daemonclient.BaseURL(ep); err != nil {
+		return activityError(err)
 	}
 	delay := 50 * time.Millisecond
 	lastCheck := time.Now()
 	var last error
 	for attempt := 1; ; attempt++ {
-		last = a.health(ctx, sandboxID, ep)
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, last = a.daemon.Health(hctx, sandboxID, ep)
+		cancel()
 		if last == nil {
 			a.log.Info("daemon ready", "sandbox_id", sandboxID, "port", ep.Port, "attempts", attempt)
 			return nil
 		}
-		if !isRetryable(last) {
-			return last // a daemon that refuses the token will go on refusing it
+		var ae *api.Error
+		if errors.As(last, &ae) && ae.Kind == api.KindUnauthorized {
+			return apperr.New(ae) // a daemon that refuses the token will go on refusing it
 		}
 		heartbeat(ctx, attempt)
 		if time.Since(lastCheck) > time.Second {
@@ -214,50 +125,4 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep Endpoin
 		}
 		delay = min(delay*2, 500*time.Millisecond)
 	}
-}
-
-// health is one GET /health.
-func (a *Activities) health(ctx context.Context, sandboxID string, ep Endpoint) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := a.getHealth(ctx, sandboxID, ep)
-	return err
-}
-
-// daemonHealth is what the daemon's /health says about the store.
-type daemonHealth struct {
-	Status          string `json:"status"`
-	Sessions        int    `json:"sessions"`
-	ManifestVersion int64  `json:"manifest_version"`
-	LayerCount      int    `json:"layer_count"`
-}
-
-func (a *Activities) getHealth(ctx context.Context, sandboxID string, ep Endpoint) (daemonHealth, error) {
-	var h daemonHealth
-	req, err := a.newDaemonRequest(ctx, http.MethodGet, sandboxID, ep, "/health", nil, "")
-	if err != nil {
-		return h, err
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return h, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return h, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return h, daemonFailure("health", resp.StatusCode, raw)
-	}
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return h, fmt.Errorf("health answer: %w", err)
-	}
-	return h, nil
-}
-
-// isRetryable reports whether err is not a non-retryable ApplicationError.
-func isRetryable(err error) bool {
-	var appErr *temporal.ApplicationError
-	return !errors.As(err, &appErr) || !appErr.NonRetryable()
 }

@@ -15,6 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // fakeDaemon is an httptest server speaking the daemon's RPC conventions.
@@ -28,7 +32,7 @@ type fakeDaemon struct {
 
 func newFakeDaemon(t *testing.T, sandboxID string, h http.HandlerFunc) *fakeDaemon {
 	t.Helper()
-	fd := &fakeDaemon{token: DaemonToken(testSecret, sandboxID)}
+	fd := &fakeDaemon{token: daemonclient.Token(testSecret, sandboxID)}
 	fd.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fd.calls.Add(1)
 		b, _ := io.ReadAll(r.Body)
@@ -44,11 +48,11 @@ func newFakeDaemon(t *testing.T, sandboxID string, h http.HandlerFunc) *fakeDaem
 	return fd
 }
 
-func (fd *fakeDaemon) endpoint(t *testing.T) Endpoint {
+func (fd *fakeDaemon) endpoint(t *testing.T) api.Endpoint {
 	host, port, err := net.SplitHostPort(fd.Listener.Addr().String())
 	require.NoError(t, err)
 	p, _ := strconv.Atoi(port)
-	return Endpoint{Host: host, Port: p}
+	return api.Endpoint{Host: host, Port: p}
 }
 
 func writeEnvelope(w http.ResponseWriter, status int, kind, msg string, details map[string]any) {
@@ -101,17 +105,11 @@ func TestCallDaemonErrorMapping(t *testing.T) {
 			acts := newTestActivities(t, newFakeDocker())
 			_, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "publish_workspace_session"})
 			require.Error(t, err)
-			var appErr *temporal.ApplicationError
-			if tc.retryable {
-				require.False(t, errors.As(err, &appErr), "retryable errors are plain: %v", err)
-			} else {
-				requireAppError(t, err, ErrDaemon, true)
-			}
-			de, ok := AsDaemonError(err)
+			requireAppError(t, err, tc.kind, !tc.retryable)
+			de, ok := apperr.From(err)
 			require.True(t, ok)
 			require.Equal(t, tc.kind, de.Kind)
 			require.Equal(t, "it went wrong", de.Message)
-			require.Equal(t, tc.status, de.Status)
 			require.Equal(t, tc.details, de.Details)
 		})
 	}
@@ -123,11 +121,10 @@ func TestCallDaemonWrongTokenIsNotRetried(t *testing.T) {
 	})
 	acts := newTestActivities(t, newFakeDocker())
 	_, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
-	requireAppError(t, err, ErrDaemon, true)
-	de, ok := AsDaemonError(err)
+	requireAppError(t, err, api.KindUnauthorized, true)
+	de, ok := apperr.From(err)
 	require.True(t, ok)
 	require.Equal(t, "unauthorized", de.Kind)
-	require.Equal(t, http.StatusUnauthorized, de.Status)
 }
 
 func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
@@ -138,9 +135,9 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	require.NoError(t, l.Close())
-	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: Endpoint{Host: "127.0.0.1", Port: port}, Op: "health"})
+	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: api.Endpoint{Host: "127.0.0.1", Port: port}, Op: "health"})
 	require.Error(t, err)
-	require.True(t, isRetryable(err), "%v", err)
+	require.True(t, retryable(err), "%v", err)
 
 	// Too slow for the call's timeout.
 	release := make(chan struct{})
@@ -154,7 +151,7 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 	start := time.Now()
 	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command", Timeout: 100 * time.Millisecond})
 	require.Error(t, err)
-	require.True(t, isRetryable(err), "%v", err)
+	require.True(t, retryable(err), "%v", err)
 	require.Less(t, time.Since(start), 5*time.Second)
 
 	// A proxy's non-envelope 502.
@@ -163,21 +160,21 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 	})
 	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd2.endpoint(t), Op: "health"})
 	require.Error(t, err)
-	require.True(t, isRetryable(err), "%v", err)
+	require.True(t, retryable(err), "%v", err)
 }
 
 func TestCallDaemonRejectsBadCalls(t *testing.T) {
 	acts := newTestActivities(t, newFakeDocker())
-	ep := Endpoint{Host: "127.0.0.1", Port: 1}
+	ep := api.Endpoint{Host: "127.0.0.1", Port: 1}
 	for _, call := range []DaemonCall{
 		{SandboxID: "sbx1", Daemon: ep, Op: "../health"},
 		{SandboxID: "sbx1", Daemon: ep, Op: ""},
-		{SandboxID: "sbx1", Daemon: Endpoint{}, Op: "health"},
+		{SandboxID: "sbx1", Daemon: api.Endpoint{}, Op: "health"},
 		{SandboxID: "sbx1", Daemon: ep, Op: "health", Args: json.RawMessage(`{nope`)},
 		{SandboxID: "", Daemon: ep, Op: "health"},
 	} {
 		_, err := acts.CallDaemon(context.Background(), call)
-		requireAppError(t, err, ErrInvalidArgument, true)
+		requireAppError(t, err, api.KindInvalidRequest, true)
 	}
 }
 
@@ -205,7 +202,7 @@ func TestWaitReady(t *testing.T) {
 	// A daemon that refuses the token is not waited for.
 	wrong := newFakeDaemon(t, "other", func(w http.ResponseWriter, r *http.Request) {})
 	err = acts.WaitReady(ctx, "sbx1", wrong.endpoint(t))
-	requireAppError(t, err, ErrDaemon, true)
+	requireAppError(t, err, api.KindUnauthorized, true)
 
 	// Nothing answers: give up with the context.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -214,6 +211,12 @@ func TestWaitReady(t *testing.T) {
 	require.NoError(t, l.Close())
 	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err = acts.WaitReady(tctx, "sbx1", Endpoint{Host: "127.0.0.1", Port: port})
+	err = acts.WaitReady(tctx, "sbx1", api.Endpoint{Host: "127.0.0.1", Port: port})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// retryable reports whether err is not a non-retryable ApplicationError.
+func retryable(err error) bool {
+	var appErr *temporal.ApplicationError
+	return !errors.As(err, &appErr) || !appErr.NonRetryable()
 }

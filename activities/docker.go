@@ -20,7 +20,9 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
-	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 const (
@@ -78,9 +80,8 @@ func (a *Activities) inspectImage(ctx context.Context, img string) (image.Inspec
 	}
 	info, err := a.docker.ImageInspect(ctx, img)
 	if cerrdefs.IsNotFound(err) {
-		return info, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("image %s is not present on this Docker host; build or load it first (no pull is attempted)", img),
-			ErrImageNotFound, err)
+		return info, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "image"},
+			"image %s is not present on this Docker host; build or load it first (no pull is attempted)", img)
 	}
 	if err != nil {
 		return info, fmt.Errorf("inspect image %s: %w", img, err)
@@ -285,7 +286,7 @@ func (a *Activities) inspectContainer(ctx context.Context, sandboxID string) (co
 	name := ContainerName(sandboxID)
 	c, err := a.docker.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
-		return c, notFound(err, "sandbox %s has no container (%s)", sandboxID, name)
+		return c, notFound("sandbox %s has no container (%s)", sandboxID, name)
 	}
 	if err != nil {
 		return c, fmt.Errorf("inspect container %s: %w", name, err)
@@ -306,9 +307,9 @@ func stateOf(c container.InspectResponse) string {
 }
 
 // daemonEndpoint is the loopback host port Docker published for the daemon.
-func daemonEndpoint(c container.InspectResponse) Endpoint {
+func daemonEndpoint(c container.InspectResponse) api.Endpoint {
 	if c.NetworkSettings == nil {
-		return Endpoint{}
+		return api.Endpoint{}
 	}
 	for _, b := range c.NetworkSettings.Ports[daemonPort] {
 		port, err := strconv.Atoi(b.HostPort)
@@ -319,9 +320,9 @@ func daemonEndpoint(c container.InspectResponse) Endpoint {
 		if host == "" || host == "0.0.0.0" || host == "::" {
 			host = "127.0.0.1"
 		}
-		return Endpoint{Host: host, Port: port}
+		return api.Endpoint{Host: host, Port: port}
 	}
-	return Endpoint{}
+	return api.Endpoint{}
 }
 
 func stateString(c container.InspectResponse) string {
@@ -455,7 +456,7 @@ func (a *Activities) Stats(ctx context.Context, sandboxID string) (ContainerStat
 	name := ContainerName(sandboxID)
 	r, err := a.docker.ContainerStats(ctx, name, false)
 	if cerrdefs.IsNotFound(err) {
-		return ContainerStats{}, notFound(err, "sandbox %s has no container (%s)", sandboxID, name)
+		return ContainerStats{}, notFound("sandbox %s has no container (%s)", sandboxID, name)
 	}
 	if err != nil {
 		return ContainerStats{}, fmt.Errorf("stats of %s: %w", name, err)
@@ -586,7 +587,7 @@ func (a *Activities) Usage(ctx context.Context, sandboxID string) (ContainerUsag
 	name := ContainerName(sandboxID)
 	r, err := a.docker.ContainerStatsOneShot(ctx, name)
 	if cerrdefs.IsNotFound(err) {
-		return ContainerUsage{}, notFound(err, "sandbox %s has no container (%s)", sandboxID, name)
+		return ContainerUsage{}, notFound("sandbox %s has no container (%s)", sandboxID, name)
 	}
 	if err != nil {
 		return ContainerUsage{}, fmt.Errorf("stats of %s: %w", name, err)

@@ -19,6 +19,9 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -52,11 +55,11 @@ func requireAppError(t *testing.T, err error, errType string, nonRetryable bool)
 }
 
 func TestDaemonTokenDeterministic(t *testing.T) {
-	a := DaemonToken(testSecret, "sbx1")
-	require.Equal(t, a, DaemonToken(testSecret, "sbx1"))
+	a := daemonclient.Token(testSecret, "sbx1")
+	require.Equal(t, a, daemonclient.Token(testSecret, "sbx1"))
 	require.Len(t, a, 64)
-	require.NotEqual(t, a, DaemonToken(testSecret, "sbx2"))
-	require.NotEqual(t, a, DaemonToken([]byte("another secret"), "sbx1"))
+	require.NotEqual(t, a, daemonclient.Token(testSecret, "sbx2"))
+	require.NotEqual(t, a, daemonclient.Token([]byte("another secret"), "sbx1"))
 	m := hmac.New(sha256.New, testSecret)
 	m.Write([]byte("daemon-token/sbx1"))
 	require.Equal(t, hex.EncodeToString(m.Sum(nil)), a)
@@ -67,10 +70,10 @@ func TestCheckImage(t *testing.T) {
 	require.NoError(t, acts.CheckImage(context.Background(), "img:1"))
 
 	err := acts.CheckImage(context.Background(), "missing:1")
-	appErr := requireAppError(t, err, ErrImageNotFound, true)
+	appErr := requireAppError(t, err, api.KindInvalidRequest, true)
 	require.Contains(t, appErr.Error(), "image missing:1 is not present on this Docker host; build or load it first (no pull is attempted)")
 
-	requireAppError(t, acts.CheckImage(context.Background(), " "), ErrInvalidArgument, true)
+	requireAppError(t, acts.CheckImage(context.Background(), " "), api.KindInvalidRequest, true)
 }
 
 func TestCreateContainerFresh(t *testing.T) {
@@ -120,7 +123,7 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.Equal(t, "#!daemon binary", string(bin.data))
 	require.EqualValues(t, 0o755, bin.hdr.Mode)
 	tok := entries["eos/secret/daemon.token"]
-	require.Equal(t, DaemonToken(testSecret, "sbx1"), string(tok.data))
+	require.Equal(t, daemonclient.Token(testSecret, "sbx1"), string(tok.data))
 	require.EqualValues(t, 0o600, tok.hdr.Mode)
 	require.EqualValues(t, 0o700, entries["eos/secret/"].hdr.Mode)
 }
@@ -131,7 +134,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 	d := newFakeDocker()
 	acts := newTestActivities(t, d)
 	ctx := context.Background()
-	token := DaemonToken(testSecret, "sbx1")
+	token := daemonclient.Token(testSecret, "sbx1")
 
 	info, err := acts.CreateContainer(ctx, testSpec("sbx1"))
 	require.NoError(t, err)
@@ -169,7 +172,7 @@ func TestCreateContainerAdoptsSameImageAndLabels(t *testing.T) {
 	third, err := acts.CreateContainer(ctx, testSpec("sbx1"))
 	require.NoError(t, err)
 	require.True(t, third.Adopted)
-	require.Equal(t, Endpoint{Host: "127.0.0.1", Port: 49153}, third.Daemon)
+	require.Equal(t, api.Endpoint{Host: "127.0.0.1", Port: 49153}, third.Daemon)
 	require.Equal(t, "running", third.State)
 	require.Len(t, d.copies, 2)
 }
@@ -221,23 +224,23 @@ func TestCreateVolume(t *testing.T) {
 	// A volume of that name that is not ours is left alone.
 	d.volumes["eos-state-sbx2"] = volume.Volume{Name: "eos-state-sbx2", Labels: map[string]string{"app": "db"}}
 	_, err = acts.CreateVolume(ctx, testSpec("sbx2"))
-	requireAppError(t, err, ErrConflict, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 
 	_, err = acts.CreateVolume(ctx, testSpec("../x"))
-	requireAppError(t, err, ErrInvalidArgument, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 }
 
 func TestCreateContainerNeedsConfigAndImage(t *testing.T) {
 	d := newFakeDocker()
 	acts := New(Config{Secret: testSecret}, d)
 	_, err := acts.CreateContainer(context.Background(), testSpec("sbx1"))
-	requireAppError(t, err, ErrInvalidArgument, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 
 	acts = newTestActivities(t, d)
 	spec := testSpec("sbx1")
 	spec.Image = "missing:1"
 	_, err = acts.CreateContainer(context.Background(), spec)
-	requireAppError(t, err, ErrImageNotFound, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 }
 
 func TestStartStopRemoveInspect(t *testing.T) {
@@ -246,7 +249,7 @@ func TestStartStopRemoveInspect(t *testing.T) {
 	ctx := context.Background()
 
 	_, err := acts.StartContainer(ctx, "sbx1")
-	requireAppError(t, err, ErrNotFound, true)
+	requireAppError(t, err, api.KindNotFound, true)
 	ins, err := acts.Inspect(ctx, "sbx1")
 	require.NoError(t, err)
 	require.False(t, ins.Exists)
@@ -255,7 +258,7 @@ func TestStartStopRemoveInspect(t *testing.T) {
 	require.NoError(t, err)
 	info, err := acts.StartContainer(ctx, "sbx1")
 	require.NoError(t, err)
-	require.Equal(t, Endpoint{Host: "127.0.0.1", Port: 49153}, info.Daemon)
+	require.Equal(t, api.Endpoint{Host: "127.0.0.1", Port: 49153}, info.Daemon)
 	info, err = acts.StartContainer(ctx, "sbx1") // running: nothing to do
 	require.NoError(t, err)
 	require.Equal(t, 49153, info.Daemon.Port)
@@ -365,11 +368,11 @@ func TestCopyWorkspaceTar(t *testing.T) {
 	require.NotContains(t, entries, "eos/import/src/fifo")
 
 	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: "relative"})
-	requireAppError(t, err, ErrInvalidArgument, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: filepath.Join(root, "a.txt")})
-	requireAppError(t, err, ErrInvalidArgument, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "nope", WorkspaceRoot: root})
-	requireAppError(t, err, ErrNotFound, true)
+	requireAppError(t, err, api.KindNotFound, true)
 }
 
 func TestStatsOf(t *testing.T) {

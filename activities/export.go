@@ -19,9 +19,10 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
-	"go.temporal.io/sdk/temporal"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/archive"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // Export formats of ExportSpec.Format.
@@ -77,7 +78,7 @@ func normalizeFormat(f string) (string, bool) {
 // read through Docker before and after the stream: if a publish landed in
 // between, the export is redone (nothing is applied or written before the
 // versions agree).
-func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (ExportResult, error) {
+func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (*api.ExportResult, error) {
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return nil, err
 	}
@@ -112,9 +113,9 @@ func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (Export
 		if err != nil {
 			return nil, err
 		}
-		res["manifest_version"] = m.Version
-		res["format"] = format
-		res["layers_exported"] = m.exported()
+		res.ManifestVersion = m.Version
+		res.Format = format
+		res.LayersExported = m.exported()
 		a.log.Info("changes exported", "sandbox_id", spec.SandboxID, "format", format, "dest", dest, "manifest_version", m.Version)
 		return res, nil
 	}
@@ -122,25 +123,21 @@ func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (Export
 }
 
 // exportOnce streams one export and applies or writes it.
-func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, dest string, m manifest, streamed *atomic.Int64) (ExportResult, error) {
+func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, dest string, m manifest, streamed *atomic.Int64) (*api.ExportResult, error) {
 	wire := FormatTar
 	if format != FormatDir {
 		wire = format
 	}
 	body, _ := json.Marshal(map[string]string{"format": wire})
-	req, err := a.newDaemonRequest(ctx, http.MethodPost, spec.SandboxID, spec.Daemon, "/rpc/export_layerstack", body, "")
+	req, err := a.daemon.Request(ctx, http.MethodPost, spec.SandboxID, spec.Daemon, "/rpc/export_layerstack", body, "")
 	if err != nil {
-		return nil, err
+		return nil, activityError(err)
 	}
-	resp, err := a.http.Do(req)
+	resp, err := a.daemon.Send(req, spec.SandboxID, "export_layerstack")
 	if err != nil {
-		return nil, fmt.Errorf("export from sandbox %s: %w", spec.SandboxID, err)
+		return nil, activityError(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return nil, daemonFailure("export_layerstack", resp.StatusCode, raw)
-	}
 	stream := &exportStream{ctx: ctx, a: a, resp: resp, sandboxID: spec.SandboxID, version: m.Version, n: streamed}
 
 	if format == FormatDir {
@@ -154,22 +151,15 @@ func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, de
 			}
 			var ae *archive.ApplyError
 			if errors.As(err, &ae) && ae.Phase == archive.PhaseValidate && ae.Reason != archive.ReasonIO && ae.Reason != archive.ReasonCanceled {
-				msg := fmt.Sprintf("export of sandbox %s refused: %v", spec.SandboxID, err)
-				return nil, temporal.NewNonRetryableApplicationError(msg, ErrDaemon, err,
-					DaemonError{Kind: "bad_export", Message: msg, Details: map[string]any{"path": ae.Path, "reason": ae.Reason}})
+				return nil, apperr.Newf(api.KindOperationFailed, map[string]any{"path": ae.Path, "reason": ae.Reason},
+					"export of sandbox %s refused: the layer stream is not a well-formed layer (%s at %s)", spec.SandboxID, ae.Reason, ae.Path)
 			}
 			return nil, fmt.Errorf("apply export of sandbox %s to %s: %w", spec.SandboxID, dest, err)
 		}
-		res := ExportResult{
-			"files_written":     rep.FilesWritten,
-			"symlinks_written":  rep.SymlinksWritten,
-			"deletes_applied":   rep.DeletesApplied,
-			"opaque_clears":     rep.OpaqueClears,
-			"skipped_unchanged": rep.SkippedUnchanged,
-			"bytes_written":     rep.BytesWritten,
-		}
-		if h, err := a.getHealth(ctx, spec.SandboxID, spec.Daemon); err == nil && h.Sessions > 0 {
-			res["live_workspace_sessions"] = h.Sessions
+		res := &api.ExportResult{FilesWritten: &rep.FilesWritten, SymlinksWritten: &rep.SymlinksWritten, DeletesApplied: &rep.DeletesApplied,
+			OpaqueClears: &rep.OpaqueClears, SkippedUnchanged: &rep.SkippedUnchanged, BytesWritten: rep.BytesWritten}
+		if h, err := a.daemon.Health(ctx, spec.SandboxID, spec.Daemon); err == nil && h.Sessions > 0 {
+			res.LiveWorkspaceSessions = h.Sessions
 		}
 		return res, nil
 	}
@@ -178,7 +168,7 @@ func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, de
 
 // writeExportFile writes the stream to a temp file next to dest, counting
 // entries as it goes, and links it into place only when complete.
-func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (ExportResult, error) {
+func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (*api.ExportResult, error) {
 	dir := filepath.Dir(dest)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("export destination: %w", err)
@@ -231,9 +221,9 @@ func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (Exp
 	}
 	syncDir(dir)
 	if format == FormatPatch {
-		return ExportResult{"files_changed": c.files, "bytes_written": n}, nil
+		return &api.ExportResult{FilesChanged: &c.files, BytesWritten: n}, nil
 	}
-	return ExportResult{"files_written": c.files, "symlinks_written": c.symlinks, "whiteouts_emitted": c.whiteouts, "bytes_written": n}, nil
+	return &api.ExportResult{FilesWritten: &c.files, SymlinksWritten: &c.symlinks, WhiteoutsEmitted: &c.whiteouts, BytesWritten: n}, nil
 }
 
 func syncDir(dir string) {
@@ -371,7 +361,7 @@ func (a *Activities) readManifest(ctx context.Context, sandboxID string) (manife
 	name := ContainerName(sandboxID)
 	rc, _, err := a.docker.CopyFromContainer(ctx, name, manifestPath)
 	if cerrdefs.IsNotFound(err) {
-		return m, notFound(err, "sandbox %s has no layer stack to export (no container, or the base was never imported)", sandboxID)
+		return m, notFound("sandbox %s has no layer stack to export (no container, or the base was never imported)", sandboxID)
 	}
 	if err != nil {
 		return m, fmt.Errorf("read manifest of sandbox %s: %w", sandboxID, err)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // layerTar is a small change layer: a file, a symlink, a whiteout and an
@@ -50,7 +52,7 @@ func layerTar(t *testing.T) []byte {
 // holding the store's manifest.
 type exportFixture struct {
 	acts     *Activities
-	ep       Endpoint
+	ep       api.Endpoint
 	version  atomic.Int64 // manifest version served by Docker
 	bumpOnce atomic.Int64 // bump the version during this many exports
 	exports  atomic.Int64
@@ -114,10 +116,10 @@ func TestExportDir(t *testing.T) {
 
 	res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
 	require.NoError(t, err)
-	require.Equal(t, ExportResult{
-		"manifest_version": int64(3), "format": "dir", "layers_exported": []string{"L3", "L1"},
-		"files_written": 1, "symlinks_written": 1, "deletes_applied": 1, "opaque_clears": 1,
-		"skipped_unchanged": 0, "bytes_written": int64(4), "live_workspace_sessions": 2,
+	require.Equal(t, &api.ExportResult{
+		ManifestVersion: 3, Format: "dir", LayersExported: []string{"L3", "L1"},
+		FilesWritten: ptr(1), SymlinksWritten: ptr(1), DeletesApplied: ptr(1), OpaqueClears: ptr(1),
+		SkippedUnchanged: ptr(0), BytesWritten: 4, LiveWorkspaceSessions: 2,
 	}, res)
 	b, err := os.ReadFile(filepath.Join(dest, "dir", "new.txt"))
 	require.NoError(t, err)
@@ -131,7 +133,7 @@ func TestExportDir(t *testing.T) {
 	// Again: everything is already there.
 	res, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "dir"})
 	require.NoError(t, err)
-	require.Equal(t, 1, res["skipped_unchanged"])
+	require.Equal(t, 1, *res.SkippedUnchanged)
 }
 
 func TestExportRedoneWhenTheStackMoves(t *testing.T) {
@@ -141,13 +143,13 @@ func TestExportRedoneWhenTheStackMoves(t *testing.T) {
 	res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, fx.exports.Load())
-	require.Equal(t, int64(4), res["manifest_version"])
-	require.Equal(t, []string{"L4", "L1"}, res["layers_exported"])
+	require.Equal(t, int64(4), res.ManifestVersion)
+	require.Equal(t, []string{"L4", "L1"}, res.LayersExported)
 
 	fx.bumpOnce.Store(10)
 	_, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: filepath.Join(t.TempDir(), "x.tar"), Format: "tar"})
 	require.ErrorIs(t, err, errStackMoved)
-	require.True(t, isRetryable(err))
+	require.True(t, retryable(err))
 }
 
 func TestExportDaemonFailureMidStream(t *testing.T) {
@@ -175,19 +177,19 @@ func TestExportArchives(t *testing.T) {
 		require.NoError(t, err)
 		fi, err := os.Stat(dest)
 		require.NoError(t, err)
-		require.Equal(t, ExportResult{
-			"manifest_version": int64(3), "format": format, "layers_exported": []string{"L3", "L1"},
-			"files_written": 1, "symlinks_written": 1, "whiteouts_emitted": 2, "bytes_written": fi.Size(),
+		require.Equal(t, &api.ExportResult{
+			ManifestVersion: 3, Format: format, LayersExported: []string{"L3", "L1"},
+			FilesWritten: ptr(1), SymlinksWritten: ptr(1), WhiteoutsEmitted: ptr(2), BytesWritten: fi.Size(),
 		}, res)
 		require.EqualValues(t, 0o644, fi.Mode().Perm())
 
 		_, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: format})
-		requireAppError(t, err, ErrConflict, true)
+		requireAppError(t, err, api.KindInvalidRequest, true)
 	}
 	dest := filepath.Join(dir, "changes.patch")
 	res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "patch"})
 	require.NoError(t, err)
-	require.Equal(t, 2, res["files_changed"])
+	require.Equal(t, 2, *res.FilesChanged)
 	b, err := os.ReadFile(dest)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(b), "diff --git a/x b/x\n"))
@@ -197,9 +199,11 @@ func TestExportRejectsBadSpecs(t *testing.T) {
 	fx := newExportFixture(t)
 	ctx := context.Background()
 	_, err := fx.acts.ExportChanges(ctx, ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: "relative/out"})
-	requireAppError(t, err, ErrInvalidArgument, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 	_, err = fx.acts.ExportChanges(ctx, ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: "/tmp/x", Format: "zip"})
-	requireAppError(t, err, ErrInvalidArgument, true)
+	requireAppError(t, err, api.KindInvalidRequest, true)
 	_, err = fx.acts.ExportChanges(ctx, ExportSpec{SandboxID: "nosuch", Daemon: fx.ep, Dest: filepath.Join(t.TempDir(), "o")})
-	requireAppError(t, err, ErrNotFound, true)
+	requireAppError(t, err, api.KindNotFound, true)
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -24,6 +24,9 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // These tests drive the real Docker Engine and the real sandbox-daemon
@@ -215,8 +218,8 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 
 	// A daemon error keeps its envelope through the error mapping.
 	_, err = acts.CallDaemon(ctx, DaemonCall{SandboxID: id, Daemon: started.Daemon, Op: "file_read", Args: json.RawMessage(`{"path":"missing.txt"}`)})
-	requireAppError(t, err, ErrDaemon, true)
-	de, ok := AsDaemonError(err)
+	requireAppError(t, err, api.KindNotFound, true)
+	de, ok := apperr.From(err)
 	require.True(t, ok)
 	require.Equal(t, "not_found", de.Kind, "%+v", de)
 
@@ -227,12 +230,12 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dest, "del.txt"), []byte("to be deleted\n"), 0o644))
 	res, err := acts.ExportChanges(ctx, ExportSpec{SandboxID: id, Daemon: started.Daemon, Dest: dest})
 	require.NoError(t, err)
-	require.Equal(t, "dir", res["format"])
-	require.Len(t, res["layers_exported"], 1, "%v", res)
-	require.GreaterOrEqual(t, res["manifest_version"], int64(2))
-	require.Equal(t, 2, res["files_written"], "%v", res)
-	require.Equal(t, 1, res["symlinks_written"], "%v", res)
-	require.Equal(t, 1, res["deletes_applied"], "%v", res)
+	require.Equal(t, "dir", res.Format)
+	require.Len(t, res.LayersExported, 1, "%+v", res)
+	require.GreaterOrEqual(t, res.ManifestVersion, int64(2))
+	require.Equal(t, 2, *res.FilesWritten, "%+v", res)
+	require.Equal(t, 1, *res.SymlinksWritten, "%+v", res)
+	require.Equal(t, 1, *res.DeletesApplied, "%+v", res)
 	b, err := os.ReadFile(filepath.Join(dest, "a.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "changed\n", string(b))
@@ -247,12 +250,12 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	tarFile := filepath.Join(t.TempDir(), "changes.tar.zst")
 	res, err = acts.ExportChanges(ctx, ExportSpec{SandboxID: id, Daemon: started.Daemon, Dest: tarFile, Format: "tar-zst"})
 	require.NoError(t, err)
-	require.Equal(t, 2, res["files_written"], "%v", res)
-	require.Equal(t, 1, res["symlinks_written"], "%v", res)
-	require.Equal(t, 1, res["whiteouts_emitted"], "%v", res)
+	require.Equal(t, 2, *res.FilesWritten, "%+v", res)
+	require.Equal(t, 1, *res.SymlinksWritten, "%+v", res)
+	require.Equal(t, 1, *res.WhiteoutsEmitted, "%+v", res)
 	fi, err := os.Stat(tarFile)
 	require.NoError(t, err)
-	require.Equal(t, fi.Size(), res["bytes_written"])
+	require.Equal(t, fi.Size(), res.BytesWritten)
 
 	// Creating again adopts the running container.
 	adopted, err := acts.CreateContainer(ctx, spec)
@@ -302,7 +305,7 @@ func TestActivitiesRegisterWithTemporal(t *testing.T) {
 	_, err = env.ExecuteActivity(acts.CheckImage, "eos-test-missing:0")
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
-	require.Equal(t, ErrImageNotFound, appErr.Type())
+	require.Equal(t, api.KindInvalidRequest, appErr.Type())
 	require.True(t, appErr.NonRetryable())
 	require.Contains(t, appErr.Error(), "no pull is attempted")
 
@@ -326,8 +329,8 @@ func TestActivitiesRegisterWithTemporal(t *testing.T) {
 	// The daemon's envelope is the error's detail on the workflow side.
 	_, err = env.ExecuteActivity(acts.CallDaemon, DaemonCall{SandboxID: spec.SandboxID, Daemon: info.Daemon, Op: "no_such_op"})
 	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
-	require.Equal(t, ErrDaemon, appErr.Type())
-	de, ok := AsDaemonError(err)
+	require.Equal(t, api.KindUnknownOp, appErr.Type())
+	de, ok := apperr.From(err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, "unknown_op", de.Kind)
 	require.Equal(t, "no_such_op", de.Details["op"])

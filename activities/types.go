@@ -3,6 +3,8 @@ package activities
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // Labels every Docker object of ours carries. The reconciler finds leftovers
@@ -12,15 +14,6 @@ const (
 	LabelSandboxID = "eos.sandbox_id" // the sandbox id
 	LabelRole      = "eos.role"       // "sandbox" (container), "state" (volume)
 	LabelWorker    = "eos.worker"     // the worker (host) that owns it
-)
-
-// Error types of non-retryable activity failures (temporal ApplicationError
-// types); the gateway maps them to the wire's error kinds once.
-const (
-	ErrImageNotFound   = "ImageNotFound"
-	ErrInvalidArgument = "InvalidArgument"
-	ErrDaemon          = "DaemonError" // the daemon answered with an error envelope; details carry it
-	ErrNotFound        = "NotFound"
 )
 
 // SandboxSpec is everything needed to create one sandbox's Docker objects.
@@ -49,20 +42,14 @@ type ResourceProfile struct {
 func ContainerName(sandboxID string) string { return "eos-sbx-" + sandboxID }
 func VolumeName(sandboxID string) string    { return "eos-state-" + sandboxID }
 
-// Endpoint is where a sandbox's daemon listens on the host (loopback).
-type Endpoint struct {
-	Host string `json:"host"`
-	Port int    `json:"port"`
-}
-
 // ContainerInfo describes a created sandbox container.
 type ContainerInfo struct {
-	ContainerID string   `json:"container_id"`
-	Name        string   `json:"name"`
-	Volume      string   `json:"volume"`
-	Daemon      Endpoint `json:"daemon"`
-	Adopted     bool     `json:"adopted"`         // an existing container of the same name was reused
-	State       string   `json:"state,omitempty"` // Docker's status: created, running, exited, ...
+	ContainerID string       `json:"container_id"`
+	Name        string       `json:"name"`
+	Volume      string       `json:"volume"`
+	Daemon      api.Endpoint `json:"daemon"`
+	Adopted     bool         `json:"adopted"`         // an existing container of the same name was reused
+	State       string       `json:"state,omitempty"` // Docker's status: created, running, exited, ...
 }
 
 // DaemonCall is one RPC to a sandbox's daemon. The activity derives the
@@ -70,7 +57,7 @@ type ContainerInfo struct {
 // token never appears in workflow history.
 type DaemonCall struct {
 	SandboxID string          `json:"sandbox_id"`
-	Daemon    Endpoint        `json:"daemon"`
+	Daemon    api.Endpoint    `json:"daemon"`
 	Op        string          `json:"op"`
 	Args      json.RawMessage `json:"args,omitempty"`
 	RequestID string          `json:"request_id,omitempty"` // idempotency key / trace id, derived by the workflow
@@ -79,14 +66,12 @@ type DaemonCall struct {
 
 // ExportSpec exports a sandbox's published changes to the host.
 type ExportSpec struct {
-	SandboxID string   `json:"sandbox_id"`
-	Daemon    Endpoint `json:"daemon"`
-	Dest      string   `json:"dest"`   // absolute host path
-	Format    string   `json:"format"` // dir (default), tar, tar-zst, patch
+	SandboxID string       `json:"sandbox_id"`
+	Daemon    api.Endpoint `json:"daemon"`
+	Dest      string       `json:"dest"`   // absolute host path
+	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch
 }
 
-// ExportResult is the seed's export_changes result (dir or tar shape).
-type ExportResult map[string]any
 
 // ContainerStats is a snapshot of the sandbox container's resource use.
 type ContainerStats struct {
@@ -111,11 +96,6 @@ type Leftover struct {
 	SandboxID string `json:"sandbox_id"`
 }
 
-// ErrConflict: a Docker object of ours has a name that is taken by something
-// we must not touch (a volume without our labels), or an export destination
-// already exists.
-const ErrConflict = "Conflict"
-
 // CopyReport is what CopyWorkspace streamed into the container.
 type CopyReport struct {
 	Files    int   `json:"files"`
@@ -127,19 +107,6 @@ type CopyReport struct {
 	Skipped      int      `json:"skipped"`
 	SkippedPaths []string `json:"skipped_paths,omitempty"`
 }
-
-// DaemonError is the body of the daemon's error envelope
-// {"error": {kind, message, details}}. It is the one detail of an ErrDaemon
-// ApplicationError (read it with AsDaemonError), so workflows and the gateway
-// see the daemon's conflict reports unchanged.
-type DaemonError struct {
-	Kind    string         `json:"kind"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-	Status  int            `json:"status,omitempty"` // the HTTP status it came with
-}
-
-func (e *DaemonError) Error() string { return e.Kind + ": " + e.Message }
 
 // InspectResult is Inspect's answer: whether the sandbox's container
 // exists and, if it does, its description.

@@ -25,6 +25,15 @@ const (
 	KindMethodNotAllowed  = "method_not_allowed"
 )
 
+var kinds = map[string]bool{
+	KindInvalidRequest: true, KindOperationFailed: true, KindNotFound: true, KindInternal: true, KindUnknownOp: true,
+	KindUnauthorized: true, KindBadJSON: true, KindRequestTooLarge: true, KindServerBusy: true, KindShuttingDown: true,
+	KindConflict: true, KindOperationConflict: true, KindMethodNotAllowed: true,
+}
+
+// IsKind reports whether k is one of the wire's error kinds.
+func IsKind(k string) bool { return kinds[k] }
+
 // Error is the body of the error envelope {"error": {...}}.
 type Error struct {
 	Kind    string         `json:"kind"`
@@ -78,4 +87,11 @@ func HTTPStatus(kind string) int {
 	default:
 		return http.StatusInternalServerError
 	}
+}
+
+// Endpoint is where a sandbox's daemon listens (inspect_sandbox's daemon
+// and daemon_http).
+type Endpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 )
 
 // startLocalProfile profiles this process's CPU into path until stop.
@@ -41,7 +41,7 @@ func (s *Stack) daemonProfile(ctx context.Context, sandboxID, path string) (stop
 	}
 	d, _ := rec["daemon"].(map[string]any)
 	url := fmt.Sprintf("http://%v:%v/debug/pprof/profile?seconds=%d", d["host"], d["port"], int(daemonProfileWindow.Seconds()))
-	token := activities.DaemonToken(s.secret, sandboxID)
+	token := daemonclient.Token(s.secret, sandboxID)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan []*profile.Profile, 1)
 	go func() {

@@ -29,6 +29,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -50,7 +51,7 @@ type TemporalBackend struct {
 	FleetTimeout     time.Duration
 
 	mu        sync.Mutex
-	endpoints map[string]activities.Endpoint
+	endpoints map[string]api.Endpoint
 }
 
 func (b *TemporalBackend) httpClient() *http.Client {
@@ -459,11 +460,11 @@ func listDirectories(p string) (any, error) {
 	return map[string]any{"path": p, "parent": filepath.Dir(p), "truncated": truncated, "directories": dirs}, nil
 }
 
-func (b *TemporalBackend) remember(id string, ep activities.Endpoint) {
+func (b *TemporalBackend) remember(id string, ep api.Endpoint) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.endpoints == nil {
-		b.endpoints = map[string]activities.Endpoint{}
+		b.endpoints = map[string]api.Endpoint{}
 	}
 	b.endpoints[id] = ep
 }
@@ -474,7 +475,7 @@ func (b *TemporalBackend) forget(id string) {
 	delete(b.endpoints, id)
 }
 
-func (b *TemporalBackend) endpoint(ctx context.Context, id string, fresh bool) (activities.Endpoint, error) {
+func (b *TemporalBackend) endpoint(ctx context.Context, id string, fresh bool) (api.Endpoint, error) {
 	b.mu.Lock()
 	ep, ok := b.endpoints[id]
 	b.mu.Unlock()
@@ -540,7 +541,7 @@ func isAPIError(err error) bool {
 	return errors.As(err, &ae)
 }
 
-func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep activities.Endpoint, op string, body []byte, progress func(string)) (json.RawMessage, error) {
+func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep api.Endpoint, op string, body []byte, progress func(string)) (json.RawMessage, error) {
 	host := ep.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -551,7 +552,7 @@ func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep a
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+activities.DaemonToken(b.Secret, sandboxID))
+	req.Header.Set("Authorization", "Bearer "+daemonclient.Token(b.Secret, sandboxID))
 	if rid := RequestID(ctx); rid != "" {
 		req.Header.Set("X-Request-Id", rid)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 )
 
 func TestRuntimeGoesToDaemon(t *testing.T) {
@@ -34,7 +35,7 @@ func TestRuntimeGoesToDaemon(t *testing.T) {
 	u, _ := url.Parse(srv.URL)
 	port, _ := strconv.Atoi(u.Port())
 	b := &TemporalBackend{Secret: secret}
-	b.remember("eos-1", activities.Endpoint{Host: u.Hostname(), Port: port})
+	b.remember("eos-1", api.Endpoint{Host: u.Hostname(), Port: port})
 	ctx := context.WithValue(context.Background(), ctxKey{}, "rid-7")
 	out, err := b.Runtime(ctx, "exec_command", "eos-1", map[string]any{"cmd": "ls"})
 	if err != nil {
@@ -43,7 +44,7 @@ func TestRuntimeGoesToDaemon(t *testing.T) {
 	if string(out.(json.RawMessage)) != `{"status":"ok","exit_code":0}` {
 		t.Errorf("out %s", out)
 	}
-	if gotAuth != "Bearer "+activities.DaemonToken(secret, "eos-1") || gotRID != "rid-7" || gotPath != "/rpc/exec_command" || gotBody["cmd"] != "ls" {
+	if gotAuth != "Bearer "+daemonclient.Token(secret, "eos-1") || gotRID != "rid-7" || gotPath != "/rpc/exec_command" || gotBody["cmd"] != "ls" {
 		t.Errorf("request: %q %q %q %v", gotAuth, gotRID, gotPath, gotBody)
 	}
 	_, err = b.Runtime(ctx, "file_read", "eos-1", map[string]any{"path": "x"})

@@ -127,7 +127,7 @@ func (d *Daemon) observabilityOps() map[string]handler {
 
 func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) {
 	if m, err := d.store.Manifest(); err == nil {
-		return map[string]any{"base_id": m.Base().ID, "revision": m.Revision(), "already_initialized": true}, nil
+		return &api.InitBaseResult{BaseID: m.Base().ID, Revision: revisionJSON(m.Revision()), AlreadyInitialized: true}, nil
 	}
 	if a.BaseID != "" {
 		// A shared base another sandbox already imported (mounted at base/).
@@ -139,7 +139,7 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"base_id": info.ID, "root_hash": info.RootHash, "revision": m.Revision(), "shared": true}, nil
+		return &api.InitBaseResult{BaseID: info.ID, RootHash: info.RootHash, Revision: revisionJSON(m.Revision()), Shared: true}, nil
 	}
 	if a.SourceDir == "" || !filepath.IsAbs(a.SourceDir) {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "source_dir must be an absolute path inside the sandbox")
@@ -155,7 +155,7 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 	if a.Remove {
 		_ = os.RemoveAll(a.SourceDir)
 	}
-	return map[string]any{"base_id": info.ID, "root_hash": info.RootHash, "revision": m.Revision(), "import": rep}, nil
+	return &api.InitBaseResult{BaseID: info.ID, RootHash: info.RootHash, Revision: revisionJSON(m.Revision()), Import: rep}, nil
 }
 
 type exportStream struct {

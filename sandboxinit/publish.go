@@ -169,7 +169,7 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	return d.start(ctx, s, lease)
 }
 
-func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ map[string]any, retErr error) {
+func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.RefreshResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.refresh", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
 	defer func() { sp.End(retErr) }()
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "refresh")
@@ -192,8 +192,8 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ map[s
 		}
 		return nil, err
 	}
-	out := map[string]any{"workspace_session_id": s.rec.ID, "up_to_date": res.UpToDate, "revision": res.Revision,
-		"merged_paths": nonNil(res.MergedPaths), "changed_paths": res.Changes}
+	out := &api.RefreshResult{WorkspaceSessionID: s.rec.ID, UpToDate: res.UpToDate, Revision: revisionJSON(res.Revision),
+		MergedPaths: nonNil(res.MergedPaths), ChangedPaths: res.Changes}
 	sp.Set("up_to_date", res.UpToDate)
 	if res.UpToDate {
 		return out, nil
@@ -248,59 +248,70 @@ func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[strin
 }
 
 // publishJSON is the seed's publish shape plus our fields.
-func publishJSON(r *layerstack.PublishResult) map[string]any {
-	return map[string]any{"no_op": r.NoOp, "revision": r.Revision, "route_summary": r.RouteSummary,
-		"layer_id": r.LayerID, "txid": r.TxID, "merged_paths": nonNil(r.MergedPaths), "counts": r.Counts, "bytes": r.Bytes}
+func publishJSON(r *layerstack.PublishResult) *api.PublishSummary {
+	c := r.Counts
+	return &api.PublishSummary{NoOp: r.NoOp, Revision: revisionJSON(r.Revision),
+		RouteSummary: api.RouteSummary{SourceCount: r.RouteSummary.SourceCount, IgnoredCount: r.RouteSummary.IgnoredCount},
+		LayerID:      r.LayerID, TxID: r.TxID, MergedPaths: nonNil(r.MergedPaths),
+		Counts: api.ChangeCounts{Files: c.Files, Dirs: c.Dirs, Symlinks: c.Symlinks, Deletes: c.Deletes, Opaques: c.Opaques},
+		Bytes:  r.Bytes}
 }
 
-// rejectionDetails renders a conflict report: the seed's single
-// publish_rejection (first path) and our full per-path list.
-func rejectionDetails(ce *layerstack.ConflictError) map[string]any {
-	conflicts := make([]map[string]any, 0, len(ce.Conflicts))
+func revisionJSON(r layerstack.Revision) api.Revision {
+	return api.Revision{ManifestVersion: r.ManifestVersion, RootHash: r.RootHash, LayerCount: r.LayerCount}
+}
+
+// rejection renders a conflict report: every path, and the seed's single
+// publish_rejection (the first path).
+func rejection(ce *layerstack.ConflictError) *api.Rejection {
+	r := &api.Rejection{Conflicts: make([]api.Conflict, 0, len(ce.Conflicts)), HeadRevision: revisionJSON(ce.Head)}
 	for _, c := range ce.Conflicts {
-		m := map[string]any{"path": c.Path, "reason": c.Reason, "kind": c.Kind, "message": c.Message,
-			"base": fingerprintJSON(c.Base), "head": fingerprintJSON(c.Head), "ours": fingerprintJSON(c.Ours)}
-		if len(c.Hunks) > 0 {
-			m["hunks"] = c.Hunks
+		ac := api.Conflict{Path: c.Path, Reason: c.Reason, Kind: c.Kind, Message: c.Message,
+			Base: fingerprintJSON(c.Base), Head: fingerprintJSON(c.Head), Ours: fingerprintJSON(c.Ours)}
+		for _, h := range c.Hunks {
+			ac.Hunks = append(ac.Hunks, api.ConflictHunk{Base: api.LineRange(h.Base), Head: api.LineRange(h.Head), Ours: api.LineRange(h.Ours)})
 		}
-		conflicts = append(conflicts, m)
+		r.Conflicts = append(r.Conflicts, ac)
 	}
-	out := map[string]any{"conflicts": conflicts, "head_revision": ce.Head}
 	if len(ce.Conflicts) > 0 {
 		c := ce.Conflicts[0]
-		rej := map[string]any{"path": c.Path, "reason": c.Reason, "message": c.Message, "source_conflict": nil, "protected_drop": nil}
+		rej := &api.PublishRejection{Path: c.Path, Reason: c.Reason, Message: c.Message}
 		if c.Reason == layerstack.ReasonSourceConflict {
-			rej["source_conflict"] = map[string]any{"path": c.Path, "expected": fingerprintJSON(c.Base), "actual": fingerprintJSON(c.Head)}
+			rej.SourceConflict = &api.SourceConflict{Path: c.Path, Expected: fingerprintJSON(c.Base), Actual: fingerprintJSON(c.Head)}
 		} else {
-			rej["protected_drop"] = map[string]any{"path": c.Path, "reason": c.Reason}
+			rej.ProtectedDrop = &api.ProtectedDrop{Path: c.Path, Reason: c.Reason}
 		}
-		out["publish_rejection"] = rej
+		r.PublishRejection = rej
 	}
-	return out
+	return r
 }
+
+// rejectionDetails is a conflict report as error details.
+func rejectionDetails(ce *layerstack.ConflictError) map[string]any { return rejection(ce).Details(nil) }
 
 // fingerprintJSON turns "file:0755:<sha>" into the seed's
 // {kind:"file", digest, executable} (and symlink, directory, absent).
-func fingerprintJSON(fp string) any {
+func fingerprintJSON(fp string) *api.Fingerprint {
 	switch {
 	case fp == "":
 		return nil
 	case fp == "absent":
-		return map[string]any{"kind": "absent"}
+		return &api.Fingerprint{Kind: "absent"}
 	case strings.HasPrefix(fp, "file:"):
 		parts := strings.SplitN(fp, ":", 3)
 		if len(parts) == 3 {
 			mode, _ := strconv.ParseUint(parts[1], 8, 32)
-			return map[string]any{"kind": "file", "digest": parts[2], "mode": parts[1], "executable": mode&0o111 != 0}
+			exec := mode&0o111 != 0
+			return &api.Fingerprint{Kind: "file", Digest: parts[2], Mode: parts[1], Executable: &exec}
 		}
 	case strings.HasPrefix(fp, "symlink:"):
-		return map[string]any{"kind": "symlink", "target": fp[len("symlink:"):]}
+		return &api.Fingerprint{Kind: "symlink", Target: fp[len("symlink:"):]}
 	case strings.HasPrefix(fp, "dir:"):
-		return map[string]any{"kind": "directory", "mode": fp[len("dir:"):]}
+		return &api.Fingerprint{Kind: "directory", Mode: fp[len("dir:"):]}
 	case strings.HasPrefix(fp, "tree:"):
-		return map[string]any{"kind": "directory", "tree_digest": fp[len("tree:"):]}
+		return &api.Fingerprint{Kind: "directory", TreeDigest: fp[len("tree:"):]}
 	}
-	return map[string]any{"kind": "unknown", "raw": fp}
+	return &api.Fingerprint{Kind: "unknown", Raw: fp}
 }
 
 func mergeMaps(a, b map[string]any) map[string]any {

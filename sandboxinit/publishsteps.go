@@ -35,7 +35,7 @@ type preparedPublish struct {
 	Sources   map[string]string         `json:"sources"` // path -> frozen copy
 	Result    *layerstack.PublishResult `json:"result,omitempty"`
 	// Finalized is finalize's answer, kept so a retried finalize returns it.
-	Finalized map[string]any `json:"finalized,omitempty"`
+	Finalized *api.PublishFinalResult `json:"finalized,omitempty"`
 	Aborted   bool           `json:"aborted,omitempty"`
 
 	conflict *layerstack.ConflictError // the dry run's rejection, for the publish history
@@ -69,7 +69,7 @@ func (d *Daemon) savePrepared(p *preparedPublish) error {
 
 // publishPrepare captures the session's upper dir, freezes every file in a
 // copy under txns/, and dry-runs the result against the head.
-func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ map[string]any, retErr error) {
+func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishStepResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": a.TxID, "step": "prepare"})
 	defer func() { sp.End(retErr) }()
 	if a.TxID == "" {
@@ -78,7 +78,7 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ m
 	if p, err := d.loadPrepared(a.TxID); err == nil && !p.Aborted {
 		// A retried prepare answers as the first did: the same frozen
 		// changes, checked against the head.
-		out := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "prepared": true, "replayed": true, "changed_paths": len(p.Changes.Changes)}
+		out := &api.PublishStepResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Prepared: true, Replayed: true, ChangedPaths: len(p.Changes.Changes)}
 		return d.checkPrepared(ctx, p, out)
 	}
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
@@ -115,9 +115,9 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ m
 	}
 	s.setState(StatePublishing)
 	sp.Set("changes", len(cs.Changes))
-	out := map[string]any{"txid": a.TxID, "workspace_session_id": s.rec.ID, "prepared": true, "changed_paths": len(cs.Changes)}
+	out := &api.PublishStepResult{TxID: a.TxID, WorkspaceSessionID: s.rec.ID, Prepared: true, ChangedPaths: len(cs.Changes)}
 	res, err := d.checkPrepared(ctx, p, out)
-	if err == nil && res["clean"] == false {
+	if err == nil && !res.Clean {
 		// The workflow aborts a prepare that is not clean: this dry run is
 		// the only place the rejection shows.
 		d.recordPublish(ctx, publishOutcome{TxID: p.TxID, SessionID: p.SessionID, Agent: p.Agent, Owner: p.Owner, Message: p.Message,
@@ -135,9 +135,9 @@ func preparedSource(p *preparedPublish) string {
 }
 
 // checkPrepared dry-runs frozen changes against the head.
-func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out map[string]any) (map[string]any, error) {
+func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out *api.PublishStepResult) (*api.PublishStepResult, error) {
 	if p.Result != nil {
-		out["clean"], out["publish"], out["committed"] = true, publishJSON(p.Result), true
+		out.Clean, out.Publish, out.Committed = true, publishJSON(p.Result), true
 		return out, nil
 	}
 	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: p.LeaseID, Changes: &p.Changes, AllowDrops: p.Implicit})
@@ -145,16 +145,17 @@ func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out map[
 	switch {
 	case errors.As(err, &ce):
 		p.conflict = ce
-		return mergeMaps(mergeMaps(out, map[string]any{"clean": false}), rejectionDetails(ce)), nil
+		out.Clean, out.Rejection = false, rejection(ce)
+		return out, nil
 	case err != nil:
 		return nil, err
 	}
-	out["clean"], out["publish"] = true, publishJSON(res)
+	out.Clean, out.Publish = true, publishJSON(res)
 	return out, nil
 }
 
 // publishCommit commits a prepared publish; a retry returns the first result.
-func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ map[string]any, retErr error) {
+func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishStepResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"txid": a.TxID, "step": "commit"})
 	defer func() { sp.End(retErr) }()
 	p, err := d.loadPrepared(a.TxID)
@@ -182,8 +183,8 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ ma
 			// answer, not a failure (the workflow aborts and reports it,
 			// as for a conflict found by prepare), so no step is retried
 			// or logged as an error.
-			return mergeMaps(map[string]any{"clean": false, "workspace_session_id": p.SessionID, "txid": p.TxID,
-				"stage": "publish", "session_retained": true}, rejectionDetails(ce)), nil
+			return &api.PublishStepResult{Clean: false, WorkspaceSessionID: p.SessionID, TxID: p.TxID,
+				Stage: "publish", SessionRetained: true, Rejection: rejection(ce)}, nil
 		}
 		return nil, err
 	}
@@ -192,12 +193,12 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ ma
 		return nil, err
 	}
 	d.event(ctx, "workspace_session.published", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
-	return map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "publish": publishJSON(res)}, nil
+	return &api.PublishStepResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Clean: true, Committed: true, Publish: publishJSON(res)}, nil
 }
 
 // publishFinalize closes the session after its commit: destroyed, or with
 // keep moved onto the new head with an empty upper dir. Idempotent.
-func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ map[string]any, retErr error) {
+func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishFinalResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.finalize", map[string]any{"txid": a.TxID})
 	defer func() { sp.End(retErr) }()
 	p, err := d.loadPrepared(a.TxID)
@@ -210,10 +211,10 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ 
 	if p.Result == nil {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s is not committed yet", a.TxID)
 	}
-	out := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "publish": publishJSON(p.Result)}
+	out := &api.PublishFinalResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Publish: publishJSON(p.Result)}
 	s, err := d.session(p.SessionID)
 	if err != nil {
-		out["destroyed"] = true // the session went away with an earlier attempt
+		out.Destroyed = true // the session went away with an earlier attempt
 		return d.finalized(p, out)
 	}
 	s.gate.Lock()
@@ -226,21 +227,21 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ 
 			}
 		}
 		s.setState(StateActive)
-		out["destroyed"], out["kept"] = false, true
+		out.Destroyed, out.Kept = false, true
 	} else {
 		bytes, err := d.teardown(ctx, s, true)
 		if err != nil {
 			s.setState(StateFinalizeFailed)
 			return nil, finalizeFailed(s, p.Result, err)
 		}
-		out["destroyed"], out["evicted_upperdir_bytes"] = true, bytes
+		out.Destroyed, out.EvictedUpperdirBytes = true, &bytes
 	}
 	return d.finalized(p, out)
 }
 
 // finalized records finalize's answer: the frozen files go, the record
 // stays (a day, see sweepTxns) so a retry gets the same answer.
-func (d *Daemon) finalized(p *preparedPublish, out map[string]any) (map[string]any, error) {
+func (d *Daemon) finalized(p *preparedPublish, out *api.PublishFinalResult) (*api.PublishFinalResult, error) {
 	p.Finalized = out
 	_ = os.RemoveAll(filepath.Join(d.txDir(p.TxID), "files"))
 	p.Sources = nil
@@ -269,7 +270,7 @@ func (d *Daemon) sweepTxns() {
 
 // publishAbort drops a prepared, uncommitted publish and gives the session
 // back to its agent.
-func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (map[string]any, error) {
+func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (*api.PublishAbortResult, error) {
 	p, err := d.loadPrepared(a.TxID)
 	if err != nil {
 		return nil, err
@@ -290,7 +291,7 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (map[s
 	if err := d.savePrepared(p); err != nil {
 		return nil, err
 	}
-	return map[string]any{"txid": a.TxID, "workspace_session_id": p.SessionID, "aborted": true}, nil
+	return &api.PublishAbortResult{TxID: a.TxID, WorkspaceSessionID: p.SessionID, Aborted: true}, nil
 }
 
 func copyRegular(src, dst string) error {

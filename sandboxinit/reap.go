@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // activity tracks a session's last use for idle reaping.
@@ -22,17 +24,13 @@ type ArchiveIdleArgs struct {
 
 // ArchivedSession describes a reaped session whose unpublished changes were
 // kept under <state>/archive.
-type ArchivedSession struct {
-	ID       string    `json:"workspace_session_id"`
-	Path     string    `json:"path"`
-	Archived time.Time `json:"archived"`
-	Bytes    int64     `json:"bytes"`
-}
+// ArchivedSession is the wire type (api.ArchivedSession).
+type ArchivedSession = api.ArchivedSession
 
 // archiveIdle reaps sessions without running commands that were not used
 // for IdleForMS. A session with unpublished changes is archived (its upper
 // dir and record move to the archive), never deleted.
-func (d *Daemon) archiveIdle(ctx context.Context, a ArchiveIdleArgs) (map[string]any, error) {
+func (d *Daemon) archiveIdle(ctx context.Context, a ArchiveIdleArgs) (*api.ArchiveResult, error) {
 	if a.IdleForMS <= 0 {
 		a.IdleForMS = int64(time.Hour / time.Millisecond)
 	}
@@ -63,7 +61,7 @@ func (d *Daemon) archiveIdle(ctx context.Context, a ArchiveIdleArgs) (map[string
 		}
 		d.event(ctx, "workspace_session.reaped", map[string]any{"workspace_session_id": s.rec.ID, "archived": arch != nil})
 	}
-	return map[string]any{"archived": out}, nil
+	return &api.ArchiveResult{Archived: out}, nil
 }
 
 // archive stops the session, keeps its upper dir (if it holds anything) in

@@ -277,7 +277,7 @@ func (d *Daemon) listSessions() []api.SessionInfo {
 	return out
 }
 
-func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (_ map[string]any, retErr error) {
+func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (_ *api.SessionDestroyed, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.destroy", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "force": a.Force})
 	defer func() { sp.End(retErr) }()
 	s, err := d.session(a.WorkspaceSessionID)
@@ -302,7 +302,7 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 	}
 	sp.Set("evicted_upperdir_bytes", bytes)
 	d.event(ctx, "workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID})
-	return map[string]any{"workspace_session_id": s.rec.ID, "destroyed": true, "evicted_upperdir_bytes": bytes}, nil
+	return &api.SessionDestroyed{WorkspaceSessionID: s.rec.ID, Destroyed: true, EvictedUpperdirBytes: bytes}, nil
 }
 
 // restoreSessions re-attaches the sessions recorded on the state volume:

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -283,7 +284,7 @@ func TestDaemonCrashMidCommit(t *testing.T) {
 }
 
 // endpoint returns the daemon's current endpoint (a container restart moves it).
-func (s *stack) endpoint(id string, st *workflows.SandboxState) activities.Endpoint {
+func (s *stack) endpoint(id string, st *workflows.SandboxState) api.Endpoint {
 	r, err := s.acts.Inspect(context.Background(), id)
 	require.NoError(s.t, err)
 	require.True(s.t, r.Exists)

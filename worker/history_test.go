@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -141,7 +143,7 @@ func recordContended(t *testing.T, s *stack, out string) {
 }
 
 // recordCreate creates a ready sandbox over a fresh ten-line workspace.
-func (s *stack) recordCreate(t *testing.T) (string, activities.Endpoint) {
+func (s *stack) recordCreate(t *testing.T) (string, api.Endpoint) {
 	t.Helper()
 	ws := t.TempDir()
 	var b strings.Builder
@@ -195,7 +197,7 @@ func (s *stack) writeHistory(t *testing.T, h *historypb.History, sandboxID, path
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(h)
 	require.NoError(t, err)
 	// Histories are committed: they must hold nothing that opens a daemon.
-	for _, secret := range []string{hex.EncodeToString(s.secret), activities.DaemonToken(s.secret, sandboxID)} {
+	for _, secret := range []string{hex.EncodeToString(s.secret), daemonclient.Token(s.secret, sandboxID)} {
 		require.NotContains(t, string(b), secret, path)
 	}
 	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))

@@ -23,6 +23,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -92,16 +94,16 @@ func (s *stack) update(id, name string, out any, args ...any) error {
 }
 
 // daemon calls a runtime op directly, as the gateway will.
-func (s *stack) daemon(id string, ep activities.Endpoint, op string, args any) map[string]any {
+func (s *stack) daemon(id string, ep api.Endpoint, op string, args any) map[string]any {
 	s.t.Helper()
 	return s.daemonTB(s.t, id, ep, op, args)
 }
 
-func (s *stack) daemonTB(tb testing.TB, id string, ep activities.Endpoint, op string, args any) map[string]any {
+func (s *stack) daemonTB(tb testing.TB, id string, ep api.Endpoint, op string, args any) map[string]any {
 	tb.Helper()
 	body, _ := json.Marshal(args)
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s:%d/rpc/%s", ep.Host, ep.Port, op), bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+activities.DaemonToken(s.secret, id))
+	req.Header.Set("Authorization", "Bearer "+daemonclient.Token(s.secret, id))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(tb, err)
 	defer resp.Body.Close()

@@ -44,9 +44,3 @@ func SandboxWorkflowID(sandboxID string) string { return "sandbox/" + sandboxID 
 func PublishWorkflowID(sandboxID, sessionID string, seq int) string {
 	return fmt.Sprintf("publish/%s/%s/%d", sandboxID, sessionID, seq)
 }
-
-// ErrOperationConflict is the application error type of an update refused
-// because another operation on the same session runs (a second publish, a
-// refresh or a destroy during a publish); the gateway maps it to the
-// operation_conflict error kind.
-const ErrOperationConflict = "OperationConflict"

@@ -5,12 +5,12 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/ephemeral-sandbox/sandbox/activities"
 )
 
-// nonRetryable are activity error types that no retry can fix.
-var nonRetryable = []string{activities.ErrImageNotFound, activities.ErrInvalidArgument, activities.ErrDaemon, activities.ErrNotFound}
+// nonRetryable are activity error types that no retry can fix. Refusals
+// raised with apperr.New are non-retryable themselves; these are the types
+// older workers raised, for failures still in flight during an upgrade.
+var nonRetryable = []string{"ImageNotFound", "InvalidArgument", "DaemonError", "NotFound"}
 
 // dockerOptions: Docker calls on the sandbox's host; long ones heartbeat.
 func dockerOptions(ctx workflow.Context, hostQueue string) workflow.Context {

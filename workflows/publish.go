@@ -2,12 +2,12 @@ package workflows
 
 import (
 	"encoding/json"
-	"fmt"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // PublishWorkflow publishes one session's change set exactly once:
@@ -16,74 +16,79 @@ import (
 // step retried after a worker or daemon crash converges on one layer. A
 // rejected commit is aborted so the session goes back to its agent, and the
 // workflow fails with the daemon's conflict report.
-func PublishWorkflow(ctx workflow.Context, in PublishInput) (json.RawMessage, error) {
+//
+// Every failure is the daemon's own *api.Error, unwrapped (a refusal at
+// prepare reaches the client with the daemon's kind, message and details).
+func PublishWorkflow(ctx workflow.Context, in PublishInput) (*api.PublishFinalResult, error) {
 	// The step in progress, for callers that show progress; a query adds
 	// no event to the history, so replay is unaffected.
 	progress := PublishProgress{SessionID: in.SessionID, Step: "starting"}
 	if err := workflow.SetQueryHandler(ctx, QueryPublishProgress, func() (PublishProgress, error) { return progress, nil }); err != nil {
 		return nil, err
 	}
-	step := func(op string) (json.RawMessage, error) {
+	step := func(op string, out any) error {
 		progress.Step = op
-		args, _ := json.Marshal(map[string]any{"workspace_session_id": in.SessionID, "txid": in.TxID, "keep": in.Keep, "message": in.Message})
+		args, err := json.Marshal(api.PublishStepArgs{WorkspaceSessionID: in.SessionID, TxID: in.TxID, Keep: in.Keep, Message: in.Message})
+		if err != nil {
+			return err
+		}
 		rid := in.TxID + "/" + op
 		if in.RequestID != "" {
 			rid += "/" + in.RequestID
 		}
 		call := activities.DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
-		var out json.RawMessage
-		err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), acts.CallDaemon, call).Get(ctx, &out)
-		return out, err
+		var raw json.RawMessage
+		if err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), acts.CallDaemon, call).Get(ctx, &raw); err != nil {
+			return err
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return apperr.Newf(api.KindInternal, map[string]any{"op": op}, "the daemon's answer to %s does not decode: %v", op, err)
+		}
+		return nil
 	}
-	prep, err := step("publish_prepare")
-	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
+	abort := func() {
+		var ab api.PublishAbortResult
+		if err := step("publish_abort", &ab); err != nil {
+			workflow.GetLogger(ctx).Error("publish abort failed", "txid", in.TxID, "error", err)
+		}
 	}
-	var p struct {
-		Clean   bool `json:"clean"`
-		Publish struct {
-			Counts struct{ Files, Dirs, Symlinks, Deletes int } `json:"counts"`
-		} `json:"publish"`
+	var prep api.PublishStepResult
+	if err := step("publish_prepare", &prep); err != nil {
+		return nil, err
 	}
-	_ = json.Unmarshal(prep, &p)
-	c := p.Publish.Counts
-	progress.Changes = c.Files + c.Dirs + c.Symlinks + c.Deletes
-	if !p.Clean {
-		return nil, rejected(step, prep, in)
+	if prep.Publish != nil {
+		progress.Changes = prep.Publish.Counts.Files + prep.Publish.Counts.Dirs + prep.Publish.Counts.Symlinks + prep.Publish.Counts.Deletes
 	}
-	commit, err := step("publish_commit")
-	if err != nil {
-		_, _ = step("publish_abort")
+	if prep.Rejected() {
+		abort()
+		return nil, rejected(&prep, in)
+	}
+	var commit api.PublishStepResult
+	if err := step("publish_commit", &commit); err != nil {
+		abort()
 		return nil, err
 	}
 	// A commit can still lose to a publish that landed after prepare: the
-	// daemon then answers clean false with the conflicts (older daemons
-	// answered an error, handled above).
-	var cm struct {
-		Clean *bool `json:"clean"`
+	// daemon then answers clean false with the conflicts.
+	if commit.Rejected() {
+		abort()
+		return nil, rejected(&commit, in)
 	}
-	if _ = json.Unmarshal(commit, &cm); cm.Clean != nil && !*cm.Clean {
-		return nil, rejected(step, commit, in)
+	var fin api.PublishFinalResult
+	if err := step("publish_finalize", &fin); err != nil {
+		return nil, err
 	}
-	return step("publish_finalize")
+	return &fin, nil
 }
 
-// rejected aborts the publish (the session goes back to its agent) and
-// returns the non-retryable error that carries the daemon's conflict report.
-func rejected(step func(string) (json.RawMessage, error), answer json.RawMessage, in PublishInput) error {
-	_, _ = step("publish_abort")
-	var det map[string]any
-	_ = json.Unmarshal(answer, &det)
-	return temporal.NewNonRetryableApplicationError("publish rejected: conflicts with the head", activities.ErrDaemon, nil,
-		map[string]any{"kind": "operation_failed", "message": "publish rejected", "details": mergeDetails(det, in)})
-}
-
-func mergeDetails(det map[string]any, in PublishInput) map[string]any {
-	if det == nil {
-		det = map[string]any{}
-	}
-	det["stage"], det["session_retained"], det["txid"] = "publish", true, in.TxID
-	return det
+// rejected is the non-retryable error that carries the daemon's conflict
+// report, after the publish was aborted (the session goes back to its
+// agent).
+func rejected(r *api.PublishStepResult, in PublishInput) error {
+	n := len(r.Conflicts)
+	return apperr.New(api.Errorf(api.KindOperationFailed,
+		r.Rejection.Details(map[string]any{"stage": "publish", "session_retained": true, "txid": in.TxID, "workspace_session_id": in.SessionID}),
+		"publish rejected: %d conflicting path(s) with the head; nothing was committed", n))
 }
 
 func hostQueue(q string) string {

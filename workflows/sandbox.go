@@ -10,6 +10,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // continueAsNewAfter bounds the history of one run even where the server
@@ -31,6 +33,9 @@ func SandboxWorkflow(ctx workflow.Context, in SandboxInput) (SandboxResult, erro
 	if in.State == nil {
 		if err := s.create(ctx); err != nil {
 			s.state.Phase, s.state.Error = PhaseFailed, err.Error()
+			if e, ok := apperr.From(err); ok {
+				s.state.Failure = e
+			}
 			s.settle(ctx)
 			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: err.Error()}, err
 		}
@@ -159,10 +164,10 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	if err != nil {
 		return s.stepFailed("import base", err)
 	}
-	var base struct {
-		BaseID string `json:"base_id"`
+	var base api.InitBaseResult
+	if err := decode("init_base", out, &base); err != nil {
+		return s.stepFailed("import base", err)
 	}
-	_ = json.Unmarshal(out, &base)
 	s.state.BaseID = base.BaseID
 	s.state.Phase = PhaseReady
 	return nil
@@ -242,10 +247,12 @@ func (s *sandbox) reap(ctx workflow.Context) {
 		s.log.Error("reap idle sessions", "sandbox_id", s.id(), "error", err)
 		return
 	}
-	var res struct {
-		Archived []ArchivedSession `json:"archived"`
+	var res api.ArchiveResult
+	if err := decode("archive_idle_sessions", out, &res); err != nil {
+		s.log.Error("reap idle sessions", "sandbox_id", s.id(), "error", err)
+		return
 	}
-	if json.Unmarshal(out, &res) == nil {
+	{
 		for _, a := range res.Archived {
 			if _, known := s.state.Sessions[a.ID]; !known {
 				continue // already recorded (a retried reap)
@@ -261,7 +268,7 @@ func (s *sandbox) validateReadyNoArg() error { return s.validateReady(CreateSess
 
 func (s *sandbox) validateReady(CreateSessionRequest) error {
 	if s.state.Phase != PhaseReady {
-		return temporal.NewApplicationError(fmt.Sprintf("sandbox %s is %s", s.id(), s.state.Phase), "NotReady")
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"sandbox_id": s.id(), "state": s.state.Phase}, "sandbox %s is %s", s.id(), s.state.Phase)
 	}
 	return nil
 }
@@ -271,7 +278,7 @@ func (s *sandbox) validateSession(r SessionRequest) error {
 		return err
 	}
 	if _, ok := s.state.Sessions[r.WorkspaceSessionID]; !ok {
-		return temporal.NewApplicationError("workspace session not found: "+r.WorkspaceSessionID, "NotFound")
+		return apperr.Newf(api.KindNotFound, map[string]any{"workspace_session_id": r.WorkspaceSessionID}, "workspace session not found: %s", r.WorkspaceSessionID)
 	}
 	if s.publishing[r.WorkspaceSessionID] && !r.Force {
 		return s.errPublishing("publish, refresh or destroy", r.WorkspaceSessionID)
@@ -287,8 +294,8 @@ func (s *sandbox) validatePublish(r PublishRequest) error {
 // session while its publish runs (it froze the session's changes and holds
 // its lease until it commits).
 func (s *sandbox) errPublishing(op, sessionID string) error {
-	return temporal.NewApplicationError(fmt.Sprintf("%s: workspace session %s is being published; wait for that publish to end", op, sessionID),
-		ErrOperationConflict)
+	return apperr.Newf(api.KindOperationConflict, map[string]any{"workspace_session_id": sessionID},
+		"%s: workspace session %s is being published; wait for that publish to end", op, sessionID)
 }
 
 func (s *sandbox) validateAmend(r AmendRequest) error {
@@ -299,7 +306,7 @@ func (s *sandbox) validateAmend(r AmendRequest) error {
 	case "file_write", "file_edit", "file_delete", "file_move":
 		return nil
 	}
-	return temporal.NewApplicationError("amend supports file_write, file_edit, file_delete, file_move, not "+r.Op, "InvalidArgument")
+	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, not %s", r.Op)
 }
 
 func (s *sandbox) validateExport(r ExportRequest) error {
@@ -307,7 +314,7 @@ func (s *sandbox) validateExport(r ExportRequest) error {
 		return err
 	}
 	if r.Dest == "" || r.Dest[0] != '/' {
-		return temporal.NewApplicationError("dest must be an absolute host path", "InvalidArgument")
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "dest"}, "dest must be an absolute host path")
 	}
 	return nil
 }
@@ -317,7 +324,12 @@ func (s *sandbox) waitReady(ctx workflow.Context) (*SandboxState, error) {
 		return nil, err
 	}
 	if s.state.Phase == PhaseFailed {
-		return s.state, temporal.NewNonRetryableApplicationError("sandbox creation failed: "+s.state.Error, "CreateFailed", nil)
+		f := api.Errorf(api.KindOperationFailed, nil, "%s", s.state.Error)
+		if s.state.Failure != nil {
+			f = &api.Error{Kind: s.state.Failure.Kind, Message: s.state.Failure.Message, Details: s.state.Failure.Details}
+		}
+		f.Message = "sandbox creation failed: " + f.Message
+		return s.state, apperr.New(f)
 	}
 	return s.state, nil
 }
@@ -332,14 +344,14 @@ func (s *sandbox) createSession(ctx workflow.Context, r CreateSessionRequest) (j
 	if err != nil {
 		return nil, err
 	}
-	var info struct {
-		ID      string `json:"workspace_session_id"`
-		Profile string `json:"network_profile"`
+	var info api.SessionInfo
+	if err := decode("create_workspace_session", out, &info); err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(out, &info); err != nil || info.ID == "" {
-		return nil, fmt.Errorf("daemon returned no session id: %s", out)
+	if info.WorkspaceSessionID == "" {
+		return nil, apperr.Newf(api.KindInternal, nil, "the daemon created a session without an id")
 	}
-	s.state.Sessions[info.ID] = &SessionRecord{ID: info.ID, NetworkProfile: info.Profile, Agent: r.Agent, Created: workflow.Now(ctx).UTC()}
+	s.state.Sessions[info.WorkspaceSessionID] = &SessionRecord{ID: info.WorkspaceSessionID, NetworkProfile: info.NetworkProfile, Agent: r.Agent, Created: workflow.Now(ctx).UTC()}
 	return out, nil
 }
 
@@ -390,6 +402,15 @@ func (s *sandbox) publish(ctx workflow.Context, r PublishRequest) (json.RawMessa
 	return out, nil
 }
 
+// decode reads a daemon answer into its wire type; an answer that does not
+// decode is an error, never a zero value.
+func decode(op string, raw json.RawMessage, out any) error {
+	if err := json.Unmarshal(raw, out); err != nil {
+		return apperr.Newf(api.KindInternal, map[string]any{"op": op}, "the daemon's answer to %s does not decode: %v", op, err)
+	}
+	return nil
+}
+
 // unwrapChild returns the application error inside a child's failure, so
 // callers see the daemon's conflict report, not a wrapper.
 func unwrapChild(err error) error {
@@ -425,8 +446,8 @@ func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
 	return s.call(ctx, "squash_layerstack", nil, s.updateKey(ctx))
 }
 
-func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (activities.ExportResult, error) {
-	var out activities.ExportResult
+func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResult, error) {
+	var out *api.ExportResult
 	spec := activities.ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
 	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), acts.ExportChanges, spec).Get(ctx, &out)
 	return out, err

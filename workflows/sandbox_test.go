@@ -15,6 +15,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 type env struct {
@@ -34,7 +36,7 @@ func newEnv(t *testing.T) *env {
 
 var spec = activities.SandboxSpec{SandboxID: "sb1", Image: "img", WorkspaceRoot: "/src"}
 
-var daemonEP = activities.Endpoint{Host: "127.0.0.1", Port: 40001}
+var daemonEP = api.Endpoint{Host: "127.0.0.1", Port: 40001}
 
 // happyCreate mocks every creation step to succeed.
 func (e *env) happyCreate() {
@@ -152,7 +154,7 @@ func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
 	for _, step := range []string{"CreateContainer", "CopyWorkspace", "StartContainer", "WaitReady", "init_base"} {
 		t.Run(step, func(t *testing.T) {
 			e := newEnv(t)
-			fail := temporal.NewNonRetryableApplicationError("boom", activities.ErrInvalidArgument, nil)
+			fail := apperr.Newf(api.KindInvalidRequest, nil, "boom")
 			e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
 			e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
 			ret := func(name string) error {
@@ -183,13 +185,13 @@ func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
 
 func TestMissingImageCreatesNothing(t *testing.T) {
 	e := newEnv(t)
-	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(temporal.NewNonRetryableApplicationError("image img is not present", activities.ErrImageNotFound, nil))
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(apperr.Newf(api.KindInvalidRequest, nil, "image img is not present"))
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
 	err := e.GetWorkflowError()
 	require.Error(t, err)
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(err, &app))
-	require.Equal(t, activities.ErrImageNotFound, app.Type())
+	require.Equal(t, api.KindInvalidRequest, app.Type())
 	e.AssertNotCalled(t, "CreateVolume", mock.Anything, mock.Anything)
 }
 
@@ -221,8 +223,7 @@ func TestUpdateValidation(t *testing.T) {
 	e.happyCreate()
 	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
 		if call.Op == "destroy_workspace_session" {
-			return nil, temporal.NewNonRetryableApplicationError("busy", activities.ErrDaemon, nil,
-				map[string]any{"kind": "operation_failed", "details": map[string]any{"active_command_session_ids": []string{"cmd_1"}}})
+			return nil, apperr.New(api.Errorf(api.KindOperationFailed, map[string]any{"active_command_session_ids": []string{"cmd_1"}}, "busy"))
 		}
 		return okDaemon(call)
 	})
@@ -235,7 +236,10 @@ func TestUpdateValidation(t *testing.T) {
 		step{name: UpdateDestroySession, args: []any{SessionRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
 			var app *temporal.ApplicationError
 			require.True(t, errors.As(err, &app), "%v", err)
-			require.Equal(t, activities.ErrDaemon, app.Type())
+			require.Equal(t, api.KindOperationFailed, app.Type())
+			e, ok := apperr.From(err)
+			require.True(t, ok)
+			require.Equal(t, []any{"cmd_1"}, e.Details["active_command_session_ids"])
 		}},
 		step{name: UpdateAmend, args: []any{AmendRequest{Op: "exec_command"}}, check: func(_ json.RawMessage, err error) {
 			require.ErrorContains(t, err, "amend supports")
@@ -413,6 +417,6 @@ func TestOnePublishPerSessionAtATime(t *testing.T) {
 	require.NoError(t, results["first"])
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(results["second"], &app), "the second publish of ws-0 is refused: %v", results["second"])
-	require.Equal(t, ErrOperationConflict, app.Type())
+	require.Equal(t, api.KindOperationConflict, app.Type())
 	require.Equal(t, []string{"ws-0"}, prepares, "one publish ran")
 }

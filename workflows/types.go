@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // SandboxInput starts (or continues) a sandbox.
@@ -33,8 +34,10 @@ type SandboxState struct {
 	PublishSeq int                       `json:"publish_seq"`
 	Publishes  int                       `json:"publishes"`
 	Error      string                    `json:"error,omitempty"`
-	Created    time.Time                 `json:"created"`
-	Runs       int                       `json:"runs"`
+	// Failure is why creation failed, as the step that failed said it.
+	Failure *api.Error `json:"failure,omitempty"`
+	Created time.Time  `json:"created"`
+	Runs    int        `json:"runs"`
 }
 
 // SessionRecord is what the workflow knows of a workspace session.
@@ -47,12 +50,7 @@ type SessionRecord struct {
 
 // ArchivedSession is a reaped idle session whose unpublished changes were
 // kept on the state volume.
-type ArchivedSession struct {
-	ID       string    `json:"workspace_session_id"`
-	Path     string    `json:"path"`
-	Archived time.Time `json:"archived"`
-	Bytes    int64     `json:"bytes"`
-}
+type ArchivedSession = api.ArchivedSession
 
 // SandboxResult is the final state of a sandbox workflow.
 type SandboxResult struct {
@@ -97,20 +95,20 @@ type ExportRequest struct {
 
 // PublishInput is PublishWorkflow's input. TxID is the workflow's own id.
 type PublishInput struct {
-	SandboxID string              `json:"sandbox_id"`
-	HostQueue string              `json:"host_queue,omitempty"`
-	Daemon    activities.Endpoint `json:"daemon"`
-	SessionID string              `json:"workspace_session_id"`
-	TxID      string              `json:"txid"`
-	Keep      bool                `json:"keep,omitempty"`
-	Message   string              `json:"message,omitempty"`
+	SandboxID string       `json:"sandbox_id"`
+	HostQueue string       `json:"host_queue,omitempty"`
+	Daemon    api.Endpoint `json:"daemon"`
+	SessionID string       `json:"workspace_session_id"`
+	TxID      string       `json:"txid"`
+	Keep      bool         `json:"keep,omitempty"`
+	Message   string       `json:"message,omitempty"`
 	// RequestID is the caller's request id (the update's id): the daemon
 	// calls carry it, so trace(<request id>) shows the publish's steps.
 	RequestID string `json:"request_id,omitempty"`
 }
 
 // PublishOutput is the daemon's finalize result (seed shape).
-type PublishOutput = json.RawMessage
+type PublishOutput = api.PublishFinalResult
 
 // PublishProgress is what PublishWorkflow's progress query answers: the
 // daemon step it runs (publish_prepare, publish_commit, publish_finalize,

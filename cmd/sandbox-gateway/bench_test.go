@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
@@ -61,7 +61,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dtok := activities.DaemonToken(bytes.TrimSpace(secret), id)
+	dtok := daemonclient.Token(bytes.TrimSpace(secret), id)
 
 	ops := []struct {
 		name string
