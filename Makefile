@@ -42,7 +42,7 @@ test: test-deps
 	$(MAKE) fuzz
 
 # Each fuzz target briefly (go test -fuzz takes one target per run).
-FUZZPKGS := ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./gateway
+FUZZPKGS := ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./daemonclient
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do \
 		for t in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // maxSkippedPaths bounds CopyReport.SkippedPaths.
@@ -71,28 +73,28 @@ func bootstrapTar(daemonBinary, token string) ([]byte, error) {
 //
 // Repeating it overwrites what an earlier attempt copied; files removed
 // from the host between attempts would stay in the import dir.
-func (a *Activities) CopyWorkspace(ctx context.Context, spec SandboxSpec) (CopyReport, error) {
+func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSpec) (workflows.CopyReport, error) {
 	if err := checkSandboxID(spec.SandboxID); err != nil {
-		return CopyReport{}, err
+		return workflows.CopyReport{}, err
 	}
 	if sb := spec.SharedBase; sb != nil && !sb.Leader {
-		return CopyReport{}, nil // the group's leader imported the base
+		return workflows.CopyReport{}, nil // the group's leader imported the base
 	}
 	root := spec.WorkspaceRoot
 	if !filepath.IsAbs(root) {
-		return CopyReport{}, invalidArgument("workspace_root must be an absolute host path, got %q", root)
+		return workflows.CopyReport{}, invalidArgument("workspace_root must be an absolute host path, got %q", root)
 	}
 	root = filepath.Clean(root)
 	fi, err := os.Stat(root) // the root itself may be reached through a symlink
 	if err != nil {
-		return CopyReport{}, invalidArgument("workspace_root: %v", err)
+		return workflows.CopyReport{}, invalidArgument("workspace_root: %v", err)
 	}
 	if !fi.IsDir() {
-		return CopyReport{}, invalidArgument("workspace_root %s is not a directory", root)
+		return workflows.CopyReport{}, invalidArgument("workspace_root %s is not a directory", root)
 	}
 	c, err := a.inspectContainer(ctx, spec.SandboxID)
 	if err != nil {
-		return CopyReport{}, err
+		return workflows.CopyReport{}, err
 	}
 
 	w := &workspaceTar{ctx: ctx, root: root, prefix: strings.TrimPrefix(ImportDir, "/")}
@@ -108,10 +110,10 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec SandboxSpec) (CopyR
 	cerr := a.docker.CopyToContainer(ctx, c.ID, "/", pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(errors.New("copy to container ended"))
 	if err := <-werr; err != nil {
-		return CopyReport{}, fmt.Errorf("copy workspace %s: %w", root, err)
+		return workflows.CopyReport{}, fmt.Errorf("copy workspace %s: %w", root, err)
 	}
 	if cerr != nil {
-		return CopyReport{}, fmt.Errorf("copy workspace %s into %s: %w", root, c.Name, cerr)
+		return workflows.CopyReport{}, fmt.Errorf("copy workspace %s into %s: %w", root, c.Name, cerr)
 	}
 	rep := w.report()
 	a.log.Info("workspace copied", "sandbox_id", spec.SandboxID, "root", root, "files", rep.Files,
@@ -125,7 +127,7 @@ type workspaceTar struct {
 	root   string
 	prefix string
 	mu     sync.Mutex
-	rep    CopyReport
+	rep    workflows.CopyReport
 	buf    []byte
 }
 
@@ -135,13 +137,13 @@ func (w *workspaceTar) progress() any {
 	return map[string]any{"files": w.rep.Files, "bytes": w.rep.Bytes}
 }
 
-func (w *workspaceTar) report() CopyReport {
+func (w *workspaceTar) report() workflows.CopyReport {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.rep
 }
 
-func (w *workspaceTar) count(f func(r *CopyReport)) {
+func (w *workspaceTar) count(f func(r *workflows.CopyReport)) {
 	w.mu.Lock()
 	f(&w.rep)
 	w.mu.Unlock()
@@ -198,7 +200,7 @@ func (w *workspaceTar) entry(tw *tar.Writer, p, rel, name string, d fs.DirEntry)
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		w.count(func(r *CopyReport) { r.Dirs++ })
+		w.count(func(r *workflows.CopyReport) { r.Dirs++ })
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := os.Readlink(p)
 		if err != nil {
@@ -208,11 +210,11 @@ func (w *workspaceTar) entry(tw *tar.Writer, p, rel, name string, d fs.DirEntry)
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		w.count(func(r *CopyReport) { r.Symlinks++ })
+		w.count(func(r *workflows.CopyReport) { r.Symlinks++ })
 	case fi.Mode().IsRegular():
 		return w.file(tw, p, hdr)
 	default:
-		w.count(func(r *CopyReport) {
+		w.count(func(r *workflows.CopyReport) {
 			r.Skipped++
 			if len(r.SkippedPaths) < maxSkippedPaths {
 				r.SkippedPaths = append(r.SkippedPaths, filepath.ToSlash(rel))
@@ -249,7 +251,7 @@ func (w *workspaceTar) file(tw *tar.Writer, p string, hdr *tar.Header) error {
 	if n != fi.Size() {
 		return fmt.Errorf("%s shrank during the copy (%d of %d bytes)", p, n, fi.Size())
 	}
-	w.count(func(r *CopyReport) { r.Files++; r.Bytes += n })
+	w.count(func(r *workflows.CopyReport) { r.Files++; r.Bytes += n })
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // CallDaemon runs one RPC on a sandbox's daemon through the one daemon
@@ -21,7 +22,7 @@ import (
 // carries the daemon's *api.Error unchanged (apperr); server_busy and
 // server_shutting_down are retryable, like a daemon that cannot be reached
 // (a container restarting: the client looks its new port up in Docker).
-func (a *Activities) CallDaemon(ctx context.Context, call DaemonCall) (json.RawMessage, error) {
+func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) (json.RawMessage, error) {
 	if err := checkSandboxID(call.SandboxID); err != nil {
 		return nil, err
 	}
@@ -65,13 +66,13 @@ func (a *Activities) resolveDaemon(ctx context.Context, sandboxID string) (api.E
 // resolve_daemon update: the daemon's endpoint as Docker publishes it now
 // (a restarted container may listen on another host port), and whether the
 // container runs.
-func (a *Activities) ResolveDaemon(ctx context.Context, sandboxID string) (ContainerInfo, error) {
+func (a *Activities) ResolveDaemon(ctx context.Context, sandboxID string) (workflows.ContainerInfo, error) {
 	if err := checkSandboxID(sandboxID); err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
 	c, err := a.inspectContainer(ctx, sandboxID)
 	if err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
 	return containerInfo(c, sandboxID), nil
 }
@@ -120,7 +121,7 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			return fmt.Errorf("daemon of sandbox %s not ready at %s:%d: %w (last: %v)%s",
-				sandboxID, ep.Host, ep.Port, ctx.Err(), last, a.logTail(lctx, ContainerName(sandboxID)))
+				sandboxID, ep.Host, ep.Port, ctx.Err(), last, a.logTail(lctx, workflows.ContainerName(sandboxID)))
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 500*time.Millisecond)

@@ -19,6 +19,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // fakeDaemon is an httptest server speaking the daemon's RPC conventions.
@@ -67,7 +68,7 @@ func TestCallDaemonSuccess(t *testing.T) {
 		_, _ = io.WriteString(w, `{"status":"ok","exit_code":0}`)
 	})
 	acts := newTestActivities(t, newFakeDocker())
-	res, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command",
+	res, err := acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command",
 		Args: json.RawMessage(`{"cmd":"true"}`), RequestID: "req-1"})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"status":"ok","exit_code":0}`, string(res))
@@ -78,7 +79,7 @@ func TestCallDaemonSuccess(t *testing.T) {
 	require.Equal(t, `{"cmd":"true"}`, string(*fd.body.Load()))
 
 	// No args: an empty object.
-	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
+	_, err = acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
 	require.NoError(t, err)
 	require.Equal(t, `{}`, string(*fd.body.Load()))
 }
@@ -103,7 +104,7 @@ func TestCallDaemonErrorMapping(t *testing.T) {
 				writeEnvelope(w, tc.status, tc.kind, "it went wrong", tc.details)
 			})
 			acts := newTestActivities(t, newFakeDocker())
-			_, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "publish_workspace_session"})
+			_, err := acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "publish_workspace_session"})
 			require.Error(t, err)
 			requireAppError(t, err, tc.kind, !tc.retryable)
 			de, ok := apperr.From(err)
@@ -120,7 +121,7 @@ func TestCallDaemonWrongTokenIsNotRetried(t *testing.T) {
 		t.Error("must not be reached")
 	})
 	acts := newTestActivities(t, newFakeDocker())
-	_, err := acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
+	_, err := acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health"})
 	requireAppError(t, err, api.KindUnauthorized, true)
 	de, ok := apperr.From(err)
 	require.True(t, ok)
@@ -135,7 +136,7 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	require.NoError(t, l.Close())
-	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: api.Endpoint{Host: "127.0.0.1", Port: port}, Op: "health"})
+	_, err = acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: api.Endpoint{Host: "127.0.0.1", Port: port}, Op: "health"})
 	require.Error(t, err)
 	require.True(t, retryable(err), "%v", err)
 
@@ -149,7 +150,7 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 	})
 	defer close(release)
 	start := time.Now()
-	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command", Timeout: 100 * time.Millisecond})
+	_, err = acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "exec_command", Timeout: 100 * time.Millisecond})
 	require.Error(t, err)
 	require.True(t, retryable(err), "%v", err)
 	require.Less(t, time.Since(start), 5*time.Second)
@@ -158,7 +159,7 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 	fd2 := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 	})
-	_, err = acts.CallDaemon(context.Background(), DaemonCall{SandboxID: "sbx1", Daemon: fd2.endpoint(t), Op: "health"})
+	_, err = acts.CallDaemon(context.Background(), workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd2.endpoint(t), Op: "health"})
 	require.Error(t, err)
 	require.True(t, retryable(err), "%v", err)
 }
@@ -166,7 +167,7 @@ func TestCallDaemonTransportFailuresAreRetryable(t *testing.T) {
 func TestCallDaemonRejectsBadCalls(t *testing.T) {
 	acts := newTestActivities(t, newFakeDocker())
 	ep := api.Endpoint{Host: "127.0.0.1", Port: 1}
-	for _, call := range []DaemonCall{
+	for _, call := range []workflows.DaemonCall{
 		{SandboxID: "sbx1", Daemon: ep, Op: "../health"},
 		{SandboxID: "sbx1", Daemon: ep, Op: ""},
 		{SandboxID: "sbx1", Daemon: api.Endpoint{}, Op: "health"},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 const (
@@ -92,7 +93,7 @@ func (a *Activities) inspectImage(ctx context.Context, img string) (image.Inspec
 // CreateVolume creates the sandbox's state volume, or returns the one an
 // earlier attempt created. A volume of that name without our labels is a
 // non-retryable ErrConflict: it may hold someone's data.
-func (a *Activities) CreateVolume(ctx context.Context, spec SandboxSpec) (string, error) {
+func (a *Activities) CreateVolume(ctx context.Context, spec workflows.SandboxSpec) (string, error) {
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return "", err
 	}
@@ -105,7 +106,7 @@ func (a *Activities) CreateVolume(ctx context.Context, spec SandboxSpec) (string
 			return "", fmt.Errorf("inspect volume %s: %w", sb.Volume, err)
 		}
 	}
-	name := VolumeName(spec.SandboxID)
+	name := workflows.VolumeName(spec.SandboxID)
 	v, err := a.docker.VolumeInspect(ctx, name)
 	switch {
 	case err == nil:
@@ -129,30 +130,30 @@ func (a *Activities) CreateVolume(ctx context.Context, spec SandboxSpec) (string
 // sandbox, created from the same image, is adopted (Adopted=true, the copy
 // is redone unless it is running); any other is force-removed and
 // recreated.
-func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (ContainerInfo, error) {
+func (a *Activities) CreateContainer(ctx context.Context, spec workflows.SandboxSpec) (workflows.ContainerInfo, error) {
 	if err := checkSandboxID(spec.SandboxID); err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
 	if a.cfg.DaemonBinary == "" {
-		return ContainerInfo{}, invalidArgument("no daemon binary configured")
+		return workflows.ContainerInfo{}, invalidArgument("no daemon binary configured")
 	}
 	if strings.TrimSpace(a.cfg.SeccompProfile) == "" {
-		return ContainerInfo{}, invalidArgument("no seccomp profile configured")
+		return workflows.ContainerInfo{}, invalidArgument("no seccomp profile configured")
 	}
 	var seccomp bytes.Buffer
 	if err := json.Compact(&seccomp, []byte(a.cfg.SeccompProfile)); err != nil {
-		return ContainerInfo{}, invalidArgument("seccomp profile is not valid JSON: %v", err)
+		return workflows.ContainerInfo{}, invalidArgument("seccomp profile is not valid JSON: %v", err)
 	}
 	img, err := a.inspectImage(ctx, spec.Image)
 	if err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
 	// Docker would create a missing volume silently and without our labels.
 	if _, err := a.CreateVolume(ctx, spec); err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
-	name := ContainerName(spec.SandboxID)
-	info := ContainerInfo{Name: name, Volume: VolumeName(spec.SandboxID)}
+	name := workflows.ContainerName(spec.SandboxID)
+	info := workflows.ContainerInfo{Name: name, Volume: workflows.VolumeName(spec.SandboxID)}
 	for attempt := 0; ; attempt++ {
 		existing, err := a.docker.ContainerInspect(ctx, name)
 		switch {
@@ -165,7 +166,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (Con
 					return info, nil
 				}
 				if err := a.copyBootstrap(ctx, existing.ID, spec.SandboxID); err != nil {
-					return ContainerInfo{}, err
+					return workflows.ContainerInfo{}, err
 				}
 				a.log.Info("container adopted", "sandbox_id", spec.SandboxID, "container", name, "running", false)
 				return info, nil
@@ -173,10 +174,10 @@ func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (Con
 			a.log.Warn("replacing container", "sandbox_id", spec.SandboxID, "container", name,
 				"image", existing.Image, "want_image", img.ID, "ours", isOurs(labelsOf(existing), spec.SandboxID))
 			if err := a.docker.ContainerRemove(ctx, existing.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-				return ContainerInfo{}, fmt.Errorf("remove container %s to recreate it: %w", name, err)
+				return workflows.ContainerInfo{}, fmt.Errorf("remove container %s to recreate it: %w", name, err)
 			}
 		case !cerrdefs.IsNotFound(err):
-			return ContainerInfo{}, fmt.Errorf("inspect container %s: %w", name, err)
+			return workflows.ContainerInfo{}, fmt.Errorf("inspect container %s: %w", name, err)
 		}
 
 		cfg, hc := a.containerConfig(spec, seccomp.String())
@@ -187,11 +188,11 @@ func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (Con
 			continue
 		}
 		if err != nil {
-			return ContainerInfo{}, fmt.Errorf("create container %s: %w", name, err)
+			return workflows.ContainerInfo{}, fmt.Errorf("create container %s: %w", name, err)
 		}
 		info.ContainerID, info.State = created.ID, "created"
 		if err := a.copyBootstrap(ctx, created.ID, spec.SandboxID); err != nil {
-			return ContainerInfo{}, err
+			return workflows.ContainerInfo{}, err
 		}
 		a.log.Info("container created", "sandbox_id", spec.SandboxID, "container", name, "image", spec.Image)
 		return info, nil
@@ -202,7 +203,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec SandboxSpec) (Con
 // cap-drop ALL (never privileged), the custom seccomp profile, the state
 // volume at /eos, the daemon port on loopback only, the daemon as
 // entrypoint, and the resource profile.
-func (a *Activities) containerConfig(spec SandboxSpec, seccomp string) (*container.Config, *container.HostConfig) {
+func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string) (*container.Config, *container.HostConfig) {
 	cfg := &container.Config{
 		Image:        spec.Image,
 		Entrypoint:   []string{DaemonPath},
@@ -215,7 +216,7 @@ func (a *Activities) containerConfig(spec SandboxSpec, seccomp string) (*contain
 		SecurityOpt: []string{"seccomp=" + seccomp},
 		Sysctls:     map[string]string{"net.ipv4.ip_forward": "1"},
 		Mounts: []mount.Mount{{
-			Type: mount.TypeVolume, Source: VolumeName(spec.SandboxID), Target: StateDir,
+			Type: mount.TypeVolume, Source: workflows.VolumeName(spec.SandboxID), Target: StateDir,
 		}},
 		PortBindings: nat.PortMap{daemonPort: []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}},
 		LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
@@ -245,28 +246,28 @@ func (a *Activities) copyBootstrap(ctx context.Context, containerID, sandboxID s
 		return err
 	}
 	if err := a.docker.CopyToContainer(ctx, containerID, "/", bytes.NewReader(tarball), container.CopyToContainerOptions{}); err != nil {
-		return fmt.Errorf("copy daemon binary and token into %s: %w", ContainerName(sandboxID), err)
+		return fmt.Errorf("copy daemon binary and token into %s: %w", workflows.ContainerName(sandboxID), err)
 	}
 	return nil
 }
 
 // StartContainer starts the sandbox container (nothing to do if it runs)
 // and returns where its daemon listens on the host.
-func (a *Activities) StartContainer(ctx context.Context, sandboxID string) (ContainerInfo, error) {
+func (a *Activities) StartContainer(ctx context.Context, sandboxID string) (workflows.ContainerInfo, error) {
 	if err := checkSandboxID(sandboxID); err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
-	name := ContainerName(sandboxID)
+	name := workflows.ContainerName(sandboxID)
 	c, err := a.inspectContainer(ctx, sandboxID)
 	if err != nil {
-		return ContainerInfo{}, err
+		return workflows.ContainerInfo{}, err
 	}
 	if c.State == nil || !c.State.Running {
 		if err := a.docker.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil && !cerrdefs.IsNotModified(err) {
-			return ContainerInfo{}, fmt.Errorf("start container %s: %w", name, err)
+			return workflows.ContainerInfo{}, fmt.Errorf("start container %s: %w", name, err)
 		}
 		if c, err = a.inspectContainer(ctx, sandboxID); err != nil {
-			return ContainerInfo{}, err
+			return workflows.ContainerInfo{}, err
 		}
 	}
 	info := containerInfo(c, sandboxID)
@@ -283,7 +284,7 @@ func (a *Activities) StartContainer(ctx context.Context, sandboxID string) (Cont
 // inspectContainer inspects the sandbox's container; a missing one is a
 // non-retryable ErrNotFound.
 func (a *Activities) inspectContainer(ctx context.Context, sandboxID string) (container.InspectResponse, error) {
-	name := ContainerName(sandboxID)
+	name := workflows.ContainerName(sandboxID)
 	c, err := a.docker.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return c, notFound("sandbox %s has no container (%s)", sandboxID, name)
@@ -294,8 +295,8 @@ func (a *Activities) inspectContainer(ctx context.Context, sandboxID string) (co
 	return c, nil
 }
 
-func containerInfo(c container.InspectResponse, sandboxID string) ContainerInfo {
-	return ContainerInfo{ContainerID: c.ID, Name: ContainerName(sandboxID), Volume: VolumeName(sandboxID),
+func containerInfo(c container.InspectResponse, sandboxID string) workflows.ContainerInfo {
+	return workflows.ContainerInfo{ContainerID: c.ID, Name: workflows.ContainerName(sandboxID), Volume: workflows.VolumeName(sandboxID),
 		Daemon: daemonEndpoint(c), State: stateOf(c)}
 }
 
@@ -364,7 +365,7 @@ func (a *Activities) StopContainer(ctx context.Context, sandboxID string) error 
 	if err := checkSandboxID(sandboxID); err != nil {
 		return err
 	}
-	name := ContainerName(sandboxID)
+	name := workflows.ContainerName(sandboxID)
 	timeout := 15
 	stop := keepHeartbeating(ctx, 5*time.Second, nil)
 	defer stop()
@@ -382,13 +383,13 @@ func (a *Activities) RemoveSandbox(ctx context.Context, sandboxID string) error 
 		return err
 	}
 	var baseVolume string
-	if c, err := a.docker.ContainerInspect(ctx, ContainerName(sandboxID)); err == nil && c.Config != nil {
+	if c, err := a.docker.ContainerInspect(ctx, workflows.ContainerName(sandboxID)); err == nil && c.Config != nil {
 		baseVolume = c.Config.Labels[LabelBaseVolume]
 	}
-	if err := a.removeContainer(ctx, ContainerName(sandboxID)); err != nil {
+	if err := a.removeContainer(ctx, workflows.ContainerName(sandboxID)); err != nil {
 		return err
 	}
-	if err := a.removeVolume(ctx, VolumeName(sandboxID)); err != nil {
+	if err := a.removeVolume(ctx, workflows.VolumeName(sandboxID)); err != nil {
 		return err
 	}
 	if baseVolume != "" {
@@ -437,12 +438,12 @@ func (a *Activities) Inspect(ctx context.Context, sandboxID string) (InspectResu
 	if err := checkSandboxID(sandboxID); err != nil {
 		return InspectResult{}, err
 	}
-	c, err := a.docker.ContainerInspect(ctx, ContainerName(sandboxID))
+	c, err := a.docker.ContainerInspect(ctx, workflows.ContainerName(sandboxID))
 	if cerrdefs.IsNotFound(err) {
 		return InspectResult{}, nil
 	}
 	if err != nil {
-		return InspectResult{}, fmt.Errorf("inspect container %s: %w", ContainerName(sandboxID), err)
+		return InspectResult{}, fmt.Errorf("inspect container %s: %w", workflows.ContainerName(sandboxID), err)
 	}
 	return InspectResult{Exists: true, Container: containerInfo(c, sandboxID)}, nil
 }
@@ -453,7 +454,7 @@ func (a *Activities) Stats(ctx context.Context, sandboxID string) (ContainerStat
 	if err := checkSandboxID(sandboxID); err != nil {
 		return ContainerStats{}, err
 	}
-	name := ContainerName(sandboxID)
+	name := workflows.ContainerName(sandboxID)
 	r, err := a.docker.ContainerStats(ctx, name, false)
 	if cerrdefs.IsNotFound(err) {
 		return ContainerStats{}, notFound("sandbox %s has no container (%s)", sandboxID, name)
@@ -492,12 +493,12 @@ func statsOf(s container.StatsResponse) ContainerStats {
 }
 
 // ListImages lists the images present on this Docker host.
-func (a *Activities) ListImages(ctx context.Context) ([]ImageInfo, error) {
+func (a *Activities) ListImages(ctx context.Context) ([]workflows.ImageInfo, error) {
 	list, err := a.docker.ImageList(ctx, image.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
-	out := make([]ImageInfo, 0, len(list))
+	out := make([]workflows.ImageInfo, 0, len(list))
 	for _, im := range list {
 		tags := []string{}
 		for _, t := range im.RepoTags {
@@ -505,7 +506,7 @@ func (a *Activities) ListImages(ctx context.Context) ([]ImageInfo, error) {
 				tags = append(tags, t)
 			}
 		}
-		out = append(out, ImageInfo{ID: im.ID, Tags: tags, Size: im.Size, Created: im.Created})
+		out = append(out, workflows.ImageInfo{ID: im.ID, Tags: tags, Size: im.Size, Created: im.Created})
 	}
 	return out, nil
 }
@@ -580,24 +581,24 @@ func (a *Activities) RemoveLeftovers(ctx context.Context, keep func(sandboxID st
 // Usage reads a sandbox container's counters once, without waiting for a
 // second sample (Docker's one-shot stats): cumulative CPU time, memory,
 // pids and block I/O. Cheap enough for a fleet-wide view.
-func (a *Activities) Usage(ctx context.Context, sandboxID string) (ContainerUsage, error) {
+func (a *Activities) Usage(ctx context.Context, sandboxID string) (workflows.ContainerUsage, error) {
 	if err := checkSandboxID(sandboxID); err != nil {
-		return ContainerUsage{}, err
+		return workflows.ContainerUsage{}, err
 	}
-	name := ContainerName(sandboxID)
+	name := workflows.ContainerName(sandboxID)
 	r, err := a.docker.ContainerStatsOneShot(ctx, name)
 	if cerrdefs.IsNotFound(err) {
-		return ContainerUsage{}, notFound("sandbox %s has no container (%s)", sandboxID, name)
+		return workflows.ContainerUsage{}, notFound("sandbox %s has no container (%s)", sandboxID, name)
 	}
 	if err != nil {
-		return ContainerUsage{}, fmt.Errorf("stats of %s: %w", name, err)
+		return workflows.ContainerUsage{}, fmt.Errorf("stats of %s: %w", name, err)
 	}
 	defer r.Body.Close()
 	var s container.StatsResponse
 	if err := json.NewDecoder(r.Body).Decode(&s); err != nil {
-		return ContainerUsage{}, fmt.Errorf("decode stats of %s: %w", name, err)
+		return workflows.ContainerUsage{}, fmt.Errorf("decode stats of %s: %w", name, err)
 	}
-	u := ContainerUsage{SampledAtUnixMS: s.Read.UnixMilli(), CPUUsageUsec: s.CPUStats.CPUUsage.TotalUsage / 1000,
+	u := workflows.ContainerUsage{SampledAtUnixMS: s.Read.UnixMilli(), CPUUsageUsec: s.CPUStats.CPUUsage.TotalUsage / 1000,
 		MemoryLimitBytes: s.MemoryStats.Limit, Pids: s.PidsStats.Current}
 	if st := statsOf(s); st.MemoryBytes > 0 {
 		u.MemoryCurrentBytes = st.MemoryBytes

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -38,9 +39,9 @@ func newTestActivities(t *testing.T, d Docker) *Activities {
 	return New(Config{DaemonBinary: bin, SeccompProfile: testSeccomp, Secret: testSecret, WorkerID: "w1"}, d)
 }
 
-func testSpec(id string) SandboxSpec {
-	return SandboxSpec{SandboxID: id, Image: "img:1", Labels: map[string]string{"eos.test": "unit"},
-		Profile: ResourceProfile{MemoryBytes: 1 << 30, CPUs: 1.5, PidsLimit: 512}}
+func testSpec(id string) workflows.SandboxSpec {
+	return workflows.SandboxSpec{SandboxID: id, Image: "img:1", Labels: map[string]string{"eos.test": "unit"},
+		Profile: workflows.ResourceProfile{MemoryBytes: 1 << 30, CPUs: 1.5, PidsLimit: 512}}
 }
 
 // requireAppError asserts err is a temporal ApplicationError of errType.
@@ -193,7 +194,7 @@ func TestCreateContainerReplaces(t *testing.T) {
 			ctx := context.Background()
 			var old string
 			if tc.labels == nil {
-				info, err := acts.CreateContainer(ctx, SandboxSpec{SandboxID: "sbx1", Image: tc.image})
+				info, err := acts.CreateContainer(ctx, workflows.SandboxSpec{SandboxID: "sbx1", Image: tc.image})
 				require.NoError(t, err)
 				old = info.ContainerID
 			} else {
@@ -342,9 +343,9 @@ func TestCopyWorkspaceTar(t *testing.T) {
 	require.NoError(t, os.Symlink("sub", filepath.Join(root, "dir-link")))
 	require.NoError(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644))
 
-	rep, err := acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: root})
+	rep, err := acts.CopyWorkspace(ctx, workflows.SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: root})
 	require.NoError(t, err)
-	require.Equal(t, CopyReport{Files: 5, Dirs: 3, Symlinks: 2, Bytes: 6 + 10 + 4 + 6 + 30, Skipped: 1, SkippedPaths: []string{"fifo"}}, rep)
+	require.Equal(t, workflows.CopyReport{Files: 5, Dirs: 3, Symlinks: 2, Bytes: 6 + 10 + 4 + 6 + 30, Skipped: 1, SkippedPaths: []string{"fifo"}}, rep)
 
 	last := d.copies[len(d.copies)-1]
 	require.Equal(t, "/", last.path)
@@ -367,11 +368,11 @@ func TestCopyWorkspaceTar(t *testing.T) {
 	require.NotContains(t, entries, "eos/import/src/dir-link/run.sh", "symlinks are never followed")
 	require.NotContains(t, entries, "eos/import/src/fifo")
 
-	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: "relative"})
+	_, err = acts.CopyWorkspace(ctx, workflows.SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: "relative"})
 	requireAppError(t, err, api.KindInvalidRequest, true)
-	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: filepath.Join(root, "a.txt")})
+	_, err = acts.CopyWorkspace(ctx, workflows.SandboxSpec{SandboxID: "sbx1", WorkspaceRoot: filepath.Join(root, "a.txt")})
 	requireAppError(t, err, api.KindInvalidRequest, true)
-	_, err = acts.CopyWorkspace(ctx, SandboxSpec{SandboxID: "nope", WorkspaceRoot: root})
+	_, err = acts.CopyWorkspace(ctx, workflows.SandboxSpec{SandboxID: "nope", WorkspaceRoot: root})
 	requireAppError(t, err, api.KindNotFound, true)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/archive"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // Export formats of ExportSpec.Format.
@@ -78,7 +79,7 @@ func normalizeFormat(f string) (string, bool) {
 // read through Docker before and after the stream: if a publish landed in
 // between, the export is redone (nothing is applied or written before the
 // versions agree).
-func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (*api.ExportResult, error) {
+func (a *Activities) ExportChanges(ctx context.Context, spec workflows.ExportSpec) (*api.ExportResult, error) {
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func (a *Activities) ExportChanges(ctx context.Context, spec ExportSpec) (*api.E
 }
 
 // exportOnce streams one export and applies or writes it.
-func (a *Activities) exportOnce(ctx context.Context, spec ExportSpec, format, dest string, m manifest, streamed *atomic.Int64) (*api.ExportResult, error) {
+func (a *Activities) exportOnce(ctx context.Context, spec workflows.ExportSpec, format, dest string, m manifest, streamed *atomic.Int64) (*api.ExportResult, error) {
 	wire := FormatTar
 	if format != FormatDir {
 		wire = format
@@ -358,7 +359,7 @@ func (m manifest) exported() []string {
 // the store's path inside the state volume.
 func (a *Activities) readManifest(ctx context.Context, sandboxID string) (manifest, error) {
 	var m manifest
-	name := ContainerName(sandboxID)
+	name := workflows.ContainerName(sandboxID)
 	rc, _, err := a.docker.CopyFromContainer(ctx, name, manifestPath)
 	if cerrdefs.IsNotFound(err) {
 		return m, notFound("sandbox %s has no layer stack to export (no container, or the base was never imported)", sandboxID)

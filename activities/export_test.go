@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // layerTar is a small change layer: a file, a symlink, a whiteout and an
@@ -114,7 +115,7 @@ func TestExportDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dest, "gone.txt"), []byte("old"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dest, "opq", "stale"), []byte("old"), 0o644))
 
-	res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
+	res, err := fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
 	require.NoError(t, err)
 	require.Equal(t, &api.ExportResult{
 		ManifestVersion: 3, Format: "dir", LayersExported: []string{"L3", "L1"},
@@ -131,7 +132,7 @@ func TestExportDir(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(dest, "opq", "stale"))
 
 	// Again: everything is already there.
-	res, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "dir"})
+	res, err = fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "dir"})
 	require.NoError(t, err)
 	require.Equal(t, 1, *res.SkippedUnchanged)
 }
@@ -140,14 +141,14 @@ func TestExportRedoneWhenTheStackMoves(t *testing.T) {
 	fx := newExportFixture(t)
 	fx.bumpOnce.Store(1)
 	dest := filepath.Join(t.TempDir(), "out")
-	res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
+	res, err := fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, fx.exports.Load())
 	require.Equal(t, int64(4), res.ManifestVersion)
 	require.Equal(t, []string{"L4", "L1"}, res.LayersExported)
 
 	fx.bumpOnce.Store(10)
-	_, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: filepath.Join(t.TempDir(), "x.tar"), Format: "tar"})
+	_, err = fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: filepath.Join(t.TempDir(), "x.tar"), Format: "tar"})
 	require.ErrorIs(t, err, errStackMoved)
 	require.True(t, retryable(err))
 }
@@ -156,12 +157,12 @@ func TestExportDaemonFailureMidStream(t *testing.T) {
 	fx := newExportFixture(t)
 	fx.failWith = "disk on fire"
 	dest := filepath.Join(t.TempDir(), "out")
-	_, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
+	_, err := fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest})
 	require.ErrorContains(t, err, "disk on fire")
 	require.NoDirExists(t, dest, "nothing applied")
 
 	file := filepath.Join(t.TempDir(), "x.tar")
-	_, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: file, Format: "tar"})
+	_, err = fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: file, Format: "tar"})
 	require.ErrorContains(t, err, "disk on fire")
 	require.NoFileExists(t, file)
 	entries, _ := os.ReadDir(filepath.Dir(file))
@@ -173,7 +174,7 @@ func TestExportArchives(t *testing.T) {
 	dir := t.TempDir()
 	for _, format := range []string{"tar", "tar-zst"} {
 		dest := filepath.Join(dir, "changes."+format)
-		res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: format})
+		res, err := fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: format})
 		require.NoError(t, err)
 		fi, err := os.Stat(dest)
 		require.NoError(t, err)
@@ -183,11 +184,11 @@ func TestExportArchives(t *testing.T) {
 		}, res)
 		require.EqualValues(t, 0o644, fi.Mode().Perm())
 
-		_, err = fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: format})
+		_, err = fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: format})
 		requireAppError(t, err, api.KindInvalidRequest, true)
 	}
 	dest := filepath.Join(dir, "changes.patch")
-	res, err := fx.acts.ExportChanges(context.Background(), ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "patch"})
+	res, err := fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "patch"})
 	require.NoError(t, err)
 	require.Equal(t, 2, *res.FilesChanged)
 	b, err := os.ReadFile(dest)
@@ -198,11 +199,11 @@ func TestExportArchives(t *testing.T) {
 func TestExportRejectsBadSpecs(t *testing.T) {
 	fx := newExportFixture(t)
 	ctx := context.Background()
-	_, err := fx.acts.ExportChanges(ctx, ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: "relative/out"})
+	_, err := fx.acts.ExportChanges(ctx, workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: "relative/out"})
 	requireAppError(t, err, api.KindInvalidRequest, true)
-	_, err = fx.acts.ExportChanges(ctx, ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: "/tmp/x", Format: "zip"})
+	_, err = fx.acts.ExportChanges(ctx, workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: "/tmp/x", Format: "zip"})
 	requireAppError(t, err, api.KindInvalidRequest, true)
-	_, err = fx.acts.ExportChanges(ctx, ExportSpec{SandboxID: "nosuch", Daemon: fx.ep, Dest: filepath.Join(t.TempDir(), "o")})
+	_, err = fx.acts.ExportChanges(ctx, workflows.ExportSpec{SandboxID: "nosuch", Daemon: fx.ep, Dest: filepath.Join(t.TempDir(), "o")})
 	requireAppError(t, err, api.KindNotFound, true)
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // These tests drive the real Docker Engine and the real sandbox-daemon
@@ -104,7 +105,7 @@ func randHex(n int) string {
 
 // newDockerActivities builds activities over the real engine for one test
 // sandbox, labelled eos.test=activities, removed when the test ends.
-func newDockerActivities(t *testing.T) (*Activities, *client.Client, SandboxSpec) {
+func newDockerActivities(t *testing.T) (*Activities, *client.Client, workflows.SandboxSpec) {
 	t.Helper()
 	cli := requireDockerEngine(t)
 	seccomp, err := os.ReadFile(filepath.Join("..", "sandboxinit", "runtime", "seccomp.json"))
@@ -116,17 +117,17 @@ func newDockerActivities(t *testing.T) (*Activities, *client.Client, SandboxSpec
 		Secret:         []byte(randHex(32)),
 		WorkerID:       "acttest-worker-" + id, // ListLeftovers sees only this test's objects
 	}, cli)
-	spec := SandboxSpec{SandboxID: id, Image: testImage, Labels: map[string]string{"eos.test": "activities"},
-		Profile: ResourceProfile{MemoryBytes: 1 << 30, CPUs: 2, PidsLimit: 4096}}
+	spec := workflows.SandboxSpec{SandboxID: id, Image: testImage, Labels: map[string]string{"eos.test": "activities"},
+		Profile: workflows.ResourceProfile{MemoryBytes: 1 << 30, CPUs: 2, PidsLimit: 4096}}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if t.Failed() {
-			if rc, err := cli.ContainerLogs(ctx, ContainerName(id), container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "60"}); err == nil {
+			if rc, err := cli.ContainerLogs(ctx, workflows.ContainerName(id), container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "60"}); err == nil {
 				var out safeBuffer
 				_, _ = stdcopy.StdCopy(&out, &out, rc)
 				rc.Close()
-				t.Logf("daemon logs of %s:\n%s", ContainerName(id), out.String())
+				t.Logf("daemon logs of %s:\n%s", workflows.ContainerName(id), out.String())
 			}
 		}
 		if err := acts.RemoveSandbox(ctx, id); err != nil {
@@ -175,7 +176,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	require.NoError(t, acts.CheckImage(ctx, spec.Image))
 	vol, err := acts.CreateVolume(ctx, spec)
 	require.NoError(t, err)
-	require.Equal(t, VolumeName(id), vol)
+	require.Equal(t, workflows.VolumeName(id), vol)
 	info, err := acts.CreateContainer(ctx, spec)
 	require.NoError(t, err)
 	require.False(t, info.Adopted)
@@ -183,7 +184,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 
 	rep, err := acts.CopyWorkspace(ctx, spec)
 	require.NoError(t, err)
-	require.Equal(t, CopyReport{Files: 3, Dirs: 2, Symlinks: 1, Bytes: 6 + 14 + 19, Skipped: 1, SkippedPaths: []string{"pipe"}}, rep)
+	require.Equal(t, workflows.CopyReport{Files: 3, Dirs: 2, Symlinks: 1, Bytes: 6 + 14 + 19, Skipped: 1, SkippedPaths: []string{"pipe"}}, rep)
 
 	started, err := acts.StartContainer(ctx, id)
 	require.NoError(t, err)
@@ -197,7 +198,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 		t.Helper()
 		raw, err := json.Marshal(args)
 		require.NoError(t, err)
-		res, err := acts.CallDaemon(ctx, DaemonCall{SandboxID: id, Daemon: started.Daemon, Op: op, Args: raw, RequestID: "acttest-" + op})
+		res, err := acts.CallDaemon(ctx, workflows.DaemonCall{SandboxID: id, Daemon: started.Daemon, Op: op, Args: raw, RequestID: "acttest-" + op})
 		require.NoError(t, err, "%s", op)
 		var out map[string]any
 		require.NoError(t, json.Unmarshal(res, &out))
@@ -217,7 +218,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	call("publish_workspace_session", map[string]any{"workspace_session_id": sess})
 
 	// A daemon error keeps its envelope through the error mapping.
-	_, err = acts.CallDaemon(ctx, DaemonCall{SandboxID: id, Daemon: started.Daemon, Op: "file_read", Args: json.RawMessage(`{"path":"missing.txt"}`)})
+	_, err = acts.CallDaemon(ctx, workflows.DaemonCall{SandboxID: id, Daemon: started.Daemon, Op: "file_read", Args: json.RawMessage(`{"path":"missing.txt"}`)})
 	requireAppError(t, err, api.KindNotFound, true)
 	de, ok := apperr.From(err)
 	require.True(t, ok)
@@ -228,7 +229,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	require.NoError(t, os.MkdirAll(dest, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dest, "a.txt"), []byte("alpha\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dest, "del.txt"), []byte("to be deleted\n"), 0o644))
-	res, err := acts.ExportChanges(ctx, ExportSpec{SandboxID: id, Daemon: started.Daemon, Dest: dest})
+	res, err := acts.ExportChanges(ctx, workflows.ExportSpec{SandboxID: id, Daemon: started.Daemon, Dest: dest})
 	require.NoError(t, err)
 	require.Equal(t, "dir", res.Format)
 	require.Len(t, res.LayersExported, 1, "%+v", res)
@@ -248,7 +249,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(dest, "del.txt"))
 
 	tarFile := filepath.Join(t.TempDir(), "changes.tar.zst")
-	res, err = acts.ExportChanges(ctx, ExportSpec{SandboxID: id, Daemon: started.Daemon, Dest: tarFile, Format: "tar-zst"})
+	res, err = acts.ExportChanges(ctx, workflows.ExportSpec{SandboxID: id, Daemon: started.Daemon, Dest: tarFile, Format: "tar-zst"})
 	require.NoError(t, err)
 	require.Equal(t, 2, *res.FilesWritten, "%+v", res)
 	require.Equal(t, 1, *res.SymlinksWritten, "%+v", res)
@@ -273,8 +274,8 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	left, err := acts.ListLeftovers(ctx)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []Leftover{
-		{Kind: "container", Name: ContainerName(id), SandboxID: id},
-		{Kind: "volume", Name: VolumeName(id), SandboxID: id},
+		{Kind: "container", Name: workflows.ContainerName(id), SandboxID: id},
+		{Kind: "volume", Name: workflows.VolumeName(id), SandboxID: id},
 	}, left)
 
 	require.NoError(t, acts.StopContainer(ctx, id))
@@ -311,9 +312,9 @@ func TestActivitiesRegisterWithTemporal(t *testing.T) {
 
 	val, err := env.ExecuteActivity(acts.CreateContainer, spec)
 	require.NoError(t, err)
-	var info ContainerInfo
+	var info workflows.ContainerInfo
 	require.NoError(t, val.Get(&info))
-	require.Equal(t, ContainerName(spec.SandboxID), info.Name)
+	require.Equal(t, workflows.ContainerName(spec.SandboxID), info.Name)
 	val, err = env.ExecuteActivity(acts.StartContainer, spec.SandboxID)
 	require.NoError(t, err)
 	require.NoError(t, val.Get(&info))
@@ -327,7 +328,7 @@ func TestActivitiesRegisterWithTemporal(t *testing.T) {
 	require.Equal(t, "running", ins.Container.State)
 
 	// The daemon's envelope is the error's detail on the workflow side.
-	_, err = env.ExecuteActivity(acts.CallDaemon, DaemonCall{SandboxID: spec.SandboxID, Daemon: info.Daemon, Op: "no_such_op"})
+	_, err = env.ExecuteActivity(acts.CallDaemon, workflows.DaemonCall{SandboxID: spec.SandboxID, Daemon: info.Daemon, Op: "no_such_op"})
 	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
 	require.Equal(t, api.KindUnknownOp, appErr.Type())
 	de, ok := apperr.From(err)

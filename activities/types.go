@@ -1,11 +1,6 @@
 package activities
 
-import (
-	"encoding/json"
-	"time"
-
-	"github.com/ephemeral-sandbox/sandbox/api"
-)
+import "github.com/ephemeral-sandbox/sandbox/workflows"
 
 // Labels every Docker object of ours carries. The reconciler finds leftovers
 // by them; the daemon token never goes into labels.
@@ -16,77 +11,12 @@ const (
 	LabelWorker    = "eos.worker"     // the worker (host) that owns it
 )
 
-// SandboxSpec is everything needed to create one sandbox's Docker objects.
-// It is deterministic (derived from workflow input), so a retried activity
-// creates the same names.
-type SandboxSpec struct {
-	SandboxID     string          `json:"sandbox_id"`
-	Image         string          `json:"image"`
-	WorkspaceRoot string          `json:"workspace_root"` // host directory imported as the base
-	ImportAll     bool            `json:"import_all,omitempty"`
-	Profile       ResourceProfile `json:"profile"`
-	// SharedBase mounts a base volume shared by a group of sandboxes
-	// (create_sandbox with count > 1) at the layer store's base/.
-	SharedBase *SharedBase       `json:"shared_base,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-}
-
-// ResourceProfile limits the sandbox container.
-type ResourceProfile struct {
-	MemoryBytes int64   `json:"memory_bytes,omitempty"`
-	CPUs        float64 `json:"cpus,omitempty"`
-	PidsLimit   int64   `json:"pids_limit,omitempty"`
-}
-
-// ContainerName and VolumeName are the deterministic Docker names of a sandbox.
-func ContainerName(sandboxID string) string { return "eos-sbx-" + sandboxID }
-func VolumeName(sandboxID string) string    { return "eos-state-" + sandboxID }
-
-// ContainerInfo describes a created sandbox container.
-type ContainerInfo struct {
-	ContainerID string       `json:"container_id"`
-	Name        string       `json:"name"`
-	Volume      string       `json:"volume"`
-	Daemon      api.Endpoint `json:"daemon"`
-	Adopted     bool         `json:"adopted"`         // an existing container of the same name was reused
-	State       string       `json:"state,omitempty"` // Docker's status: created, running, exited, ...
-}
-
-// DaemonCall is one RPC to a sandbox's daemon. The activity derives the
-// daemon token from the gateway secret and the sandbox id itself, so the
-// token never appears in workflow history.
-type DaemonCall struct {
-	SandboxID string          `json:"sandbox_id"`
-	Daemon    api.Endpoint    `json:"daemon"`
-	Op        string          `json:"op"`
-	Args      json.RawMessage `json:"args,omitempty"`
-	RequestID string          `json:"request_id,omitempty"` // idempotency key / trace id, derived by the workflow
-	Timeout   time.Duration   `json:"timeout,omitempty"`
-}
-
-// ExportSpec exports a sandbox's published changes to the host.
-type ExportSpec struct {
-	SandboxID string       `json:"sandbox_id"`
-	Daemon    api.Endpoint `json:"daemon"`
-	Dest      string       `json:"dest"`   // absolute host path
-	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch
-}
-
-
 // ContainerStats is a snapshot of the sandbox container's resource use.
 type ContainerStats struct {
 	CPUPercent  float64 `json:"cpu_percent"`
 	MemoryBytes uint64  `json:"memory_bytes"`
 	MemoryLimit uint64  `json:"memory_limit"`
 	Pids        uint64  `json:"pids"`
-}
-
-// ImageInfo is one entry of list_docker_images.
-type ImageInfo struct {
-	ID      string   `json:"id"`
-	Tags    []string `json:"tags"`
-	Size    int64    `json:"size"`
-	Created int64    `json:"created"`
 }
 
 // Leftover is a Docker object with our labels.
@@ -96,47 +26,12 @@ type Leftover struct {
 	SandboxID string `json:"sandbox_id"`
 }
 
-// CopyReport is what CopyWorkspace streamed into the container.
-type CopyReport struct {
-	Files    int   `json:"files"`
-	Dirs     int   `json:"dirs"`
-	Symlinks int   `json:"symlinks"`
-	Bytes    int64 `json:"bytes"`
-	// Skipped counts FIFOs, sockets and device nodes, which are not copied;
-	// SkippedPaths lists the first few of them (relative to the root).
-	Skipped      int      `json:"skipped"`
-	SkippedPaths []string `json:"skipped_paths,omitempty"`
-}
-
 // InspectResult is Inspect's answer: whether the sandbox's container
 // exists and, if it does, its description.
 type InspectResult struct {
-	Exists    bool          `json:"exists"`
-	Container ContainerInfo `json:"container"`
-}
-
-// SharedBase is the base volume of a group of sandboxes created together.
-// The leader imports the workspace into it (read-write); the others mount it
-// read-only and initialise from the leader's base id.
-type SharedBase struct {
-	Volume string `json:"volume"`
-	Leader bool   `json:"leader"`
+	Exists    bool                    `json:"exists"`
+	Container workflows.ContainerInfo `json:"container"`
 }
 
 // LabelBaseVolume names the shared base volume a sandbox container mounts.
 const LabelBaseVolume = "eos.base_volume"
-
-// BaseVolumeName is the shared base volume of a group led by leaderID.
-func BaseVolumeName(leaderID string) string { return "eos-base-" + leaderID }
-
-// ContainerUsage is one reading of a sandbox container's counters (the
-// seed's host-ring sample).
-type ContainerUsage struct {
-	SampledAtUnixMS    int64  `json:"sampled_at_unix_ms"`
-	CPUUsageUsec       uint64 `json:"cpu_usage_usec"`
-	MemoryCurrentBytes uint64 `json:"memory_current_bytes"`
-	MemoryLimitBytes   uint64 `json:"memory_limit_bytes"`
-	Pids               uint64 `json:"pids"`
-	IOReadBytes        uint64 `json:"io_read_bytes"`
-	IOWriteBytes       uint64 `json:"io_write_bytes"`
-}

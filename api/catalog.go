@@ -59,9 +59,13 @@ type Operation struct {
 	Args        []Arg  `json:"args"`
 	// Result lists the result's top-level fields and their JSON types.
 	Result map[string]string `json:"result,omitempty"`
-	// Lifecycle ops go through Temporal (SandboxWorkflow); the others go
-	// straight to the sandbox daemon.
-	Lifecycle bool `json:"lifecycle,omitempty"`
+	// Lifecycle ops go through Temporal; the others go straight to the
+	// sandbox daemon. Route says how a lifecycle op is served.
+	Lifecycle bool  `json:"lifecycle,omitempty"`
+	Route     Route `json:"route,omitempty"`
+	// Progress ops report progress while they run when the caller asks
+	// (_stream_logs, Accept: text/event-stream, an MCP progress token).
+	Progress bool `json:"progress,omitempty"`
 	// AmendWhenSessionless: without workspace_session_id the op is a
 	// lifecycle op (the workflow's amend update); with one, a runtime op.
 	AmendWhenSessionless bool `json:"amend_when_sessionless,omitempty"`
@@ -70,6 +74,23 @@ type Operation struct {
 	Internal bool   `json:"internal,omitempty"`
 	Scope    string `json:"scope"`
 }
+
+// Route is how the gateway serves a lifecycle operation.
+type Route string
+
+const (
+	// RouteUpdate (the default of a lifecycle op): the sandbox workflow's
+	// update named like the operation; a sessionless file op is its amend
+	// update.
+	RouteUpdate Route = ""
+	// RouteRecords: answered by the gateway from the sandbox workflows
+	// (start, state, visibility): create, inspect, list, destroy, the
+	// workflows view.
+	RouteRecords Route = "records"
+	// RouteHost: a read of a Docker host, run as an activity on the
+	// host's worker.
+	RouteHost Route = "host"
+)
 
 // IsLifecycle reports whether a call with these args goes through Temporal.
 func (o *Operation) IsLifecycle(args map[string]any) bool {
@@ -157,7 +178,7 @@ var resSandbox = map[string]string{
 // seed contract (shared/reference/seed-contract.md §0.2–0.3).
 var catalog = []Operation{
 	// --- management (system scope) ---
-	{Name: "create_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "create_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords, Progress: true,
 		Summary:     "Create a sandbox from a Docker image and a host workspace directory.",
 		Description: "Starts a sandbox container from image, imports workspace_root (an absolute host path) as the base layer, and waits until the sandbox is ready. Returns the sandbox record; use its id as sandbox_id / --sandbox-id for runtime operations. With count > 1 returns {sandboxes:[...]}.",
 		Args: []Arg{
@@ -166,33 +187,33 @@ var catalog = []Operation{
 			intArg("count", int64(1), i64(1), i64(16), "How many identical sandboxes to create."),
 		},
 		Result: resSandbox},
-	{Name: "list_sandboxes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "list_sandboxes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "List all sandboxes.",
 		Description: "Returns {sandboxes:[record...]} with every known sandbox and its state.",
 		Result:      map[string]string{"sandboxes": "array"}},
-	{Name: "inspect_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "inspect_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "Show one sandbox record.",
 		Description: "Returns the sandbox record (state, daemon endpoints, shared base). Unknown ids give invalid_request \"sandbox not found\".",
 		Args:        []Arg{argSandboxID}, Result: resSandbox},
-	{Name: "destroy_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "destroy_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "Destroy a sandbox and its volumes.",
 		Description: "Stops the daemon, removes the container and its volumes. Unpublished session changes are lost; export_changes first to keep published work. Returns the final record with state \"stopped\".",
 		Args:        []Arg{argSandboxID}, Result: resSandbox},
-	{Name: "list_docker_images", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "list_docker_images", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteHost,
 		Summary:     "List local Docker images usable by create_sandbox.",
 		Description: "Returns {images:[...]} with all local image references.",
 		Result:      map[string]string{"images": "array"}},
-	{Name: "list_workspace_directories", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "list_workspace_directories", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteHost,
 		Summary:     "List host directories that can serve as workspace_root.",
 		Description: "Without path lists the picker roots; with path lists up to 500 immediate subdirectories.",
 		Args:        []Arg{str("path", "Absolute host directory to list.")},
 		Result:      map[string]string{"path": "string", "parent": "string", "truncated": "boolean", "directories": "array"}},
-	{Name: "squash_layerstacks", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "squash_layerstacks", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Progress: true,
 		Summary:     "Compact a sandbox's published layers.",
 		Description: "Squashes runs of published layers into one, remounting live sessions. Safe to run at any time; changes nothing visible.",
 		Args:        []Arg{argSandboxID},
 		Result:      map[string]string{"manifest_version": "integer", "squashed_blocks": "array", "swept_sessions": "array"}},
-	{Name: "export_changes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+	{Name: "export_changes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Progress: true,
 		Summary:     "Export all published changes of a sandbox to the host.",
 		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts.",
 		Args: []Arg{argSandboxID,
@@ -201,7 +222,7 @@ var catalog = []Operation{
 		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer"}},
 
 	// --- runtime (sandbox scope) ---
-	{Name: "exec_command", Group: GroupRuntime, Scope: ScopeSandbox,
+	{Name: "exec_command", Group: GroupRuntime, Scope: ScopeSandbox, Progress: true,
 		Summary:     "Run a shell command in the sandbox.",
 		Description: "Runs cmd with /bin/sh -c under /workspace. Returns after the command ends or yield_time_ms passes; while status is \"running\" poll with read_command_lines or write_command_stdin using command_session_id. Without workspace_session_id the changes publish when the command ends.",
 		Args: []Arg{
@@ -216,7 +237,7 @@ var catalog = []Operation{
 			intArg("cols", nil, i64(1), i64(1000), "PTY columns."),
 		},
 		Result: resCommand},
-	{Name: "write_command_stdin", Group: GroupRuntime, Scope: ScopeSandbox,
+	{Name: "write_command_stdin", Group: GroupRuntime, Scope: ScopeSandbox, Progress: true,
 		Summary:     "Write to a running command's stdin and collect output.",
 		Description: "Writes stdin to the command. A \\x03 or \\x04 anywhere in stdin cancels the command instead (exit code 130).",
 		Args: []Arg{argCmdID,
@@ -300,7 +321,7 @@ var catalog = []Operation{
 		Description: "Refused while commands run (details.active_command_session_ids) unless force.",
 		Args:        []Arg{argWSReq, argGrace, boolArg("force", "Kill running commands.")},
 		Result:      map[string]string{"workspace_session_id": "string", "destroyed": "boolean", "evicted_upperdir_bytes": "integer"}},
-	{Name: "publish_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
+	{Name: "publish_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true, Progress: true,
 		Summary:     "Publish a session's changes as a new layer.",
 		Description: "Commits the session's changes if they do not conflict with what was published since it started. The session is destroyed unless keep. On rejection the session is retained and details.publish_rejection explains why.",
 		Args:        []Arg{argWSReq, argGrace, boolArg("keep", "Keep the session, moved onto the new head."), str("message", "Publish message.")},
@@ -334,7 +355,7 @@ var catalog = []Operation{
 		Summary: "Spans of one request.", Description: "The trace id is the request id of a call; calls the workflow layer makes for it (<workflow>/update/<request id>, <txid>/<step>) are found by either end, so a publish's txid shows all its steps. last selects the most recent. Spans nest by parent with their offset from the trace's start and their events inline.",
 		Args:   []Arg{{Name: "trace_id", Type: TypeString, Default: "last", Description: "Trace (request) id or last."}},
 		Result: map[string]string{"view": "string", "trace": "string", "spans": "array"}},
-	{Name: "workflows", Group: GroupObservability, Scope: ScopeSandbox, Lifecycle: true,
+	{Name: "workflows", Group: GroupObservability, Scope: ScopeSandbox, Lifecycle: true, Route: RouteRecords,
 		Summary:     "Temporal workflows of a sandbox.",
 		Description: "The sandbox's own workflow and every publish it ran, with their status, times and a link into the Temporal UI where each one's history can be read step by step.",
 		Args:        []Arg{intArg("limit", int64(100), i64(1), i64(1000), "At most this many workflows, newest first.")},

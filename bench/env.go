@@ -26,9 +26,10 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
-	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
+	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/worker"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // StackOptions say how to run the product for a benchmark.
@@ -78,7 +79,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 	token := hexToken()
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, Acts: acts}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret}
 	srv := gateway.New(backend, token, o.Log)
 	srv.SetMetrics(metrics)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -294,7 +295,7 @@ func DiskBytes(dir string) int64 {
 func ContainerDiskBytes(ctx context.Context, dc *dockerclient.Client, sandboxID, path string) int64 {
 	// -x: the session dir holds its workspace mount point, whose merged
 	// view is the layers, not the session.
-	out, err := DockerExec(ctx, dc, activities.ContainerName(sandboxID), []string{"du", "-skx", path}, nil)
+	out, err := DockerExec(ctx, dc, workflows.ContainerName(sandboxID), []string{"du", "-skx", path}, nil)
 	return duBytes(out, err)
 }
 

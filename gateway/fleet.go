@@ -145,9 +145,20 @@ func (b *TemporalBackend) fleetResources(ctx context.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex
+	var ready []string
+	for _, f := range fleet {
+		if f.Err == nil && f.State.Phase == workflows.PhaseReady {
+			ready = append(ready, f.ID)
+		}
+	}
+	// Docker's counters, read on the host by its worker in one go.
+	var usage *workflows.HostReadResult
+	var usageErr error
+	if len(ready) > 0 {
+		usage, usageErr = b.readHost(ctx, workflows.HostRead{Op: workflows.HostReadUsage, SandboxIDs: ready})
+	}
 	out := map[string]any{}
-	b.each(ctx, fleet, func(ctx context.Context, f *fleetEntry) {
+	for _, f := range fleet {
 		node := map[string]any{"availability": "available", "errors": []any{}, "current": nil}
 		var err error
 		switch {
@@ -155,27 +166,18 @@ func (b *TemporalBackend) fleetResources(ctx context.Context) (any, error) {
 			err = f.Err
 		case f.State.Phase != workflows.PhaseReady:
 			err = api.Errorf("not_ready", nil, "sandbox %s is %s", f.ID, f.State.Phase)
-		case b.Acts != nil:
-			var u any
-			if u, err = b.Acts.Usage(ctx, f.ID); err == nil {
-				node["current"], node["source"] = u, "docker_stats"
-			}
+		case usageErr != nil:
+			err = usageErr
+		case usage.UsageErrors[f.ID] != nil:
+			err = usage.UsageErrors[f.ID]
 		default:
-			var raw json.RawMessage
-			body, _ := json.Marshal(map[string]any{"window_ms": 10000})
-			if raw, err = b.callDaemon(ctx, f.ID, f.State.Container.Daemon, "resources", body, nil); err == nil {
-				var r map[string]any
-				_ = json.Unmarshal(raw, &r)
-				node["current"], node["source"] = r["latest"], "daemon_disk"
-			}
+			node["current"], node["source"] = usage.Usage[f.ID], "docker_stats"
 		}
 		if err != nil {
 			e := api.AsError(err)
 			node["availability"], node["errors"] = "unavailable", []any{map[string]any{"kind": e.Kind, "message": e.Message}}
 		}
-		mu.Lock()
 		out[f.ID] = node
-		mu.Unlock()
-	})
+	}
 	return map[string]any{"view": "resources", "scope": "system", "sandboxes": out}, nil
 }

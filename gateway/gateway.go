@@ -134,7 +134,7 @@ func (s *Server) Dispatch(ctx context.Context, req *jsonl.Request) (json.RawMess
 }
 
 // DispatchProgress is Dispatch with a progress sink: when progress is not
-// nil, the op is in ProgressOps and the Backend is a ProgressBackend, the
+// nil, the catalog says the op reports progress and the Backend is a ProgressBackend, the
 // backend's progress messages reach progress (serialized, never after
 // DispatchProgress returns).
 func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progress func(msg string)) (json.RawMessage, *api.Error) {
@@ -160,7 +160,7 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 	var err error
 	pb, canProgress := s.Backend.(ProgressBackend)
 	rpb, canRuntimeProgress := s.Backend.(RuntimeProgressBackend)
-	streams := progress != nil && ProgressOps[op.Name]
+	streams := progress != nil && op.Progress
 	switch {
 	case op.IsLifecycle(req.Args) && canProgress && streams:
 		lp := &lockedProgress{fn: progress}

@@ -98,13 +98,16 @@ func (b *TemporalBackend) Health(ctx context.Context) (map[string]any, bool) {
 	}()
 	go func() {
 		defer wg.Done()
-		if b.Acts == nil {
-			set("docker", map[string]any{"status": "not_used", "detail": "this gateway runs no workers (--no-workers)"})
-			return
-		}
+		// Docker is the host worker's to reach: asked through it, briefly.
 		start := time.Now()
-		v, err := b.Acts.DockerVersion(ctx)
-		set("docker", check(start, err, map[string]any{"version": v}))
+		hctx, cancel := context.WithTimeout(ctx, healthHostTimeout)
+		defer cancel()
+		v, err := b.readHost(hctx, workflows.HostRead{Op: workflows.HostReadVersion})
+		version := ""
+		if err == nil {
+			version = v.Version
+		}
+		set("docker", check(start, err, map[string]any{"version": version, "via": "host worker"}))
 	}()
 	wg.Wait()
 	if t, _ := rep["temporal"].(map[string]any); t["status"] != "ok" {

@@ -1,42 +1,38 @@
 package gateway
 
 import (
-	"os"
-	"regexp"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
-// TestEveryLifecycleOpHasAHandler keeps the catalog's lifecycle operations,
-// LifecycleOps, and the cases of TemporalBackend.LifecycleProgress equal, so
-// no catalog operation reaches the "no lifecycle handler" default.
-func TestEveryLifecycleOpHasAHandler(t *testing.T) {
-	var want []string
+// TestEveryRecordsOpHasAHandler: the catalog says how each lifecycle op is
+// served; every op the gateway answers itself has its handler, and no
+// handler serves an op the catalog routes elsewhere.
+func TestEveryRecordsOpHasAHandler(t *testing.T) {
+	want := map[string]bool{}
 	for _, o := range api.PublicOps("") {
-		if o.Lifecycle || o.AmendWhenSessionless {
-			want = append(want, o.Name)
+		if o.Lifecycle && o.Route == api.RouteRecords {
+			want[o.Name] = true
+			require.Contains(t, recordHandlers, o.Name, "no record handler for %s", o.Name)
 		}
 	}
-	got := append([]string(nil), LifecycleOps...)
-	sort.Strings(want)
-	sort.Strings(got)
-	require.Equal(t, want, got)
+	for name := range recordHandlers {
+		require.True(t, want[name], "record handler %s serves an op the catalog does not route to the records", name)
+	}
+}
 
-	src, err := os.ReadFile("temporal.go")
-	require.NoError(t, err)
-	body := regexp.MustCompile(`(?s)func \(b \*TemporalBackend\) LifecycleProgress.*?\n}\n`).Find(src)
-	require.NotNil(t, body)
-	cases := map[string]bool{}
-	for _, c := range regexp.MustCompile(`case ([^:]+):`).FindAllSubmatch(body, -1) {
-		for _, n := range regexp.MustCompile(`"([a-z_]+)"`).FindAllSubmatch(c[1], -1) {
-			cases[string(n[1])] = true
+// TestUpdateOpsAreWorkflowUpdates: an op of RouteUpdate is the sandbox
+// workflow's update of the same name (the workflow registers it).
+func TestUpdateOpsAreWorkflowUpdates(t *testing.T) {
+	updates := map[string]bool{workflows.UpdateCreateSession: true, workflows.UpdateDestroySession: true, workflows.UpdatePublish: true,
+		workflows.UpdateRefresh: true, workflows.UpdateSquash: true, workflows.UpdateExport: true}
+	for _, o := range api.PublicOps("") {
+		if o.Lifecycle && o.Route == api.RouteUpdate {
+			require.True(t, updates[o.Name], "%s is routed to a workflow update the sandbox workflow does not have", o.Name)
 		}
-	}
-	for _, op := range got {
-		require.True(t, cases[op], "LifecycleProgress has no case for %s", op)
 	}
 }

@@ -36,14 +36,6 @@ type RuntimeProgressBackend interface {
 	RuntimeProgress(ctx context.Context, op, sandboxID string, args map[string]any, progress func(msg string)) (any, error)
 }
 
-// ProgressOps are the operations that emit progress frames when the caller
-// asks for them (_stream_logs, Accept: text/event-stream, an MCP progress
-// token): the seed's create_sandbox stages, and ours — publish, squash and
-// export stages, command output lines. A caller that does not ask gets the
-// plain answer, so the seed's clients see no change.
-var ProgressOps = map[string]bool{"create_sandbox": true, "publish_workspace_session": true, "squash_layerstacks": true,
-	"export_changes": true, "exec_command": true, "write_command_stdin": true}
-
 // CLILogFrame renders one JSON-lines progress frame: cli_log("<json string>").
 func CLILogFrame(msg string) []byte {
 	b, _ := json.Marshal(msg)

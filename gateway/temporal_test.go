@@ -12,7 +12,6 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 )
@@ -55,8 +54,8 @@ func TestRuntimeGoesToDaemon(t *testing.T) {
 }
 
 func TestMapErr(t *testing.T) {
-	de := activities.DaemonError{Kind: "operation_failed", Message: "conflict", Details: map[string]any{"stage": "publish"}}
-	err := mapErr("s", temporal.NewNonRetryableApplicationError("x", activities.ErrDaemon, nil, de))
+	de := api.Error{Kind: "operation_failed", Message: "conflict", Details: map[string]any{"stage": "publish"}}
+	err := mapErr("s", temporal.NewNonRetryableApplicationError("x", "DaemonError", nil, de))
 	if e := api.AsError(err); e.Kind != "operation_failed" || e.Details["stage"] != "publish" {
 		t.Errorf("%+v", e)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -26,7 +25,7 @@ type CreateOptions struct {
 // (the leader) imports the workspace into a shared base volume, the others
 // mount it read-only and start from the leader's base id — one import, one
 // copy of the base on disk, whatever the count.
-func CreateSandboxes(ctx context.Context, c client.Client, spec activities.SandboxSpec, ids []string, o CreateOptions) ([]*workflows.SandboxState, error) {
+func CreateSandboxes(ctx context.Context, c client.Client, spec workflows.SandboxSpec, ids []string, o CreateOptions) ([]*workflows.SandboxState, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("create sandboxes: no ids")
 	}
@@ -36,7 +35,7 @@ func CreateSandboxes(ctx context.Context, c client.Client, spec activities.Sandb
 	leader := spec
 	leader.SandboxID = ids[0]
 	if len(ids) > 1 {
-		leader.SharedBase = &activities.SharedBase{Volume: activities.BaseVolumeName(ids[0]), Leader: true}
+		leader.SharedBase = &workflows.SharedBase{Volume: workflows.BaseVolumeName(ids[0]), Leader: true}
 	}
 	first, err := createOne(ctx, c, workflows.SandboxInput{Spec: leader, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL}, o)
 	if err != nil {
@@ -49,7 +48,7 @@ func CreateSandboxes(ctx context.Context, c client.Client, spec activities.Sandb
 	for i := 1; i < len(ids); i++ {
 		f := spec
 		f.SandboxID = ids[i]
-		f.SharedBase = &activities.SharedBase{Volume: leader.SharedBase.Volume}
+		f.SharedBase = &workflows.SharedBase{Volume: leader.SharedBase.Volume}
 		wg.Add(1)
 		go func(i int, in workflows.SandboxInput) {
 			defer wg.Done()

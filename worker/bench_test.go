@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -113,7 +112,7 @@ func (s *stack) createTB(tb testing.TB, workspace string) (string, *workflows.Sa
 	tb.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
 	_, err := s.svc.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
 		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
-			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
+			Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
 	require.NoError(tb, err)
 	var st workflows.SandboxState
 	require.NoError(tb, s.update(id, workflows.UpdateWaitReady, &st))

@@ -140,7 +140,7 @@ func (r *crashRig) startSandbox(id, workspace string) {
 	r.t.Helper()
 	_, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
 		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: r.queue,
-			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
+			Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
 	require.NoError(r.t, err)
 }
 
@@ -245,7 +245,7 @@ func TestDaemonCrashMidCommit(t *testing.T) {
 	ws := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
 	id, st := s.create(ws)
-	name := activities.ContainerName(id)
+	name := workflows.ContainerName(id)
 	for i, tc := range []struct {
 		fp               string
 		restartContainer bool

@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
@@ -76,7 +75,7 @@ func TestRecordHistories(t *testing.T) {
 		ctx := context.Background()
 		run, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
 			workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
-				Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
+				Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
 		require.NoError(t, err)
 		require.Error(t, run.Get(ctx, nil))
 		h := s.history(t, workflows.SandboxWorkflowID(id))

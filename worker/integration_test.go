@@ -75,7 +75,7 @@ func (s *stack) create(workspace string) (string, *workflows.SandboxState) {
 	ctx := context.Background()
 	_, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
 		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
-			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
+			Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: workspace}})
 	require.NoError(s.t, err)
 	var st workflows.SandboxState
 	require.NoError(s.t, s.update(id, workflows.UpdateWaitReady, &st))
@@ -169,7 +169,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	run, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
 		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
-			Spec: activities.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
+			Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
 	require.NoError(t, err)
 	var res workflows.SandboxResult
 	require.Error(t, run.Get(ctx, &res))
@@ -181,12 +181,13 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	// A missing image fails fast with its own error type.
 	run, err = s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id + "-img"), TaskQueue: workflows.TaskQueue},
 		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
-			Spec: activities.SandboxSpec{SandboxID: id + "-img", Image: "eos-no-such-image:404", WorkspaceRoot: t.TempDir()}})
+			Spec: workflows.SandboxSpec{SandboxID: id + "-img", Image: "eos-no-such-image:404", WorkspaceRoot: t.TempDir()}})
 	require.NoError(t, err)
 	err = run.Get(ctx, &res)
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(err, &app), "%v", err)
-	require.Equal(t, activities.ErrImageNotFound, app.Type())
+	require.Equal(t, api.KindInvalidRequest, app.Type())
+	require.Contains(t, app.Error(), "is not present on this Docker host")
 }
 
 // TestCountSandboxesShareOneBase: three sandboxes over one shared base
@@ -200,7 +201,7 @@ func TestCountSandboxesShareOneBase(t *testing.T) {
 		id := id
 		t.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
 	}
-	states, err := s.svc.CreateSandboxes(context.Background(), activities.SandboxSpec{Image: testenv.Images[0], WorkspaceRoot: ws}, ids, 0)
+	states, err := s.svc.CreateSandboxes(context.Background(), workflows.SandboxSpec{Image: testenv.Images[0], WorkspaceRoot: ws}, ids, 0)
 	require.NoError(t, err)
 	require.Len(t, states, 3)
 	for i, st := range states {
@@ -212,7 +213,7 @@ func TestCountSandboxesShareOneBase(t *testing.T) {
 		got := s.daemon(ids[i], st.Container.Daemon, "file_read", map[string]any{"path": "f.txt"})["content"]
 		require.Equal(t, fmt.Sprintf("shared\nsandbox-%d\n", i), got, "each sandbox has its own history over the shared base")
 	}
-	base := activities.BaseVolumeName(ids[0])
+	base := workflows.BaseVolumeName(ids[0])
 	for i, id := range ids {
 		var st workflows.SandboxState
 		require.NoError(t, s.update(id, workflows.UpdateDestroy, &st))
@@ -233,7 +234,7 @@ func TestReconcilerRemovesOrphansAndFailsLostSandboxes(t *testing.T) {
 	ctx := context.Background()
 	orphan := "orph-" + randHex(5)
 	t.Cleanup(func() { _ = s.acts.RemoveSandbox(ctx, orphan) })
-	spec := activities.SandboxSpec{SandboxID: orphan, Image: testenv.Images[0], WorkspaceRoot: t.TempDir()}
+	spec := workflows.SandboxSpec{SandboxID: orphan, Image: testenv.Images[0], WorkspaceRoot: t.TempDir()}
 	_, err := s.acts.CreateVolume(ctx, spec)
 	require.NoError(t, err)
 	_, err = s.acts.CreateContainer(ctx, spec)
@@ -241,7 +242,7 @@ func TestReconcilerRemovesOrphansAndFailsLostSandboxes(t *testing.T) {
 
 	lost, st := s.create(t.TempDir())
 	_ = st
-	out, err := exec.Command("docker", "rm", "-f", "-v", activities.ContainerName(lost)).CombinedOutput()
+	out, err := exec.Command("docker", "rm", "-f", "-v", workflows.ContainerName(lost)).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
 	rep, err := s.svc.Reconcile(ctx, s.acts)

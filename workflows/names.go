@@ -7,6 +7,8 @@ const (
 	TaskQueue           = "eos-sandboxes"
 	SandboxWorkflowName = "eos.SandboxWorkflow"
 	PublishWorkflowName = "eos.PublishWorkflow"
+	// HostReadWorkflowName reads a Docker host (HostReadWorkflow).
+	HostReadWorkflowName = "eos.HostReadWorkflow"
 )
 
 // Updates, queries and signals of SandboxWorkflow. Update names are the
@@ -21,6 +23,10 @@ const (
 	UpdateSquash         = "squash_layerstacks"
 	UpdateExport         = "export_changes"
 	UpdateDestroy        = "destroy_sandbox"
+	// UpdateResolveDaemon looks up where the sandbox's daemon listens now
+	// (a restarted container may be published on another host port) and
+	// records it.
+	UpdateResolveDaemon = "resolve_daemon"
 	QueryState           = "state"
 	// QueryPublishProgress is PublishWorkflow's query: the step it is in.
 	QueryPublishProgress = "progress"

@@ -48,3 +48,12 @@ func cleanupOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
 	})
 }
+
+// resolveOptions: a quick look at the container; the caller waits for it.
+func resolveOptions(ctx workflow.Context, hostQueue string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           hostQueue,
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumAttempts: 3},
+	})
+}

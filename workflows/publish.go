@@ -5,7 +5,6 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
@@ -36,9 +35,9 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (*api.PublishFinalRe
 		if in.RequestID != "" {
 			rid += "/" + in.RequestID
 		}
-		call := activities.DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
+		call := DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
 		var raw json.RawMessage
-		if err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), acts.CallDaemon, call).Get(ctx, &raw); err != nil {
+		if err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), ActCallDaemon, call).Get(ctx, &raw); err != nil {
 			return err
 		}
 		if err := json.Unmarshal(raw, out); err != nil {

@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
@@ -57,7 +56,6 @@ type sandbox struct {
 	}
 }
 
-var acts *activities.Activities
 
 func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 	s := &sandbox{in: in, state: in.State, commitMu: workflow.NewMutex(ctx), publishing: map[string]bool{}, log: workflow.GetLogger(ctx)}
@@ -83,6 +81,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 		{UpdateSquash, s.squash, s.validateReadyNoArg},
 		{UpdateExport, s.export, s.validateExport},
 		{UpdateDestroy, s.destroy, nil},
+		{UpdateResolveDaemon, s.resolveDaemon, s.validateReadyNoArg},
 	}
 	for _, h := range handlers {
 		opts := workflow.UpdateHandlerOptions{}
@@ -132,27 +131,27 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 			}
 		}
 	}()
-	if err := workflow.ExecuteActivity(dctx, acts.CheckImage, spec.Image).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(dctx, ActCheckImage, spec.Image).Get(ctx, nil); err != nil {
 		return s.stepFailed("check image", err)
 	}
 	remove := func(c workflow.Context) error {
-		return workflow.ExecuteActivity(c, acts.RemoveSandbox, spec.SandboxID).Get(c, nil)
+		return workflow.ExecuteActivity(c, ActRemoveSandbox, spec.SandboxID).Get(c, nil)
 	}
 	undo = append(undo, remove) // removes the container and the volume, whichever exist
-	if err := workflow.ExecuteActivity(dctx, acts.CreateVolume, spec).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(dctx, ActCreateVolume, spec).Get(ctx, nil); err != nil {
 		return s.stepFailed("create volume", err)
 	}
-	var info activities.ContainerInfo
-	if err := workflow.ExecuteActivity(dctx, acts.CreateContainer, spec).Get(ctx, &info); err != nil {
+	var info ContainerInfo
+	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, spec).Get(ctx, &info); err != nil {
 		return s.stepFailed("create container", err)
 	}
-	if err := workflow.ExecuteActivity(dctx, acts.CopyWorkspace, spec).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, nil); err != nil {
 		return s.stepFailed("copy workspace", err)
 	}
-	if err := workflow.ExecuteActivity(dctx, acts.StartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
+	if err := workflow.ExecuteActivity(dctx, ActStartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
 		return s.stepFailed("start container", err)
 	}
-	if err := workflow.ExecuteActivity(dctx, acts.WaitReady, spec.SandboxID, info.Daemon).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(dctx, ActWaitReady, spec.SandboxID, info.Daemon).Get(ctx, nil); err != nil {
 		return s.stepFailed("wait for the daemon", err)
 	}
 	s.state.Container = info
@@ -184,9 +183,9 @@ func (s *sandbox) stepFailed(step string, err error) error {
 // call runs one daemon RPC with a request id derived from the workflow.
 func (s *sandbox) call(ctx workflow.Context, op string, args json.RawMessage, key string) (json.RawMessage, error) {
 	var out json.RawMessage
-	call := activities.DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: op, Args: args,
+	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: op, Args: args,
 		RequestID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + key}
-	err := workflow.ExecuteActivity(daemonOptions(ctx, s.queue()), acts.CallDaemon, call).Get(ctx, &out)
+	err := workflow.ExecuteActivity(daemonOptions(ctx, s.queue()), ActCallDaemon, call).Get(ctx, &out)
 	return out, err
 }
 
@@ -212,7 +211,7 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 			s.state.Phase = PhaseFailed
 			s.settle(ctx)
 			cctx := cleanupOptions(ctx, s.queue())
-			_ = workflow.ExecuteActivity(cctx, acts.RemoveSandbox, s.id()).Get(ctx, nil)
+			_ = workflow.ExecuteActivity(cctx, ActRemoveSandbox, s.id()).Get(ctx, nil)
 			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: s.state.Error}, nil
 		case s.suggestContinue(ctx):
 			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
@@ -448,9 +447,25 @@ func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
 
 func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResult, error) {
 	var out *api.ExportResult
-	spec := activities.ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
-	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), acts.ExportChanges, spec).Get(ctx, &out)
+	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
+	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), ActExportChanges, spec).Get(ctx, &out)
 	return out, err
+}
+
+// resolveDaemon asks the host's worker where Docker publishes the daemon
+// now and records it: after a container or Engine restart the daemon is
+// back within a second, possibly on another host port.
+func (s *sandbox) resolveDaemon(ctx workflow.Context) (*ContainerInfo, error) {
+	var info ContainerInfo
+	if err := workflow.ExecuteActivity(resolveOptions(ctx, s.queue()), ActResolveDaemon, s.id()).Get(ctx, &info); err != nil {
+		return nil, err
+	}
+	if info.State != "running" || info.Daemon.Port == 0 {
+		return nil, apperr.Newf(api.KindOperationFailed, map[string]any{"sandbox_id": s.id(), "container_state": info.State, "availability": "unavailable"},
+			"the container of sandbox %s is %s; it serves again once Docker has restarted it", s.id(), info.State)
+	}
+	s.state.Container.ContainerID, s.state.Container.Daemon, s.state.Container.State = info.ContainerID, info.Daemon, info.State
+	return &s.state.Container, nil
 }
 
 // destroy stops and removes the sandbox's container and volume. It is
@@ -465,7 +480,7 @@ func (s *sandbox) destroy(ctx workflow.Context) (*SandboxState, error) {
 	}
 	s.state.Phase = PhaseStopping
 	cctx := cleanupOptions(ctx, s.queue())
-	if err := workflow.ExecuteActivity(cctx, acts.RemoveSandbox, s.id()).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(cctx, ActRemoveSandbox, s.id()).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 	s.state.Sessions = map[string]*SessionRecord{}

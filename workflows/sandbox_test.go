@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
@@ -34,7 +33,7 @@ func newEnv(t *testing.T) *env {
 	return &env{e, t}
 }
 
-var spec = activities.SandboxSpec{SandboxID: "sb1", Image: "img", WorkspaceRoot: "/src"}
+var spec = SandboxSpec{SandboxID: "sb1", Image: "img", WorkspaceRoot: "/src"}
 
 var daemonEP = api.Endpoint{Host: "127.0.0.1", Port: 40001}
 
@@ -42,20 +41,20 @@ var daemonEP = api.Endpoint{Host: "127.0.0.1", Port: 40001}
 func (e *env) happyCreate() {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
 	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("eos-state-sb1", nil)
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(activities.ContainerInfo{Name: "eos-sbx-sb1"}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, nil)
-	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(activities.ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
 }
 
 // daemon answers CallDaemon by op.
-func (e *env) daemon(f func(call activities.DaemonCall) (json.RawMessage, error)) {
-	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(func(_ context.Context, call activities.DaemonCall) (json.RawMessage, error) {
+func (e *env) daemon(f func(call DaemonCall) (json.RawMessage, error)) {
+	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
 		return f(call)
 	})
 }
 
-func okDaemon(call activities.DaemonCall) (json.RawMessage, error) {
+func okDaemon(call DaemonCall) (json.RawMessage, error) {
 	switch call.Op {
 	case "init_base":
 		return json.RawMessage(`{"base_id":"B-1"}`), nil
@@ -163,11 +162,11 @@ func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
 				}
 				return nil
 			}
-			e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(activities.ContainerInfo{}, ret("CreateContainer")).Maybe()
-			e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, ret("CopyWorkspace")).Maybe()
-			e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(activities.ContainerInfo{Daemon: daemonEP}, ret("StartContainer")).Maybe()
+			e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{}, ret("CreateContainer")).Maybe()
+			e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, ret("CopyWorkspace")).Maybe()
+			e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Daemon: daemonEP}, ret("StartContainer")).Maybe()
 			e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(ret("WaitReady")).Maybe()
-			e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+			e.daemon(func(call DaemonCall) (json.RawMessage, error) {
 				if call.Op == "init_base" && step == "init_base" {
 					return nil, fail
 				}
@@ -199,15 +198,15 @@ func TestTransientFailureIsRetried(t *testing.T) {
 	e := newEnv(t)
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
 	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(activities.ContainerInfo{}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
 	calls := 0
-	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(func(_ context.Context, _ string) (activities.ContainerInfo, error) {
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(func(_ context.Context, _ string) (ContainerInfo, error) {
 		calls++
 		if calls < 3 {
-			return activities.ContainerInfo{}, errors.New("docker daemon hiccup")
+			return ContainerInfo{}, errors.New("docker daemon hiccup")
 		}
-		return activities.ContainerInfo{Daemon: daemonEP}, nil
+		return ContainerInfo{Daemon: daemonEP}, nil
 	})
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
 	e.daemon(okDaemon)
@@ -221,7 +220,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 func TestUpdateValidation(t *testing.T) {
 	e := newEnv(t)
 	e.happyCreate()
-	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
 		if call.Op == "destroy_workspace_session" {
 			return nil, apperr.New(api.Errorf(api.KindOperationFailed, map[string]any{"active_command_session_ids": []string{"cmd_1"}}, "busy"))
 		}
@@ -259,9 +258,9 @@ func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
 		return nil
 	})
 	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).After(time.Hour).Return(activities.ContainerInfo{}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(activities.CopyReport{}, nil)
-	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(activities.ContainerInfo{Daemon: daemonEP}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).After(time.Hour).Return(ContainerInfo{}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
 	e.daemon(okDaemon)
 	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
@@ -282,7 +281,7 @@ func TestPublishConflictReachesTheCaller(t *testing.T) {
 			e := newEnv(t)
 			e.happyCreate()
 			aborted, finalized := false, false
-			e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+			e.daemon(func(call DaemonCall) (json.RawMessage, error) {
 				switch call.Op {
 				case at:
 					return json.RawMessage(report), nil
@@ -354,7 +353,7 @@ func TestIdleSessionsAreReaped(t *testing.T) {
 	e := newEnv(t)
 	e.happyCreate()
 	reaps := 0
-	e.daemon(func(call activities.DaemonCall) (json.RawMessage, error) {
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
 		if call.Op == "archive_idle_sessions" {
 			reaps++
 			return json.RawMessage(`{"archived":[{"workspace_session_id":"ws-1","path":"/eos/archive/ws-1","bytes":3}]}`), nil
@@ -383,7 +382,7 @@ func TestOnePublishPerSessionAtATime(t *testing.T) {
 	e := newEnv(t)
 	e.happyCreate()
 	var prepares []string
-	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).After(200 * time.Millisecond).Return(func(_ context.Context, call activities.DaemonCall) (json.RawMessage, error) {
+	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).After(200 * time.Millisecond).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
 		if call.Op == "publish_prepare" {
 			var a struct {
 				WS string `json:"workspace_session_id"`

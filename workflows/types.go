@@ -4,20 +4,19 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // SandboxInput starts (or continues) a sandbox.
 type SandboxInput struct {
-	Spec activities.SandboxSpec `json:"spec"`
+	Spec SandboxSpec `json:"spec"`
 	// HostQueue is the task queue of the worker on the Docker host that owns
 	// the sandbox; its activities run there ("" = TaskQueue).
 	HostQueue string `json:"host_queue,omitempty"`
 	// SessionTTL reaps sessions idle for longer (0 = never).
 	SessionTTL time.Duration `json:"session_ttl,omitempty"`
 	// BaseID is the shared base a group follower initialises from (the
-	// leader's, see activities.SharedBase).
+	// leader's, see SharedBase).
 	BaseID string `json:"base_id,omitempty"`
 	// State is set when the workflow continues as new.
 	State *SandboxState `json:"state,omitempty"`
@@ -28,7 +27,7 @@ type SandboxState struct {
 	SandboxID  string                    `json:"sandbox_id"`
 	Phase      string                    `json:"state"`
 	BaseID     string                    `json:"base_id,omitempty"`
-	Container  activities.ContainerInfo  `json:"container"`
+	Container  ContainerInfo  `json:"container"`
 	Sessions   map[string]*SessionRecord `json:"sessions"`
 	Archived   []ArchivedSession         `json:"archived_sessions,omitempty"`
 	PublishSeq int                       `json:"publish_seq"`

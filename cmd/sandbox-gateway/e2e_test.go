@@ -48,7 +48,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	defer svc.Stop()
 	const token = "e2e-token"
-	srv := gateway.New(&gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, Acts: acts}, token, log)
+	srv := gateway.New(&gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret}, token, log)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func run() int {
 	if *noWorkers && wf.HostQueue == "" {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Acts: acts, Namespace: svc.Namespace}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace}
 	if svc.Dev != nil {
 		backend.UIAddress = svc.Dev.UIAddress
 	}

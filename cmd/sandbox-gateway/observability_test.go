@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // metricValue reads one sample of the Prometheus text exposition (0 when
@@ -247,7 +247,7 @@ func TestObservabilityThroughTheGateway(t *testing.T) {
 
 	// Kill the second sandbox's container: the fleet snapshot still
 	// answers, with that sandbox unavailable and the first available.
-	require.NoError(t, exec.Command("docker", "kill", activities.ContainerName(ids[1])).Run())
+	require.NoError(t, exec.Command("docker", "kill", workflows.ContainerName(ids[1])).Run())
 	fleet := ok("snapshot", nil, map[string]any{})
 	avail := map[string]string{}
 	for _, n := range fleet["sandboxes"].([]any) {

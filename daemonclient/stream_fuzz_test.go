@@ -1,10 +1,12 @@
-package gateway
+package daemonclient
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // FuzzDaemonStream feeds arbitrary bytes as a streamed daemon answer: the
@@ -20,7 +22,7 @@ func FuzzDaemonStream(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var lines []string
-		out, err := readDaemonStream(bytes.NewReader(b), func(s string) { lines = append(lines, s) })
+		out, err := readStream(bytes.NewReader(b), Call{SandboxID: "s", Op: "exec_command"}, func(l api.OutputLine) { lines = append(lines, l.Text) })
 		if err == nil {
 			if !json.Valid(out) {
 				t.Fatalf("a result that is not JSON: %q", out)

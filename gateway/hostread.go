@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// hostReadTimeout bounds a read of a Docker host: a host without a
+// running worker answers nothing, and the caller is told so.
+const hostReadTimeout = 30 * time.Second
+
+// healthHostTimeout is how long /healthz waits for the host's worker.
+const healthHostTimeout = 3 * time.Second
+
+// readHost runs one HostReadWorkflow on the host's worker and waits for it.
+func (b *TemporalBackend) readHost(ctx context.Context, r workflows.HostRead) (*workflows.HostReadResult, error) {
+	r.Queue = b.HostQueue
+	timeout := hostReadTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout = time.Until(d)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	id := RequestID(ctx)
+	if id == "" {
+		id = client.NewRequestID()
+	}
+	run, err := b.Client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "host/" + r.Op + "/" + id, TaskQueue: workflows.TaskQueue,
+		WorkflowExecutionTimeout: hostReadTimeout}, workflows.HostReadWorkflowName, r)
+	if err != nil {
+		return nil, mapErr("", err)
+	}
+	var out workflows.HostReadResult
+	if err := run.Get(ctx, &out); err != nil {
+		if ctx.Err() != nil {
+			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"host_queue": r.Queue},
+				"no worker of the sandbox host answered within %s (is sandbox-worker running for this host?)", timeout.Round(time.Millisecond))
+		}
+		return nil, mapErr("", err)
+	}
+	return &out, nil
+}
+
+// hostRead serves the catalog's RouteHost ops.
+func (b *TemporalBackend) hostRead(ctx context.Context, op string, args map[string]any) (any, error) {
+	switch op {
+	case "list_docker_images":
+		out, err := b.readHost(ctx, workflows.HostRead{Op: workflows.HostReadImages})
+		if err != nil {
+			return nil, err
+		}
+		if out.Images == nil {
+			out.Images = []workflows.ImageInfo{}
+		}
+		return map[string]any{"images": out.Images}, nil
+	case "list_workspace_directories":
+		p, _ := args["path"].(string)
+		out, err := b.readHost(ctx, workflows.HostRead{Op: workflows.HostReadDirectories, Path: p})
+		if err != nil {
+			return nil, err
+		}
+		return out.Directories, nil
+	}
+	return nil, api.Errorf(api.KindInternal, map[string]any{"op": op}, "no host read for %s", op)
+}

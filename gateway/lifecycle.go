@@ -1,0 +1,228 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// recordHandler serves a lifecycle op of RouteRecords.
+type recordHandler func(b *TemporalBackend, ctx context.Context, sandboxID string, args map[string]any, async bool, progress func(string)) (any, error)
+
+// recordHandlers are the gateway's own answers, by operation; every
+// catalog op of RouteRecords has one (TestEveryRecordsOpHasAHandler).
+var recordHandlers = map[string]recordHandler{
+	"create_sandbox":  (*TemporalBackend).createSandboxes,
+	"destroy_sandbox": (*TemporalBackend).destroySandbox,
+	"inspect_sandbox": func(b *TemporalBackend, ctx context.Context, id string, _ map[string]any, _ bool, _ func(string)) (any, error) {
+		st, err := b.state(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return b.record(ctx, st), nil
+	},
+	"list_sandboxes": func(b *TemporalBackend, ctx context.Context, _ string, _ map[string]any, _ bool, _ func(string)) (any, error) {
+		return b.listSandboxes(ctx)
+	},
+	"workflows": func(b *TemporalBackend, ctx context.Context, id string, args map[string]any, _ bool, _ func(string)) (any, error) {
+		limit := 100
+		if n, err := strconv.Atoi(fmt.Sprint(args["limit"])); err == nil && n > 0 {
+			limit = n
+		}
+		return b.workflowsView(ctx, id, limit)
+	},
+}
+
+// Lifecycle implements Backend.
+func (b *TemporalBackend) Lifecycle(ctx context.Context, op, sandboxID string, args map[string]any) (any, error) {
+	return b.LifecycleProgress(ctx, op, sandboxID, args, nil)
+}
+
+// LifecycleProgress implements ProgressBackend. How an op is served is the
+// catalog's data (api.Operation.Route): a sandbox workflow update named
+// like the op, a read of the Docker host, or one of the gateway's record
+// handlers. With progress, the call reports what the workflow does.
+func (b *TemporalBackend) LifecycleProgress(ctx context.Context, name, sandboxID string, args map[string]any, progress func(msg string)) (any, error) {
+	op, ok := api.LookupOp(name)
+	if !ok {
+		return nil, api.Errorf(api.KindUnknownOp, map[string]any{"op": name}, "unknown operation %s", name)
+	}
+	async := isAsync(args)
+	switch op.Route {
+	case api.RouteRecords:
+		if progress == nil {
+			progress = func(string) {}
+		}
+		h, ok := recordHandlers[op.Name]
+		if !ok {
+			return nil, api.Errorf(api.KindInternal, map[string]any{"op": op.Name}, "no record handler for %s", op.Name)
+		}
+		return h(b, ctx, sandboxID, args, async, progress)
+	case api.RouteHost:
+		return b.hostRead(ctx, op.Name, args)
+	}
+	return b.updateOp(ctx, op, sandboxID, args, async, progress)
+}
+
+// updateOp runs an op as the sandbox workflow's update of the same name
+// (a sessionless file op as its amend update). The op's arguments are the
+// update's one request object; an op without arguments but its sandbox
+// sends none.
+func (b *TemporalBackend) updateOp(ctx context.Context, op *api.Operation, sandboxID string, args map[string]any, async bool, progress func(string)) (any, error) {
+	delete(args, "sandbox_id")
+	name, req := op.Name, any(args)
+	if op.AmendWhenSessionless {
+		raw, err := json.Marshal(args)
+		if err != nil {
+			return nil, api.Errorf(api.KindInvalidRequest, nil, "args: %v", err)
+		}
+		name, req = workflows.UpdateAmend, workflows.AmendRequest{Op: op.Name, Args: raw}
+	}
+	var payload []any
+	if req != nil && (op.AmendWhenSessionless || hasRequestArgs(op)) {
+		payload = []any{req}
+	}
+	if async {
+		return b.submit(ctx, sandboxID, name, payload...)
+	}
+	watching := op.Progress && progress != nil
+	if watching {
+		progress(startMessage(op.Name, sandboxID, args))
+		session, _ := args["workspace_session_id"].(string)
+		stop := b.watch(ctx, sandboxID, func(kind, n string) bool {
+			if kind == "child" {
+				return session != "" && strings.Contains(n, "/"+session+"/")
+			}
+			return n != "CallDaemon"
+		}, progress)
+		defer stop()
+	}
+	out, err := b.run(ctx, false, sandboxID, name, payload...)
+	if watching {
+		progress(endMessage(op.Name, out, err))
+	}
+	return out, err
+}
+
+// hasRequestArgs reports whether an op takes arguments besides its sandbox.
+func hasRequestArgs(op *api.Operation) bool {
+	for _, a := range op.Args {
+		if a.Name != "sandbox_id" && a.Name != "async" {
+			return true
+		}
+	}
+	return false
+}
+
+func startMessage(op, sandboxID string, args map[string]any) string {
+	switch op {
+	case "publish_workspace_session":
+		return fmt.Sprintf("publishing workspace session %v", args["workspace_session_id"])
+	case "squash_layerstacks":
+		return "squashing the layer stack of " + sandboxID
+	case "export_changes":
+		return fmt.Sprintf("exporting the published changes of %s to %v", sandboxID, args["dest"])
+	}
+	return op + " on " + sandboxID
+}
+
+func endMessage(op string, out any, err error) string {
+	if op == "publish_workspace_session" {
+		return publishOutcome(out, err)
+	}
+	verb := strings.SplitN(op, "_", 2)[0]
+	if err != nil {
+		return verb + " failed: " + api.AsError(err).Message
+	}
+	return verb + " done"
+}
+
+// publishOutcome is the last progress message of a publish.
+func publishOutcome(out any, err error) string {
+	if err != nil {
+		ae := api.AsError(err)
+		if cs, ok := ae.Details["conflicts"].([]any); ok {
+			return fmt.Sprintf("publish rejected: %d conflicting path(s); nothing committed", len(cs))
+		}
+		return "publish failed: " + ae.Message
+	}
+	var res api.PublishFinalResult
+	if raw, ok := out.(json.RawMessage); ok && json.Unmarshal(raw, &res) == nil && res.Publish != nil {
+		if res.Publish.NoOp {
+			return "published: nothing to commit"
+		}
+		return fmt.Sprintf("published: manifest version %d", res.Publish.Revision.ManifestVersion)
+	}
+	return "published"
+}
+
+func (b *TemporalBackend) destroySandbox(ctx context.Context, sandboxID string, _ map[string]any, async bool, _ func(string)) (any, error) {
+	if async {
+		b.forget(sandboxID)
+		return b.submit(ctx, sandboxID, workflows.UpdateDestroy)
+	}
+	var st workflows.SandboxState
+	if err := b.update(ctx, sandboxID, workflows.UpdateDestroy, &st); err != nil {
+		return nil, err
+	}
+	b.forget(sandboxID)
+	return b.record(ctx, &st), nil
+}
+
+// createSandboxes creates count sandboxes; more than one share one base
+// (lifecycle.CreateSandboxes). With async the workflow is only started.
+func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args map[string]any, async bool, progress func(string)) (any, error) {
+	image, _ := args["image"].(string)
+	root, _ := args["workspace_root"].(string)
+	if !filepath.IsAbs(root) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root must be an absolute host path")
+	}
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root is not a directory: %s", root)
+	}
+	count := 1
+	if n, ok := args["count"]; ok {
+		if v, err := strconv.Atoi(fmt.Sprint(n)); err == nil {
+			count = v
+		}
+	}
+	ids := make([]string, count)
+	for i := range ids {
+		ids[i] = "eos-" + client.NewRequestID()
+	}
+	memo := map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}
+	spec := workflows.SandboxSpec{Image: image, WorkspaceRoot: root}
+	if async {
+		if count != 1 {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "async"}, "async create_sandbox takes count 1 (a group waits for its leader's base)")
+		}
+		spec.SandboxID = ids[0]
+		wid, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: b.HostQueue, Spec: spec}, memo)
+		if err != nil {
+			return nil, mapErr(ids[0], err)
+		}
+		return map[string]any{"id": ids[0], "state": workflows.PhaseCreating, "workflow_id": wid, "workspace_root": root, "image": image}, nil
+	}
+	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: b.HostQueue, Memo: memo, Progress: progress})
+	if err != nil {
+		return nil, mapErr(ids[0], err)
+	}
+	records := make([]any, len(states))
+	for i, st := range states {
+		b.remember(ids[i], st.Container.Daemon)
+		records[i] = b.recordWith(st, map[string]any{"workspace_root": root, "image": image})
+	}
+	if count == 1 {
+		return records[0], nil
+	}
+	return map[string]any{"sandboxes": records}, nil
+}

@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+func (b *TemporalBackend) state(ctx context.Context, sandboxID string) (*workflows.SandboxState, error) {
+	if sandboxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	v, err := b.Client.QueryWorkflow(ctx, workflows.SandboxWorkflowID(sandboxID), "", workflows.QueryState)
+	if err != nil {
+		return nil, mapErr(sandboxID, err)
+	}
+	var st workflows.SandboxState
+	if err := v.Get(&st); err != nil {
+		return nil, api.Errorf(api.KindInternal, nil, "decode state: %v", err)
+	}
+	return &st, nil
+}
+
+func (b *TemporalBackend) memo(ctx context.Context, sandboxID string) map[string]any {
+	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
+	if err != nil || d.GetWorkflowExecutionInfo().GetMemo() == nil {
+		return nil
+	}
+	return decodeMemo(d.GetWorkflowExecutionInfo().GetMemo().GetFields())
+}
+
+func decodeMemo(fields map[string]*commonpb.Payload) map[string]any {
+	out := map[string]any{}
+	dc := converter.GetDefaultDataConverter()
+	for k, p := range fields {
+		var v any
+		if dc.FromPayload(p, &v) == nil {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (b *TemporalBackend) record(ctx context.Context, st *workflows.SandboxState) map[string]any {
+	return b.recordWith(st, b.memo(ctx, st.SandboxID))
+}
+
+// recordWith renders the seed's sandbox record.
+func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string]any) map[string]any {
+	rec := map[string]any{
+		"id": st.SandboxID, "state": st.Phase, "workspace_root": memo["workspace_root"], "image": memo["image"],
+		"daemon": nil, "daemon_http": nil, "shared_base": nil, "activity_revision": st.Publishes,
+		"workspace_session_count": len(st.Sessions), "created": st.Created,
+	}
+	if st.Container.Daemon.Port > 0 {
+		// The daemon serves its RPC and its HTTP routes (/health,
+		// /files/list, /forward/...) on the same port.
+		rec["daemon"], rec["daemon_http"] = st.Container.Daemon, st.Container.Daemon
+	}
+	if st.Error != "" {
+		rec["error"] = st.Error
+	}
+	return rec
+}
+
+func (b *TemporalBackend) listSandboxes(ctx context.Context) (any, error) {
+	fleet, err := b.fleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]map[string]any, 0, len(fleet))
+	for _, f := range fleet {
+		if f.Err != nil {
+			recs = append(recs, map[string]any{"id": f.ID, "state": "unknown", "error": f.Err.Error(), "workspace_root": f.Memo["workspace_root"]})
+			continue
+		}
+		recs = append(recs, b.recordWith(f.State, f.Memo))
+	}
+	return map[string]any{"sandboxes": recs}, nil
+}
+
+func (b *TemporalBackend) remember(id string, ep api.Endpoint) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.endpoints == nil {
+		b.endpoints = map[string]api.Endpoint{}
+	}
+	b.endpoints[id] = ep
+}
+
+func (b *TemporalBackend) forget(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.endpoints, id)
+}
+
+// workflowsView lists a sandbox's workflow and its publish children, newest
+// first, with links into the Temporal UI.
+func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, limit int) (any, error) {
+	if sandboxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	ns := b.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	query := fmt.Sprintf("WorkflowId = '%s' OR WorkflowId STARTS_WITH 'publish/%s/'", workflows.SandboxWorkflowID(sandboxID), sandboxID)
+	out := []map[string]any{}
+	var token []byte
+	for len(out) < limit {
+		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, Query: query,
+			PageSize: int32(min(limit, 1000)), NextPageToken: token})
+		if err != nil {
+			return nil, mapErr(sandboxID, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			w := map[string]any{"workflow_id": e.GetExecution().GetWorkflowId(), "run_id": e.GetExecution().GetRunId(),
+				"type": e.GetType().GetName(), "status": strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")),
+				"start_time": e.GetStartTime().AsTime(), "history_length": e.GetHistoryLength()}
+			if ct := e.GetCloseTime(); ct != nil {
+				w["close_time"] = ct.AsTime()
+			}
+			if b.UIAddress != "" {
+				w["ui_url"] = fmt.Sprintf("http://%s/namespaces/%s/workflows/%s/%s/history", b.UIAddress, ns,
+					url.PathEscape(e.GetExecution().GetWorkflowId()), e.GetExecution().GetRunId())
+			}
+			out = append(out, w)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, notFoundSandbox(sandboxID)
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
+}
