@@ -1,8 +1,11 @@
 // Package activities holds the Temporal activities: every call to the Docker
 // Engine and every RPC to a sandbox's daemon made on behalf of a workflow.
-// Workflows reference them through a typed nil pointer
-// (var a *activities.Activities; workflow.ExecuteActivity(ctx, a.CreateContainer, spec));
-// the worker registers one *Activities built by New.
+// They implement the contract package workflows declares: the registered
+// names (workflows.ActCreateContainer, ...) and the input and output types
+// (workflows.SandboxSpec, workflows.ContainerInfo, ...); the workflows never
+// import this package, so nothing above the worker links the Docker client.
+// The worker registers one *Activities built by New; its method names are
+// the registered names.
 //
 // # Idempotency
 //
@@ -11,8 +14,8 @@
 //
 //   - A sandbox's Docker objects have deterministic names, ContainerName and
 //     VolumeName of the sandbox id. CreateVolume returns the volume an earlier
-//     attempt made (a volume of that name without our labels is an ErrConflict:
-//     it may hold someone's data). CreateContainer adopts a container of that
+//     attempt made (a volume of that name without our labels is refused as
+//     invalid_request: it may hold someone's data). CreateContainer adopts a container of that
 //     name that carries our labels for this sandbox and was created from the
 //     same image id (ContainerInfo.Adopted), redoing the copy-in unless it runs;
 //     any other container of that name is force-removed and recreated (Nomad's
@@ -34,8 +37,8 @@
 //
 // # The daemon token
 //
-// A sandbox's daemon token is DaemonToken(Config.Secret, sandboxID),
-// derived inside the activity whenever it is needed. It exists in exactly two
+// A sandbox's daemon token is daemonclient.Token(Config.Secret, sandboxID),
+// derived by the one daemon client whenever it is needed. It exists in exactly two
 // places: the Authorization header of requests to that sandbox's daemon, and
 // /eos/secret/daemon.token (mode 0600 in a 0700 directory of the state volume),
 // copied in by CreateContainer with the daemon binary before the container
@@ -44,16 +47,17 @@
 //
 // # Errors and retries
 //
-// Failures that a retry cannot fix are non-retryable temporal ApplicationErrors
-// with a type from types.go: ErrInvalidArgument (bad input, missing
-// configuration), ErrImageNotFound (the image is not on this host; nothing is
-// ever pulled), ErrNotFound (the sandbox has no container), ErrConflict (a name
-// or destination taken by something that is not ours), and ErrDaemon: the
-// daemon answered with its error envelope, which is the error's one detail as
-// a DaemonError {kind, message, details} (read it with AsDaemonError), so the
-// conflict report of a rejected publish reaches workflows and the gateway
+// Failures that a retry cannot fix are non-retryable ApplicationErrors that
+// carry the one wire error, *api.Error (internal/apperr): invalid_request
+// (bad input, missing configuration, an image that is not on this host —
+// nothing is ever pulled —, a name or destination taken by something that is
+// not ours), not_found (the sandbox has no container), and every refusal of
+// the daemon exactly as the daemon sent it (kind, message, details), so the
+// conflict report of a rejected publish reaches workflows and clients
 // unchanged. Everything else is a plain, retryable error: Docker or network
-// failures, timeouts, and the daemon's server_busy and server_shutting_down.
+// failures, timeouts, a daemon that cannot be reached (the daemon client
+// looks a restarted container's new port up in Docker first), and the
+// daemon's server_busy and server_shutting_down.
 //
 // Long activities (CopyWorkspace, WaitReady, CallDaemon, ExportChanges,
 // StopContainer) heartbeat, so they need a HeartbeatTimeout; outside an

@@ -152,10 +152,10 @@ func (b *TemporalBackend) fleetResources(ctx context.Context) (any, error) {
 		}
 	}
 	// Docker's counters, read on the host by its worker in one go.
-	var usage *workflows.HostReadResult
+	var usage *workflows.HostOpResult
 	var usageErr error
 	if len(ready) > 0 {
-		usage, usageErr = b.readHost(ctx, workflows.HostRead{Op: workflows.HostReadUsage, SandboxIDs: ready})
+		usage, usageErr = b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpUsage, SandboxIDs: ready})
 	}
 	out := map[string]any{}
 	for _, f := range fleet {

@@ -2,7 +2,11 @@
 // operation catalog and the seed's JSON-lines protocol on the same listener
 // (a connection whose first byte is '{' speaks JSON lines), bearer-token
 // auth, a 16 MiB body cap and request ids. Operations are dispatched to a
-// Backend: lifecycle ops to Temporal, runtime ops to the sandbox daemon.
+// Backend from the catalog's data (api.Operation: Lifecycle, Route,
+// Progress): lifecycle ops to Temporal (a sandbox workflow update, a host
+// read on the host's worker, or the sandbox records), runtime and
+// observability ops to the sandbox's daemon through daemonclient. The
+// gateway never calls Docker and never imports the activities.
 package gateway
 
 import (

@@ -102,7 +102,7 @@ func (b *TemporalBackend) Health(ctx context.Context) (map[string]any, bool) {
 		start := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, healthHostTimeout)
 		defer cancel()
-		v, err := b.readHost(hctx, workflows.HostRead{Op: workflows.HostReadVersion})
+		v, err := b.runHostOp(hctx, workflows.HostOp{Op: workflows.HostOpVersion})
 		version := ""
 		if err == nil {
 			version = v.Version

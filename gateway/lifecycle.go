@@ -68,7 +68,7 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, name, sandboxID
 		}
 		return h(b, ctx, sandboxID, args, async, progress)
 	case api.RouteHost:
-		return b.hostRead(ctx, op.Name, args)
+		return b.hostOp(ctx, op.Name, args)
 	}
 	return b.updateOp(ctx, op, sandboxID, args, async, progress)
 }

@@ -36,7 +36,7 @@ type preparedPublish struct {
 	Result    *layerstack.PublishResult `json:"result,omitempty"`
 	// Finalized is finalize's answer, kept so a retried finalize returns it.
 	Finalized *api.PublishFinalResult `json:"finalized,omitempty"`
-	Aborted   bool           `json:"aborted,omitempty"`
+	Aborted   bool                    `json:"aborted,omitempty"`
 
 	conflict *layerstack.ConflictError // the dry run's rejection, for the publish history
 }

@@ -126,7 +126,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 func Register(r worker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.SandboxWorkflow, workflow.RegisterOptions{Name: workflows.SandboxWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.PublishWorkflow, workflow.RegisterOptions{Name: workflows.PublishWorkflowName})
-	r.RegisterWorkflowWithOptions(workflows.HostReadWorkflow, workflow.RegisterOptions{Name: workflows.HostReadWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.HostOpWorkflow, workflow.RegisterOptions{Name: workflows.HostOpWorkflowName})
 	if acts != nil {
 		// Helpers such as Inspect and RemoveLeftovers are exported for the
 		// reconciler, not activities: skip what is not a valid activity.

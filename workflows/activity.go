@@ -22,7 +22,7 @@ const (
 	ActCallDaemon      = "CallDaemon"
 	ActResolveDaemon   = "ResolveDaemon"
 	ActExportChanges   = "ExportChanges"
-	// Reads of a Docker host (HostReadWorkflow).
+	// Reads of a Docker host (HostOpWorkflow).
 	ActListImages      = "ListImages"
 	ActListDirectories = "ListDirectories"
 	ActDockerVersion   = "DockerVersion"
@@ -143,10 +143,10 @@ type DirectoryListing struct {
 	Directories []DirectoryEntry `json:"directories"`
 }
 
-// HostRead is a read of a Docker host, run as an activity on the host's
-// worker (HostReadWorkflow): the gateway never talks to Docker itself.
-type HostRead struct {
-	Op         string   `json:"op"` // one of the HostRead* constants
+// HostOp is a read of a Docker host, run as an activity on the host's
+// worker (HostOpWorkflow): the gateway never talks to Docker itself.
+type HostOp struct {
+	Op         string   `json:"op"` // one of the HostOp* constants
 	Queue      string   `json:"queue,omitempty"`
 	Path       string   `json:"path,omitempty"`
 	SandboxIDs []string `json:"sandbox_ids,omitempty"`
@@ -154,14 +154,14 @@ type HostRead struct {
 
 // Host reads.
 const (
-	HostReadImages      = "list_docker_images"
-	HostReadDirectories = "list_workspace_directories"
-	HostReadVersion     = "docker_version"
-	HostReadUsage       = "container_usage"
+	HostOpImages      = "list_docker_images"
+	HostOpDirectories = "list_workspace_directories"
+	HostOpVersion     = "docker_version"
+	HostOpUsage       = "container_usage"
 )
 
-// HostReadResult holds the one field of its read.
-type HostReadResult struct {
+// HostOpResult holds the one field of its read.
+type HostOpResult struct {
 	Images      []ImageInfo               `json:"images,omitempty"`
 	Directories *DirectoryListing         `json:"directories,omitempty"`
 	Version     string                    `json:"version,omitempty"`

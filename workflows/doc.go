@@ -1,6 +1,11 @@
 // Package workflows holds the durable lifecycle of sandboxes on Temporal:
-// SandboxWorkflow, one entity per sandbox (id "sandbox/<id>"), and
-// PublishWorkflow, a child per publish.
+// SandboxWorkflow, one entity per sandbox (id "sandbox/<id>"),
+// PublishWorkflow, a child per publish, and HostOpWorkflow, one read of a
+// Docker host (images, directories, counters) run on that host's worker.
+//
+// The package declares the activities it runs (activity.go): their
+// registered names and their input and output types. Package activities
+// implements them; this package never imports it.
 //
 // Invariants:
 //   - Deterministic code only: no I/O, clocks, randomness or map iteration
@@ -16,6 +21,9 @@
 //     that id, so retries and worker crashes at any step converge.
 //   - Activity inputs and outputs never carry the daemon token: activities
 //     derive it from the gateway secret and the sandbox id.
+//   - Failures are the one wire error, *api.Error, raised with apperr and
+//     returned unwrapped, so the gateway hands clients the refusal itself.
+//   - A daemon answer that does not decode into its api type is an error.
 //   - The state struct is the continue-as-new payload; the workflow
 //     continues as new once Temporal suggests it and no handler is running.
 package workflows

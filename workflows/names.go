@@ -7,8 +7,8 @@ const (
 	TaskQueue           = "eos-sandboxes"
 	SandboxWorkflowName = "eos.SandboxWorkflow"
 	PublishWorkflowName = "eos.PublishWorkflow"
-	// HostReadWorkflowName reads a Docker host (HostReadWorkflow).
-	HostReadWorkflowName = "eos.HostReadWorkflow"
+	// HostOpWorkflowName reads a Docker host (HostOpWorkflow).
+	HostOpWorkflowName = "eos.HostOpWorkflow"
 )
 
 // Updates, queries and signals of SandboxWorkflow. Update names are the
@@ -27,7 +27,7 @@ const (
 	// (a restarted container may be published on another host port) and
 	// records it.
 	UpdateResolveDaemon = "resolve_daemon"
-	QueryState           = "state"
+	QueryState          = "state"
 	// QueryPublishProgress is PublishWorkflow's query: the step it is in.
 	QueryPublishProgress = "progress"
 	SignalContainerLost  = "container_lost"

@@ -56,7 +56,6 @@ type sandbox struct {
 	}
 }
 
-
 func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 	s := &sandbox{in: in, state: in.State, commitMu: workflow.NewMutex(ctx), publishing: map[string]bool{}, log: workflow.GetLogger(ctx)}
 	if s.state == nil {

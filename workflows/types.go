@@ -27,7 +27,7 @@ type SandboxState struct {
 	SandboxID  string                    `json:"sandbox_id"`
 	Phase      string                    `json:"state"`
 	BaseID     string                    `json:"base_id,omitempty"`
-	Container  ContainerInfo  `json:"container"`
+	Container  ContainerInfo             `json:"container"`
 	Sessions   map[string]*SessionRecord `json:"sessions"`
 	Archived   []ArchivedSession         `json:"archived_sessions,omitempty"`
 	PublishSeq int                       `json:"publish_seq"`

@@ -16,9 +16,9 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
-	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
 	"github.com/ephemeral-sandbox/sandbox/cli"
+	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 )

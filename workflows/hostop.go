@@ -10,26 +10,26 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
-// HostReadWorkflow runs one read of a Docker host on that host's worker:
+// HostOpWorkflow runs one read of a Docker host on that host's worker:
 // its local images, its directories, its Engine's version, its sandbox
 // containers' counters. It is short and has no side effects; its id is
 // the caller's request id.
-func HostReadWorkflow(ctx workflow.Context, r HostRead) (*HostReadResult, error) {
+func HostOpWorkflow(ctx workflow.Context, r HostOp) (*HostOpResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           hostQueue(r.Queue),
 		StartToCloseTimeout: 20 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
 	})
-	out := &HostReadResult{}
+	out := &HostOpResult{}
 	switch r.Op {
-	case HostReadImages:
+	case HostOpImages:
 		return out, workflow.ExecuteActivity(ctx, ActListImages).Get(ctx, &out.Images)
-	case HostReadDirectories:
+	case HostOpDirectories:
 		out.Directories = &DirectoryListing{}
 		return out, workflow.ExecuteActivity(ctx, ActListDirectories, r.Path).Get(ctx, out.Directories)
-	case HostReadVersion:
+	case HostOpVersion:
 		return out, workflow.ExecuteActivity(ctx, ActDockerVersion).Get(ctx, &out.Version)
-	case HostReadUsage:
+	case HostOpUsage:
 		futures := make([]workflow.Future, len(r.SandboxIDs))
 		for i, id := range r.SandboxIDs {
 			futures[i] = workflow.ExecuteActivity(ctx, ActUsage, id)

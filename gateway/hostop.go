@@ -11,17 +11,17 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
-// hostReadTimeout bounds a read of a Docker host: a host without a
+// hostOpTimeout bounds a read of a Docker host: a host without a
 // running worker answers nothing, and the caller is told so.
-const hostReadTimeout = 30 * time.Second
+const hostOpTimeout = 30 * time.Second
 
 // healthHostTimeout is how long /healthz waits for the host's worker.
 const healthHostTimeout = 3 * time.Second
 
-// readHost runs one HostReadWorkflow on the host's worker and waits for it.
-func (b *TemporalBackend) readHost(ctx context.Context, r workflows.HostRead) (*workflows.HostReadResult, error) {
+// runHostOp runs one HostOpWorkflow on the host's worker and waits for it.
+func (b *TemporalBackend) runHostOp(ctx context.Context, r workflows.HostOp) (*workflows.HostOpResult, error) {
 	r.Queue = b.HostQueue
-	timeout := hostReadTimeout
+	timeout := hostOpTimeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 		timeout = time.Until(d)
 	}
@@ -32,11 +32,11 @@ func (b *TemporalBackend) readHost(ctx context.Context, r workflows.HostRead) (*
 		id = client.NewRequestID()
 	}
 	run, err := b.Client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "host/" + r.Op + "/" + id, TaskQueue: workflows.TaskQueue,
-		WorkflowExecutionTimeout: hostReadTimeout}, workflows.HostReadWorkflowName, r)
+		WorkflowExecutionTimeout: hostOpTimeout}, workflows.HostOpWorkflowName, r)
 	if err != nil {
 		return nil, mapErr("", err)
 	}
-	var out workflows.HostReadResult
+	var out workflows.HostOpResult
 	if err := run.Get(ctx, &out); err != nil {
 		if ctx.Err() != nil {
 			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"host_queue": r.Queue},
@@ -48,10 +48,10 @@ func (b *TemporalBackend) readHost(ctx context.Context, r workflows.HostRead) (*
 }
 
 // hostRead serves the catalog's RouteHost ops.
-func (b *TemporalBackend) hostRead(ctx context.Context, op string, args map[string]any) (any, error) {
+func (b *TemporalBackend) hostOp(ctx context.Context, op string, args map[string]any) (any, error) {
 	switch op {
 	case "list_docker_images":
-		out, err := b.readHost(ctx, workflows.HostRead{Op: workflows.HostReadImages})
+		out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpImages})
 		if err != nil {
 			return nil, err
 		}
@@ -61,7 +61,7 @@ func (b *TemporalBackend) hostRead(ctx context.Context, op string, args map[stri
 		return map[string]any{"images": out.Images}, nil
 	case "list_workspace_directories":
 		p, _ := args["path"].(string)
-		out, err := b.readHost(ctx, workflows.HostRead{Op: workflows.HostReadDirectories, Path: p})
+		out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpDirectories, Path: p})
 		if err != nil {
 			return nil, err
 		}
