@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -66,6 +67,7 @@ type Docker interface {
 	CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error)
 
 	ServerVersion(ctx context.Context) (types.Version, error)
+	DiskUsage(ctx context.Context, options types.DiskUsageOptions) (types.DiskUsage, error)
 }
 
 var _ Docker = (*client.Client)(nil)
@@ -93,6 +95,25 @@ type Activities struct {
 	docker Docker
 	log    *slog.Logger
 	daemon *daemonclient.Client
+
+	ownerMu sync.RWMutex
+	cluster string // the Temporal cluster id (SetOwner)
+	ns      string // the Temporal namespace
+}
+
+// SetOwner records the Temporal cluster and namespace whose workflows use
+// these activities; new objects are labelled with them.
+func (a *Activities) SetOwner(clusterID, namespace string) {
+	a.ownerMu.Lock()
+	defer a.ownerMu.Unlock()
+	a.cluster, a.ns = clusterID, namespace
+}
+
+// Owner is the cluster and namespace SetOwner recorded.
+func (a *Activities) Owner() (clusterID, namespace string) {
+	a.ownerMu.RLock()
+	defer a.ownerMu.RUnlock()
+	return a.cluster, a.ns
 }
 
 // New builds the activities over a Docker client.

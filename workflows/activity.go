@@ -168,3 +168,21 @@ type HostOpResult struct {
 	Usage       map[string]ContainerUsage `json:"usage,omitempty"`
 	UsageErrors map[string]*api.Error     `json:"usage_errors,omitempty"`
 }
+
+// SandboxObjects are the Docker objects of one sandbox on a host, as the
+// reconciler and list_orphaned_sandboxes see them.
+type SandboxObjects struct {
+	SandboxID      string    `json:"sandbox_id"`
+	Container      string    `json:"container,omitempty"`
+	ContainerState string    `json:"container_state,omitempty"` // running, exited, ... ("" = no container)
+	Volume         string    `json:"volume,omitempty"`
+	VolumeBytes    int64     `json:"volume_bytes"` // -1 when Docker did not say
+	Created        time.Time `json:"created"`
+	Image          string    `json:"image,omitempty"`
+	WorkspaceRoot  string    `json:"workspace_root,omitempty"`
+	// The Temporal cluster and namespace that made them ("" for objects
+	// made before they were labelled).
+	Cluster   string `json:"temporal_cluster,omitempty"`
+	Namespace string `json:"temporal_namespace,omitempty"`
+	Worker    string `json:"worker,omitempty"`
+}

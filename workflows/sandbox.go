@@ -21,6 +21,10 @@ const continueAsNewAfter = 4000
 // sessions do not wait for each other (they did under commitMu before).
 const versionPublishSideBySide = "publish-side-by-side"
 
+// versionLostKeepsVolume marks runs in which a sandbox whose container
+// vanished keeps its state volume (it was removed before).
+const versionLostKeepsVolume = "lost-keeps-volume"
+
 // SandboxWorkflow is the entity of one sandbox: it creates the sandbox's
 // Docker objects (compensating on failure), serves the lifecycle updates,
 // reaps idle sessions, and destroys everything when asked.
@@ -209,8 +213,13 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 		case s.lost:
 			s.state.Phase = PhaseFailed
 			s.settle(ctx)
-			cctx := cleanupOptions(ctx, s.queue())
-			_ = workflow.ExecuteActivity(cctx, ActRemoveSandbox, s.id()).Get(ctx, nil)
+			// Nothing is deleted by inference: the state volume (the work)
+			// stays, an orphan to adopt or delete. Runs recorded before
+			// replay as they ran.
+			if workflow.GetVersion(ctx, versionLostKeepsVolume, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+				cctx := cleanupOptions(ctx, s.queue())
+				_ = workflow.ExecuteActivity(cctx, ActRemoveSandbox, s.id()).Get(ctx, nil)
+			}
 			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: s.state.Error}, nil
 		case s.suggestContinue(ctx):
 			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })

@@ -203,5 +203,3 @@ func normalize(d map[string]any) map[string]any {
 	_ = json.Unmarshal(b, &out)
 	return out
 }
-
-
