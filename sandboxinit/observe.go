@@ -69,7 +69,7 @@ func (o observed) Sessions() []observe.Session {
 	o.d.mu.Unlock()
 	out := make([]observe.Session, 0, len(live))
 	for _, s := range live {
-		out = append(out, s.observed())
+		out = append(out, s.snapshot())
 	}
 	return out
 }
@@ -79,14 +79,14 @@ func (o observed) Session(id string) (observe.Session, error) {
 	if err != nil {
 		return observe.Session{}, err
 	}
-	return s.observed(), nil
+	return s.snapshot(), nil
 }
 
 func (o observed) Layers() *layerstack.Store { return o.d.store }
 
-// observed is what a view may read of s without its gate. The record's
+// snapshot is what a view may read of s without its gate. The record's
 // other fields never change once the session is live.
-func (s *session) observed() observe.Session {
+func (s *session) snapshot() observe.Session {
 	seen := s.seen()
 	return observe.Session{ID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, Agent: s.rec.Agent, Implicit: s.rec.Implicit,
 		Created: s.rec.Created, Idle: s.act.since(), State: seen.state, FinalizationState: finalizationState(seen.state),
