@@ -12,6 +12,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
@@ -91,7 +92,7 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	obs      *observability
+	obs      *observe.Observer
 	started  time.Time
 }
 

@@ -21,7 +21,7 @@
 //     is prepared. Every publish step is idempotent by its transaction id and
 //     answers a retry with its first answer.
 //   - The state volume and the token are masked in every session.
-//   - Observability (observe.go, telemetry/) is fail-open and bounded: the
+//   - Observability (observe/, telemetry/) is fail-open and bounded: the
 //     views are served under a quiet context and never write or count as
 //     activity; every other request is a daemon.dispatch span, wakes the
 //     sampler, and records its events in its trace. The sampler runs only
