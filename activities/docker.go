@@ -60,6 +60,14 @@ func (a *Activities) labels(sandboxID, role string, extra map[string]string) map
 	return l
 }
 
+// sameOwner reports whether labelled objects belong to this deployment's
+// cluster and namespace (a container an adopted orphan's old deployment
+// made is recreated, so it carries the new owner; its volume keeps the work).
+func (a *Activities) sameOwner(l map[string]string) bool {
+	cluster, ns := a.Owner()
+	return cluster == "" || (l[LabelCluster] == cluster && l[LabelNamespace] == ns)
+}
+
 func labelsOf(c container.InspectResponse) map[string]string {
 	if c.Config == nil {
 		return nil
@@ -161,7 +169,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 		existing, err := a.docker.ContainerInspect(ctx, name)
 		switch {
 		case err == nil:
-			if isOurs(labelsOf(existing), spec.SandboxID) && existing.Image == img.ID {
+			if isOurs(labelsOf(existing), spec.SandboxID) && existing.Image == img.ID && a.sameOwner(labelsOf(existing)) {
 				info.ContainerID, info.Adopted, info.State = existing.ID, true, stateOf(existing)
 				if existing.State != nil && existing.State.Running {
 					info.Daemon = daemonEndpoint(existing)

@@ -19,6 +19,7 @@ const (
 	ActStartContainer  = "StartContainer"
 	ActWaitReady       = "WaitReady"
 	ActRemoveSandbox   = "RemoveSandbox"
+	ActStopContainer   = "StopContainer"
 	ActCallDaemon      = "CallDaemon"
 	ActResolveDaemon   = "ResolveDaemon"
 	ActExportChanges   = "ExportChanges"
@@ -27,6 +28,7 @@ const (
 	ActListDirectories = "ListDirectories"
 	ActDockerVersion   = "DockerVersion"
 	ActUsage           = "Usage"
+	ActListSandboxes   = "ListSandboxObjects"
 )
 
 // SandboxSpec is everything needed to create one sandbox's Docker objects.
@@ -158,6 +160,8 @@ const (
 	HostOpDirectories = "list_workspace_directories"
 	HostOpVersion     = "docker_version"
 	HostOpUsage       = "container_usage"
+	HostOpSandboxes   = "list_sandbox_objects"
+	HostOpRemove      = "remove_sandbox" // an orphan's container and volume, asked for explicitly
 )
 
 // HostOpResult holds the one field of its read.
@@ -167,6 +171,7 @@ type HostOpResult struct {
 	Version     string                    `json:"version,omitempty"`
 	Usage       map[string]ContainerUsage `json:"usage,omitempty"`
 	UsageErrors map[string]*api.Error     `json:"usage_errors,omitempty"`
+	Sandboxes   []SandboxObjects          `json:"sandboxes,omitempty"`
 }
 
 // SandboxObjects are the Docker objects of one sandbox on a host, as the
