@@ -93,6 +93,7 @@ func docker(t *testing.T, args ...string) {
 // sandbox serves again without a repair command. Each publish caught by an
 // event commits exactly once.
 func TestRecoveryDrills(t *testing.T) {
+	top := t
 	g := startGatewayProcess(t)
 	ws := t.TempDir()
 	writeFile(t, filepath.Join(ws, "f.txt"), "base\n")
@@ -195,11 +196,15 @@ func TestRecoveryDrills(t *testing.T) {
 		d.t = t
 		ws := session(d, "gateway-killed")
 		v := d.manifestVersion()
-		go func() { _, _ = d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws}) }()
+		go func() {
+			// The gateway dies under this call: its answer is lost, not its publish.
+			_, _, _ = g.HTTPOp("publish_workspace_session", map[string]any{"scope": map[string]any{"kind": "sandbox", "sandbox_id": d.id},
+				"args": map[string]any{"workspace_session_id": ws}})
+		}()
 		time.Sleep(20 * time.Millisecond)
 		g.Kill()
 		start := time.Now()
-		g2 := testenv.StartGatewayWith(t, g.Options())
+		g2 := testenv.StartGatewayWith(top, g.Options())
 		d.g = g2
 		require.Eventually(t, func() bool {
 			m, err := d.op("layerstack", nil)
