@@ -110,6 +110,17 @@ func TestRecoveryDrills(t *testing.T) {
 		return ws
 	}
 
+	// bulk makes a session's publish take long enough (~1000 files) for an
+	// event to land in its middle.
+	bulk := func(d *drill, ws string) {
+		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "mkdir -p bulk && for i in $(seq 1 1000); do echo $i > bulk/$i; done"})
+		require.Equal(d.t, "ok", out["status"], "%v", out)
+	}
+	bulkPublished := func(d *drill) {
+		m := d.must("file_read", map[string]any{"path": "bulk/1000"})
+		require.Equal(d.t, "1000", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+	}
+
 	t.Run("docker restart, idle", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "unpublished-1")
@@ -128,13 +139,14 @@ func TestRecoveryDrills(t *testing.T) {
 	t.Run("docker kill and start, in the middle of a publish", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "unpublished-2")
+		bulk(d, ws)
 		v := d.manifestVersion()
 		done := make(chan *api.Error, 1)
 		go func() {
 			_, err := d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 			done <- err
 		}()
-		time.Sleep(15 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 		docker(t, "kill", d.container())
 		start := time.Now()
 		docker(t, "start", d.container())
@@ -148,6 +160,7 @@ func TestRecoveryDrills(t *testing.T) {
 		require.Equal(t, v+1, d.manifestVersion(), "exactly one layer")
 		m := d.must("file_read", map[string]any{"path": "work.txt"})
 		require.Equal(t, "unpublished-2", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+		bulkPublished(d)
 	})
 
 	t.Run("engine restart: every sandbox container stopped and started", func(t *testing.T) {
@@ -195,13 +208,14 @@ func TestRecoveryDrills(t *testing.T) {
 	t.Run("gateway SIGKILL with its Temporal, in the middle of a publish", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "gateway-killed")
+		d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "rm -rf bulk && mkdir bulk && for i in $(seq 1 1000); do echo $i > bulk/$i; done"})
 		v := d.manifestVersion()
 		go func() {
 			// The gateway dies under this call: its answer is lost, not its publish.
 			_, _, _ = g.HTTPOp("publish_workspace_session", map[string]any{"scope": map[string]any{"kind": "sandbox", "sandbox_id": d.id},
 				"args": map[string]any{"workspace_session_id": ws}})
 		}()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 		g.Kill()
 		start := time.Now()
 		g2 := testenv.StartGatewayWith(top, g.Options())
@@ -213,6 +227,7 @@ func TestRecoveryDrills(t *testing.T) {
 		t.Logf("publish committed %s after the gateway started again", time.Since(start).Round(time.Millisecond))
 		m := d.must("file_read", map[string]any{"path": "work.txt"})
 		require.Equal(t, "gateway-killed", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+		bulkPublished(d)
 		g = g2
 	})
 
