@@ -112,13 +112,14 @@ func TestRecoveryDrills(t *testing.T) {
 
 	// bulk makes a session's publish take long enough (~1000 files) for an
 	// event to land in its middle.
-	bulk := func(d *drill, ws string) {
-		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "mkdir -p bulk && for i in $(seq 1 1000); do echo $i > bulk/$i; done"})
+	bulk := func(d *drill, ws, prefix string) {
+		out := d.must("exec_command", map[string]any{"workspace_session_id": ws,
+			"cmd": "mkdir -p bulk && for i in $(seq 1 1000); do echo " + prefix + "$i > bulk/$i; done"})
 		require.Equal(d.t, "ok", out["status"], "%v", out)
 	}
-	bulkPublished := func(d *drill) {
+	bulkPublished := func(d *drill, prefix string) {
 		m := d.must("file_read", map[string]any{"path": "bulk/1000"})
-		require.Equal(d.t, "1000", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+		require.Equal(d.t, prefix+"1000", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
 	}
 
 	t.Run("docker restart, idle", func(t *testing.T) {
@@ -139,7 +140,7 @@ func TestRecoveryDrills(t *testing.T) {
 	t.Run("docker kill and start, in the middle of a publish", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "unpublished-2")
-		bulk(d, ws)
+		bulk(d, ws, "k")
 		v := d.manifestVersion()
 		done := make(chan *api.Error, 1)
 		go func() {
@@ -160,7 +161,7 @@ func TestRecoveryDrills(t *testing.T) {
 		require.Equal(t, v+1, d.manifestVersion(), "exactly one layer")
 		m := d.must("file_read", map[string]any{"path": "work.txt"})
 		require.Equal(t, "unpublished-2", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
-		bulkPublished(d)
+		bulkPublished(d, "k")
 	})
 
 	t.Run("engine restart: every sandbox container stopped and started", func(t *testing.T) {
@@ -208,7 +209,7 @@ func TestRecoveryDrills(t *testing.T) {
 	t.Run("gateway SIGKILL with its Temporal, in the middle of a publish", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "gateway-killed")
-		d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "rm -rf bulk && mkdir bulk && for i in $(seq 1 1000); do echo $i > bulk/$i; done"})
+		bulk(d, ws, "g")
 		v := d.manifestVersion()
 		go func() {
 			// The gateway dies under this call: its answer is lost, not its publish.
@@ -227,7 +228,7 @@ func TestRecoveryDrills(t *testing.T) {
 		t.Logf("publish committed %s after the gateway started again", time.Since(start).Round(time.Millisecond))
 		m := d.must("file_read", map[string]any{"path": "work.txt"})
 		require.Equal(t, "gateway-killed", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
-		bulkPublished(d)
+		bulkPublished(d, "g")
 		g = g2
 	})
 
