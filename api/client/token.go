@@ -1,7 +1,6 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,25 +47,4 @@ func ReadToken(path string) (string, error) {
 // intact.
 func EnsureToken(path string) (string, error) {
 	return secretfile.LoadOrCreate(path, ReadToken)
-}
-
-// Resolve builds a client the way every front end finds its gateway: the
-// endpoint from the flag, else SANDBOX_GATEWAY_SOCKET, else the default;
-// the token from the flag, else SANDBOX_GATEWAY_AUTH_TOKEN, else the token
-// file (a missing file means no token; an unsafe one is an error).
-func Resolve(endpoint, token string) (*Client, error) {
-	if endpoint == "" {
-		endpoint = EndpointFromEnv()
-	}
-	if token == "" {
-		token = os.Getenv("SANDBOX_GATEWAY_AUTH_TOKEN")
-	}
-	if token == "" {
-		t, err := ReadToken(TokenPath())
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		token = t
-	}
-	return New(endpoint, token), nil
 }
