@@ -102,15 +102,16 @@ type Activities struct {
 }
 
 // SetOwner records the Temporal cluster and namespace whose workflows use
-// these activities; new objects are labelled with them.
-func (a *Activities) SetOwner(clusterID, namespace string) {
+// a's activities; new objects are labelled with them. (A function, not a
+// method: every exported method of *Activities is an activity.)
+func SetOwner(a *Activities, clusterID, namespace string) {
 	a.ownerMu.Lock()
 	defer a.ownerMu.Unlock()
 	a.cluster, a.ns = clusterID, namespace
 }
 
-// Owner is the cluster and namespace SetOwner recorded.
-func (a *Activities) Owner() (clusterID, namespace string) {
+// owner is the cluster and namespace SetOwner recorded.
+func (a *Activities) owner() (clusterID, namespace string) {
 	a.ownerMu.RLock()
 	defer a.ownerMu.RUnlock()
 	return a.cluster, a.ns

@@ -54,7 +54,7 @@ func (a *Activities) labels(sandboxID, role string, extra map[string]string) map
 	l[LabelSandboxID] = sandboxID
 	l[LabelRole] = role
 	l[LabelWorker] = a.cfg.WorkerID
-	if cluster, ns := a.Owner(); cluster != "" {
+	if cluster, ns := a.owner(); cluster != "" {
 		l[LabelCluster], l[LabelNamespace] = cluster, ns
 	}
 	return l
@@ -64,7 +64,7 @@ func (a *Activities) labels(sandboxID, role string, extra map[string]string) map
 // cluster and namespace (a container an adopted orphan's old deployment
 // made is recreated, so it carries the new owner; its volume keeps the work).
 func (a *Activities) sameOwner(l map[string]string) bool {
-	cluster, ns := a.Owner()
+	cluster, ns := a.owner()
 	return cluster == "" || (l[LabelCluster] == cluster && l[LabelNamespace] == ns)
 }
 

@@ -116,11 +116,11 @@ func firstName(names []string, id string) string {
 	return id
 }
 
-// Owns reports whether objects labelled with this cluster and namespace
-// are this deployment's: unlabelled (older) objects count as ours only
-// when they carry this worker's id.
-func (a *Activities) Owns(o workflows.SandboxObjects) bool {
-	cluster, ns := a.Owner()
+// Owns reports whether a sandbox's objects are the deployment's that a
+// serves (labelled with its cluster and namespace); unlabelled (older)
+// objects count as its own only when they carry its worker id.
+func Owns(a *Activities, o workflows.SandboxObjects) bool {
+	cluster, ns := a.owner()
 	if o.Cluster == "" {
 		return a.cfg.WorkerID != "" && o.Worker == a.cfg.WorkerID
 	}

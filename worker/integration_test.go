@@ -242,7 +242,7 @@ func TestReconcilerDeletesNothing(t *testing.T) {
 		if id == foreign {
 			acts = activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(t), SeccompProfile: testenv.SeccompProfile(t),
 				Secret: []byte("another deployment"), WorkerID: "test"}, s.docker)
-			acts.SetOwner("another-cluster", "default")
+			activities.SetOwner(acts, "another-cluster", "default")
 		}
 		spec := workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: t.TempDir()}
 		_, err := acts.CreateVolume(ctx, spec)

@@ -38,7 +38,7 @@ func (s *Service) Reconcile(ctx context.Context, acts *activities.Activities) (*
 		return rep, fmt.Errorf("list sandbox objects: %w", err)
 	}
 	for _, o := range objs {
-		if !acts.Owns(o) {
+		if !activities.Owns(acts, o) {
 			rep.Foreign = append(rep.Foreign, o)
 			continue
 		}

@@ -110,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	}
 	// Every Docker object the activities make says which Temporal cluster
 	// and namespace own it, so no other deployment takes it for its own.
-	o.Activities.SetOwner(svc.ClusterID, o.Namespace)
+	activities.SetOwner(o.Activities, svc.ClusterID, o.Namespace)
 	wopts := worker.Options{DisableRegistrationAliasing: true, Interceptors: o.Interceptors}
 	if !o.NoWorkflowWorker {
 		shared := worker.New(c, workflows.TaskQueue, wopts)
