@@ -79,6 +79,13 @@ func (d *drill) manifestVersion() float64 {
 
 func (d *drill) container() string { return workflows.ContainerName(d.id) }
 
+func dockerOut(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	require.NoError(t, err, "docker %v: %s", args, out)
+	return string(out)
+}
+
 func docker(t *testing.T, args ...string) {
 	t.Helper()
 	out, err := exec.Command("docker", args...).CombinedOutput()
@@ -122,46 +129,88 @@ func TestRecoveryDrills(t *testing.T) {
 		require.Equal(d.t, prefix+"1000", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
 	}
 
-	t.Run("docker restart, idle", func(t *testing.T) {
-		d.t = t
-		ws := session(d, "unpublished-1")
-		before := d.must("inspect_sandbox", nil)["daemon"]
-		start := time.Now()
-		docker(t, "restart", "-t", "2", d.container())
-		took := d.servedWithin(start, 60*time.Second, ws, "work.txt", "unpublished-1")
-		t.Logf("served %s after docker restart (daemon was %v)", took.Round(time.Millisecond), before)
-		after := d.must("inspect_sandbox", nil)["daemon"]
-		require.NotNil(t, after)
-		v := d.manifestVersion()
-		d.must("publish_workspace_session", map[string]any{"workspace_session_id": ws})
-		require.Equal(t, v+1, d.manifestVersion(), "the publish after the restart commits once")
-	})
+	// A container restart and a kill followed by a start, each with the
+	// sandbox idle and in the middle of a publish.
+	events := []struct {
+		name string
+		do   func(t *testing.T, d *drill) time.Time
+	}{
+		{"docker restart", func(t *testing.T, d *drill) time.Time {
+			start := time.Now()
+			docker(t, "restart", "-t", "2", d.container())
+			return start
+		}},
+		{"docker kill and start", func(t *testing.T, d *drill) time.Time {
+			docker(t, "kill", d.container())
+			start := time.Now()
+			docker(t, "start", d.container())
+			return start
+		}},
+	}
+	for i, ev := range events {
+		t.Run(ev.name+", idle", func(t *testing.T) {
+			d.t = t
+			content := fmt.Sprintf("idle-%d", i)
+			ws := session(d, content)
+			start := ev.do(t, d)
+			took := d.servedWithin(start, 60*time.Second, ws, "work.txt", content)
+			t.Logf("first op served %s after the container started", took.Round(time.Millisecond))
+			v := d.manifestVersion()
+			d.must("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+			require.Equal(t, v+1, d.manifestVersion(), "the publish after the restart commits once")
+		})
+		t.Run(ev.name+", in the middle of a publish", func(t *testing.T) {
+			d.t = t
+			prefix := fmt.Sprintf("mid%d-", i)
+			ws := session(d, prefix+"work")
+			bulk(d, ws, prefix)
+			v := d.manifestVersion()
+			done := make(chan *api.Error, 1)
+			go func() {
+				_, err := d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+				done <- err
+			}()
+			time.Sleep(200 * time.Millisecond)
+			start := ev.do(t, d)
+			select {
+			case err := <-done:
+				require.Nil(t, err, "the publish caught by the event completes")
+			case <-time.After(3 * time.Minute):
+				t.Fatal("the publish caught by the event never ended")
+			}
+			t.Logf("publish ended %s after the container started", time.Since(start).Round(time.Millisecond))
+			require.Equal(t, v+1, d.manifestVersion(), "exactly one layer")
+			m := d.must("file_read", map[string]any{"path": "work.txt"})
+			require.Equal(t, prefix+"work", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+			bulkPublished(d, prefix)
+		})
+	}
 
-	t.Run("docker kill and start, in the middle of a publish", func(t *testing.T) {
+	t.Run("prepare fails: the state volume is full", func(t *testing.T) {
 		d.t = t
-		ws := session(d, "unpublished-2")
-		bulk(d, ws, "k")
-		v := d.manifestVersion()
-		done := make(chan *api.Error, 1)
-		go func() {
-			_, err := d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws})
-			done <- err
-		}()
-		time.Sleep(200 * time.Millisecond)
-		docker(t, "kill", d.container())
-		start := time.Now()
-		docker(t, "start", d.container())
-		select {
-		case err := <-done:
-			require.Nil(t, err, "the publish caught by the kill completes")
-		case <-time.After(3 * time.Minute):
-			t.Fatal("the publish caught by the kill never ended")
+		ws := session(d, "too-big")
+		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "head -c 1048576 /dev/zero | tr '\\0' a > big.txt"})
+		require.Equal(t, "ok", out["status"], "%v", out)
+		pid := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.State.Pid}}", d.container()))
+		// A 16 KiB tmpfs over the publish records: the frozen copy of the
+		// change set cannot be written.
+		nsenter := func(args ...string) {
+			out, err := exec.Command("nsenter", append([]string{"-t", pid, "-m", "--"}, args...)...).CombinedOutput()
+			require.NoError(t, err, "%v: %s", args, out)
 		}
-		t.Logf("publish ended %s after the container started again", time.Since(start).Round(time.Millisecond))
-		require.Equal(t, v+1, d.manifestVersion(), "exactly one layer")
-		m := d.must("file_read", map[string]any{"path": "work.txt"})
-		require.Equal(t, "unpublished-2", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
-		bulkPublished(d, "k")
+		nsenter("mkdir", "-p", "/eos/txns")
+		nsenter("mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", "/eos/txns")
+		v := d.manifestVersion()
+		_, perr := d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+		nsenter("umount", "/eos/txns")
+		require.NotNil(t, perr, "a publish that cannot freeze its changes fails")
+		require.NotContains(t, perr.Message, "/eos/", "no internal path: %s", perr.Message)
+		require.Equal(t, v, d.manifestVersion(), "nothing committed")
+		// The session is not stuck: it runs commands and publishes.
+		out = d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "wc -c < big.txt"})
+		require.Contains(t, fmt.Sprint(out["output"]), "1048576")
+		d.must("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+		require.Equal(t, v+1, d.manifestVersion())
 	})
 
 	t.Run("engine restart: every sandbox container stopped and started", func(t *testing.T) {
