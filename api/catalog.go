@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Operation groups (the seed's three CLI families).
@@ -34,13 +36,16 @@ const (
 
 // Arg is one typed argument of an operation.
 type Arg struct {
-	Name        string   `json:"name"`
-	Type        string   `json:"type"`
-	Required    bool     `json:"required,omitempty"`
-	Default     any      `json:"default,omitempty"`
-	Min         *int64   `json:"min,omitempty"`
-	Max         *int64   `json:"max,omitempty"`
-	Enum        []string `json:"enum,omitempty"`
+	Name     string   `json:"name"`
+	Type     string   `json:"type"`
+	Required bool     `json:"required,omitempty"`
+	Default  any      `json:"default,omitempty"`
+	Min      *int64   `json:"min,omitempty"`
+	Max      *int64   `json:"max,omitempty"`
+	Enum     []string `json:"enum,omitempty"`
+	// Pattern is a regular expression a string must match (ids, which also
+	// end up in Temporal visibility queries and paths).
+	Pattern     string   `json:"pattern,omitempty"`
 	Positional  bool     `json:"positional,omitempty"` // the CLI's trailing positional argument
 	Aliases     []string `json:"aliases,omitempty"`    // extra CLI flag names (kebab-case)
 	Description string   `json:"description"`
@@ -123,6 +128,33 @@ func (o *Operation) PositionalArg() (Arg, bool) {
 
 func i64(v int64) *int64 { return &v }
 
+// Patterns of the ids clients pass back: sandboxes, sessions, commands
+// (PatternID) and Temporal workflow and update ids (PatternWorkflowID).
+const (
+	PatternID         = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
+	PatternWorkflowID = `^[A-Za-z0-9][A-Za-z0-9._:/-]{0,255}$`
+)
+
+var patterns sync.Map // pattern -> *regexp.Regexp
+
+func patternOf(p string) *regexp.Regexp {
+	if re, ok := patterns.Load(p); ok {
+		return re.(*regexp.Regexp)
+	}
+	re := regexp.MustCompile(p)
+	patterns.Store(p, re)
+	return re
+}
+
+func idArg(a Arg) Arg { a.Pattern = PatternID; return a }
+
+func truncateArg(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
 func str(name, desc string) Arg { return Arg{Name: name, Type: TypeString, Description: desc} }
 func reqStr(name, desc string) Arg {
 	return Arg{Name: name, Type: TypeString, Required: true, Description: desc}
@@ -135,13 +167,15 @@ func boolArg(name, desc string) Arg {
 }
 
 var (
-	argSandboxID = reqStr("sandbox_id", "Id of the sandbox (eos-<uuid>).")
-	argWS        = str("workspace_session_id", "Workspace session to run in. Without it, file changes publish at once and commands run in an implicit session that publishes when its last command ends.")
-	argWSReq     = reqStr("workspace_session_id", "Workspace session id returned by create_workspace_session.")
-	argCmdID     = reqStr("command_session_id", "Command session id returned by exec_command while the command was running.")
-	argGrace     = intArg("grace_s", nil, i64(0), i64(3600), "Seconds to wait for running commands to end before refusing.")
-	argYield     = intArg("yield_time_ms", int64(DefaultYieldTimeMS), i64(0), i64(MaxYieldTimeMS), "How long to wait for output before returning; the command keeps running.")
-	argWindow    = intArg("window_ms", int64(60000), i64(1), i64(600000), "Length of the sampled window in milliseconds.")
+	argSandboxID  = Arg{Name: "sandbox_id", Type: TypeString, Required: true, Pattern: PatternID, Description: "Id of the sandbox (eos-<uuid>)."}
+	argWS         = idArg(str("workspace_session_id", "Workspace session to run in. Without it, file changes publish at once and commands run in an implicit session that publishes when its last command ends."))
+	argWSReq      = idArg(reqStr("workspace_session_id", "Workspace session id returned by create_workspace_session."))
+	argWorkflowID = Arg{Name: "workflow_id", Type: TypeString, Required: true, Pattern: PatternWorkflowID,
+		Description: "A workflow id (sandbox/<id>, publish/<sandbox>/<session>/<n>, ...), as list_workflows or an --async answer gives it."}
+	argCmdID  = idArg(reqStr("command_session_id", "Command session id returned by exec_command while the command was running."))
+	argGrace  = intArg("grace_s", nil, i64(0), i64(3600), "Seconds to wait for running commands to end before refusing.")
+	argYield  = intArg("yield_time_ms", int64(DefaultYieldTimeMS), i64(0), i64(MaxYieldTimeMS), "How long to wait for output before returning; the command keeps running.")
+	argWindow = intArg("window_ms", int64(60000), i64(1), i64(600000), "Length of the sampled window in milliseconds.")
 )
 
 // Schemas of the structured args.
@@ -212,6 +246,29 @@ var catalog = []Operation{
 		Description: "Removes the container and the state volume of an orphan — its published and unpublished work is gone. Refused for a sandbox whose workflow runs (use destroy_sandbox). Requires confirm: true.",
 		Args:        []Arg{argSandboxID, {Name: "confirm", Type: TypeBool, Required: true, Description: "Must be true: the orphan's work is deleted."}},
 		Result:      map[string]string{"sandbox_id": "string", "deleted": "bool"}},
+	{Name: "list_workflows", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
+		Summary:     "List the product's Temporal workflows.",
+		Description: "Newest first: sandbox workflows, their publishes and host operations, each with its status, times, history length and Temporal UI link. Filter by sandbox and by status.",
+		Args: []Arg{{Name: "sandbox_id", Type: TypeString, Pattern: PatternID, Description: "Only this sandbox's workflow and publishes."},
+			{Name: "status", Type: TypeString, Enum: []string{"running", "completed", "failed", "canceled", "terminated", "continued_as_new", "timed_out"}, Description: "Only workflows in this status."},
+			intArg("limit", int64(100), i64(1), i64(1000), "At most this many.")},
+		Result: map[string]string{"workflows": "array"}},
+	{Name: "describe_workflow", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
+		Summary:     "Describe one Temporal workflow.",
+		Description: "Its status, type, times, history length, what it is doing now (pending activities with their attempts, pending child workflows) and its Temporal UI link.",
+		Args:        []Arg{argWorkflowID, {Name: "run_id", Type: TypeString, Pattern: PatternID, Description: "A run of it (default: the latest)."}},
+		Result:      map[string]string{"workflow_id": "string", "status": "string", "pending_activities": "array"}},
+	{Name: "wait_operation", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
+		Summary:     "Wait for an --async operation and return its result.",
+		Description: "With the workflow_id and update_id an --async lifecycle call answered (publish, session create, export, squash...), waits for that update and returns its result, or its error exactly as the synchronous call would have. With only a workflow_id (an async create_sandbox), waits for the sandbox to be ready and returns its record. A wait that times out answers operation_failed and the operation goes on.",
+		Args: []Arg{argWorkflowID, {Name: "update_id", Type: TypeString, Pattern: PatternWorkflowID, Description: "The update id of the async call (its request id)."},
+			intArg("timeout_ms", int64(600000), i64(1), i64(3600000), "How long to wait.")},
+		Result: map[string]string{"workflow_id": "string", "status": "string", "result": "object"}},
+	{Name: "cancel_operation", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
+		Summary:     "Cancel a running workflow that is not a sandbox.",
+		Description: "Asks a running publish or host operation workflow to stop; a publish that did not commit is aborted and its session kept, one that committed finishes. A sandbox's own workflow is refused (use destroy_sandbox): cancelling it would leave its container behind.",
+		Args:        []Arg{argWorkflowID},
+		Result:      map[string]string{"workflow_id": "string", "cancel_requested": "bool"}},
 	{Name: "list_docker_images", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteHost,
 		Summary:     "List local Docker images usable by create_sandbox.",
 		Description: "Returns {images:[...]} with all local image references.",
@@ -231,7 +288,7 @@ var catalog = []Operation{
 		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts.",
 		Args: []Arg{argSandboxID,
 			reqStr("dest", "Absolute host path (directory for dir, file for tar formats)."),
-			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst"}, Description: "Export encoding."}},
+			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst", "patch"}, Description: "Export encoding: a directory, a tar or tar.zst of the layers (OCI whiteouts), or a git-style patch of the published changes against the base."}},
 		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer"}},
 
 	// --- runtime (sandbox scope) ---
@@ -484,6 +541,9 @@ func (o *Operation) CheckScope(kind, sandboxID string) *Error {
 		if sandboxID == "" {
 			return Errorf(KindInvalidRequest, map[string]any{"op": o.Name}, "sandbox scope requires sandbox_id")
 		}
+		if !patternOf(PatternID).MatchString(sandboxID) {
+			return Errorf(KindInvalidRequest, map[string]any{"op": o.Name, "arg": "sandbox_id"}, "%q is not a valid sandbox_id", truncateArg(sandboxID))
+		}
 	default:
 		return Errorf(KindInvalidRequest, map[string]any{"scope": kind}, "scope.kind must be system or sandbox")
 	}
@@ -525,6 +585,9 @@ func (a Arg) check(op string, v any) *Error {
 		}
 		if a.Required && s == "" {
 			return bad("must not be empty")
+		}
+		if a.Pattern != "" && s != "" && !patternOf(a.Pattern).MatchString(s) {
+			return bad("%q is not a valid %s", truncateArg(s), a.Name)
 		}
 		if len(a.Enum) > 0 && s != "" {
 			found := false
@@ -616,6 +679,9 @@ func (o *Operation) ArgsSchema() map[string]any {
 		}
 		if len(a.Enum) > 0 {
 			p["enum"] = a.Enum
+		}
+		if a.Pattern != "" {
+			p["pattern"] = a.Pattern
 		}
 		props[a.Name] = p
 		if a.Required {

@@ -26,6 +26,10 @@ var recordHandlers = map[string]recordHandler{
 	"list_orphaned_sandboxes": (*TemporalBackend).listOrphans,
 	"adopt_orphaned_sandbox":  (*TemporalBackend).adoptOrphan,
 	"delete_orphaned_sandbox": (*TemporalBackend).deleteOrphan,
+	"list_workflows":          (*TemporalBackend).listWorkflowsOp,
+	"describe_workflow":       (*TemporalBackend).describeWorkflow,
+	"wait_operation":          (*TemporalBackend).waitOperation,
+	"cancel_operation":        (*TemporalBackend).cancelOperation,
 	"inspect_sandbox": func(b *TemporalBackend, ctx context.Context, id string, _ map[string]any, _ bool, _ func(string)) (any, error) {
 		st, err := b.state(ctx, id)
 		if err != nil {

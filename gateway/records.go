@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -108,29 +109,41 @@ func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, l
 	if sandboxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
 	}
-	ns := b.Namespace
-	if ns == "" {
-		ns = "default"
+	out, err := b.listWorkflows(ctx, sandboxQuery(sandboxID), limit)
+	if err != nil {
+		return nil, mapErr(sandboxID, err)
 	}
-	query := fmt.Sprintf("WorkflowId = '%s' OR WorkflowId STARTS_WITH 'publish/%s/'", workflows.SandboxWorkflowID(sandboxID), sandboxID)
+	if len(out) == 0 {
+		return nil, notFoundSandbox(sandboxID)
+	}
+	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
+}
+
+// sandboxQuery selects a sandbox's workflow and its publishes (the id is
+// checked against api.PatternID before it gets here).
+func sandboxQuery(sandboxID string) string {
+	return fmt.Sprintf("(WorkflowId = '%s' OR WorkflowId STARTS_WITH 'publish/%s/')", workflows.SandboxWorkflowID(sandboxID), sandboxID)
+}
+
+// listWorkflows runs a visibility query, newest first, at most limit.
+func (b *TemporalBackend) listWorkflows(ctx context.Context, query string, limit int) ([]map[string]any, error) {
 	out := []map[string]any{}
 	var token []byte
 	for len(out) < limit {
-		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, Query: query,
+		resp, err := b.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: b.namespace(), Query: query,
 			PageSize: int32(min(limit, 1000)), NextPageToken: token})
 		if err != nil {
-			return nil, mapErr(sandboxID, err)
+			return nil, err
 		}
 		for _, e := range resp.GetExecutions() {
 			w := map[string]any{"workflow_id": e.GetExecution().GetWorkflowId(), "run_id": e.GetExecution().GetRunId(),
-				"type": e.GetType().GetName(), "status": strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")),
+				"type": e.GetType().GetName(), "status": statusName(e.GetStatus()),
 				"start_time": e.GetStartTime().AsTime(), "history_length": e.GetHistoryLength()}
 			if ct := e.GetCloseTime(); ct != nil {
 				w["close_time"] = ct.AsTime()
 			}
-			if b.UIAddress != "" {
-				w["ui_url"] = fmt.Sprintf("http://%s/namespaces/%s/workflows/%s/%s/history", b.UIAddress, ns,
-					url.PathEscape(e.GetExecution().GetWorkflowId()), e.GetExecution().GetRunId())
+			if u := b.uiURL(e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()); u != "" {
+				w["ui_url"] = u
 			}
 			out = append(out, w)
 		}
@@ -138,11 +151,30 @@ func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, l
 			break
 		}
 	}
-	if len(out) == 0 {
-		return nil, notFoundSandbox(sandboxID)
-	}
 	if len(out) > limit {
 		out = out[:limit]
 	}
-	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
+	return out, nil
+}
+
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
+}
+
+// uiURL links a workflow's page in the Temporal UI ("" without a UI).
+// UIAddress is host:port (the embedded UI) or a base URL (a cluster's UI,
+// --temporal-ui-url).
+func (b *TemporalBackend) uiURL(workflowID, runID string) string {
+	if b.UIAddress == "" {
+		return ""
+	}
+	base := b.UIAddress
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u := fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(base, "/"), url.PathEscape(b.namespace()), url.PathEscape(workflowID))
+	if runID != "" {
+		u += "/" + url.PathEscape(runID)
+	}
+	return u + "/history"
 }

@@ -31,6 +31,7 @@ func run() int {
 		unixSock  = flag.String("unix-socket", "", "also listen on this unix socket (mode 0600)")
 		tokenFile = flag.String("token-file", client.TokenPath(), "gateway token file (created 0600 when missing)")
 		noWorkers = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
+		uiURL     = flag.String("temporal-ui-url", "", "base URL of a Temporal UI for workflow links (a cluster's; default: the embedded UI when it is on)")
 	)
 	flag.Parse()
 	log := wf.Logger()
@@ -78,6 +79,9 @@ func run() int {
 	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace}
 	if svc.Dev != nil {
 		backend.UIAddress = svc.Dev.UIAddress
+	}
+	if *uiURL != "" {
+		backend.UIAddress = *uiURL
 	}
 	srv := gateway.New(backend, token, log.With("component", "gateway"))
 	srv.SetMetrics(metrics)
