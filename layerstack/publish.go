@@ -276,16 +276,14 @@ func (t *txn) freeze(ctx context.Context) error {
 			c.Size = int64(len(c.Data))
 			continue
 		}
-		fi, err := os.Lstat(c.Source)
+		in, fi, err := c.OpenSource()
 		if err != nil {
-			return fmt.Errorf("capture %s: %w", c.Path, err)
+			return fmt.Errorf("capture %s: %w", c.Path, unwrapPathErr(err))
 		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("capture %s: source is no longer a regular file", c.Path)
-		}
-		h, n, err := copyFile(c.Source, dst)
+		h, n, err := copyOpen(in, dst)
+		in.Close()
 		if err != nil {
-			return fmt.Errorf("capture %s: %w", c.Path, err)
+			return fmt.Errorf("capture %s: %w", c.Path, unwrapPathErr(err))
 		}
 		setMtime(dst, fi.ModTime())
 		t.ours[c.Path], c.Size = h, n
