@@ -103,3 +103,23 @@ func unwrapPathErr(err error) error {
 	}
 	return err
 }
+
+// OpenRegularAt opens name, an entry of the directory dirfd, for reading
+// when it is a regular file, as Dir.OpenRegular does: a symlink (never
+// followed), FIFO or device in its place is refused without being opened.
+func OpenRegularAt(dirfd int, name string) (*os.File, fs.FileInfo, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	p := os.NewFile(uintptr(fd), name)
+	defer p.Close()
+	fi, err := p.Stat()
+	if err != nil {
+		return nil, nil, &os.PathError{Op: "stat", Path: name, Err: unwrapPathErr(err)}
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, &os.PathError{Op: "open", Path: name, Err: ErrNotRegular}
+	}
+	return reopenRegular(p, name, fi)
+}
