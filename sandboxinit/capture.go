@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
@@ -32,6 +33,12 @@ func (d *Daemon) capture(ctx context.Context, s *session) (*layerstack.ChangeSet
 	}, nil
 }
 
+// maxFreeze bounds how long a capture keeps a session frozen. Safety does
+// not depend on the freeze (every read is by descriptor), so a capture
+// that overruns (a huge tree, a store operation stuck on a lock) thaws the
+// session rather than leave its processes stopped.
+const maxFreeze = 30 * time.Second
+
 // freeze freezes the session's processes and returns the thaw.
 func (d *Daemon) freeze(ctx context.Context, s *session) func() {
 	rt := s.seen().rt
@@ -43,5 +50,12 @@ func (d *Daemon) freeze(ctx context.Context, s *session) func() {
 		d.log.WarnContext(ctx, "session not frozen for capture; reading it by descriptors only", "workspace_session_id", s.rec.ID, "err", err)
 		return func() {}
 	}
-	return thaw
+	watchdog := time.AfterFunc(maxFreeze, func() {
+		d.log.Warn("capture kept the session frozen too long; thawed", "workspace_session_id", s.rec.ID, "limit", maxFreeze.String())
+		thaw()
+	})
+	return func() {
+		watchdog.Stop()
+		thaw()
+	}
 }

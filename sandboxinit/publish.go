@@ -82,7 +82,8 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		Source: sourceOf(s), Changes: cs}
 	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": a.TxID, "changes": len(cs.Changes)})
 	res, err := d.store.Publish(pctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Changes: cs,
-		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit})
+		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit,
+		SourcesRead: release}) // thawed once the content is staged, not across the commit
 	if res != nil {
 		psp.Set("layer_id", res.LayerID)
 		psp.Set("no_op", res.NoOp)
@@ -244,7 +245,8 @@ func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[strin
 		return nil, err
 	}
 	defer release()
-	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit})
+	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit,
+		SourcesRead: release})
 	release()
 	var ce *layerstack.ConflictError
 	switch {
