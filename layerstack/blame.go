@@ -96,7 +96,7 @@ func (s *Store) blameWrite(head *Manifest, headDirs stack, pl planned, owner str
 	if pl.ch.Size > MergeMaxBytes {
 		return nil, nil
 	}
-	content, err := readChange(pl.ch)
+	content, err := readChange(pl.ch, MergeMaxBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -165,11 +165,17 @@ func linkOrCopy(src, dst string) error {
 // copyFile copies src to dst (created, 0600) and returns the sha256 of what
 // it wrote, which is the content from then on, whatever src does next.
 func copyFile(src, dst string) (string, int64, error) {
-	in, err := os.Open(src)
+	in, _, err := openOwnRegular(src)
 	if err != nil {
 		return "", 0, err
 	}
 	defer in.Close()
+	return copyOpen(in, dst)
+}
+
+// copyOpen streams in (from where it is) into dst (created, 0600) and
+// returns the sha256 of what it wrote.
+func copyOpen(in *os.File, dst string) (string, int64, error) {
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return "", 0, err
@@ -289,12 +295,29 @@ func treeDigest(dir string) (string, Counts, int64, error) {
 
 func readFull(name string) ([]byte, error) { return os.ReadFile(name) }
 
-// readChange returns a write's bytes.
-func readChange(ch Change) ([]byte, error) {
+// readChange returns a write's bytes, at most max of them (a larger
+// source is a *TooLargeError): its source is opened as Change.OpenSource
+// says, never by a path a session can swap.
+func readChange(ch Change, max int64) ([]byte, error) {
 	if ch.Data != nil || ch.Source == "" {
 		return ch.Data, nil
 	}
-	return os.ReadFile(ch.Source)
+	f, fi, err := ch.OpenSource()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() > max {
+		return nil, &TooLargeError{Path: ch.Path, Size: fi.Size(), Max: max}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: ch.Path, Err: unwrapPathErr(err)}
+	}
+	if int64(len(b)) > max {
+		return nil, &TooLargeError{Path: ch.Path, Size: int64(len(b)), Max: max}
+	}
+	return b, nil
 }
 
 // setMtime keeps the source's modification time on a clean write, so build

@@ -37,4 +37,9 @@
 //     pinned head and is redone if the head moved.
 //   - Every write's content is copied (and hashed) into staging before it is
 //     checked: what is checked is what is committed.
+//   - An upper dir is read only by descriptors (Capture, Dir): no symlink in
+//     any component is followed and a source is fstat'ed as a regular file
+//     before it is streamed, so a session swapping paths under a capture
+//     cannot get a byte from outside its upper dir into a layer. Errors name
+//     layer paths, never where the upper dir lives.
 package layerstack

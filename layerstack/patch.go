@@ -2,10 +2,13 @@ package layerstack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 )
 
 // Git-style diffs: the headers git writes (new/deleted file mode, old/new
@@ -156,8 +159,11 @@ func diffChange(w io.Writer, base stack, ch Change, sum *DiffSummary) error {
 	}
 	b := diffSide{exists: true, mode: ch.Mode, symlink: ch.Kind == ChangeSymlink, content: []byte(ch.Target)}
 	if ch.Kind == ChangeWrite {
-		if b.content, err = readChange(ch); err != nil {
+		if b.content, err = diffContent(ch); err != nil {
 			return err
+		}
+		if len(a.content) > MergeMaxBytes {
+			a.content = largeContent(sha256.Sum256(a.content))
 		}
 	}
 	status := "modified"
@@ -241,4 +247,38 @@ func (ps *patchSink) whiteout(p string) error {
 		return ps.deletedBelow(p)
 	}
 	return ps.pair(p)
+}
+
+// diffContent is a write's bytes for a diff. A file over MergeMaxBytes is
+// never held in memory: it stands for itself by a digest marker, which
+// compares equal to an identical large file and diffs as binary.
+func diffContent(ch Change) ([]byte, error) {
+	if ch.Data != nil || ch.Source == "" {
+		if len(ch.Data) > MergeMaxBytes {
+			return largeContent(sha256.Sum256(ch.Data)), nil
+		}
+		return ch.Data, nil
+	}
+	b, err := readChange(ch, MergeMaxBytes)
+	var tl *TooLargeError
+	if !errors.As(err, &tl) {
+		return b, err
+	}
+	f, _, err := ch.OpenSource()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, &os.PathError{Op: "read", Path: ch.Path, Err: unwrapPathErr(err)}
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	return largeContent(sum), nil
+}
+
+// largeContent marks a large file by its digest (a NUL makes it binary).
+func largeContent(sum [sha256.Size]byte) []byte {
+	return append([]byte("\x00large file sha256:"), hex.EncodeToString(sum[:])...)
 }

@@ -27,6 +27,12 @@ type PublishRequest struct {
 	// AllowDrops tolerates unsupported special files in the change set
 	// (implicit sessions); otherwise any drop rejects the publish.
 	AllowDrops bool
+	// SourcesRead, when set, runs once every write's source has been
+	// copied into staging (or copying failed): from then on the publish no
+	// longer reads the captured directory, so a caller that froze the
+	// session for the capture can thaw it there rather than across the
+	// commit.
+	SourcesRead func()
 }
 
 // RouteSummary counts changed paths by route.
@@ -249,7 +255,11 @@ func (s *Store) newTxn(ctx context.Context, req PublishRequest) (*txn, error) {
 		return nil, fmt.Errorf("staging: %w", err)
 	}
 	t := &txn{s: s, req: req, dir: dir, changes: changes, ours: map[string]string{}}
-	if err := t.freeze(ctx); err != nil {
+	err = t.freeze(ctx)
+	if req.SourcesRead != nil {
+		req.SourcesRead()
+	}
+	if err != nil {
 		t.cleanup()
 		return nil, err
 	}
@@ -278,16 +288,14 @@ func (t *txn) freeze(ctx context.Context) error {
 			c.Size = int64(len(c.Data))
 			continue
 		}
-		fi, err := os.Lstat(c.Source)
+		in, fi, err := c.OpenSource()
 		if err != nil {
-			return fmt.Errorf("capture %s: %w", c.Path, err)
+			return fmt.Errorf("capture %s: %w", c.Path, unwrapPathErr(err))
 		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("capture %s: source is no longer a regular file", c.Path)
-		}
-		h, n, err := copyFile(c.Source, dst)
+		h, n, err := copyOpen(in, dst)
+		in.Close()
 		if err != nil {
-			return fmt.Errorf("capture %s: %w", c.Path, err)
+			return fmt.Errorf("capture %s: %w", c.Path, unwrapPathErr(err))
 		}
 		setMtime(dst, fi.ModTime())
 		t.ours[c.Path], c.Size = h, n
@@ -367,7 +375,8 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 		}
 		res := &PublishResult{TxID: tx.req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
 		if tx.req.Keep {
-			l, err := s.Acquire(tx.req.Owner)
+			// commitMu is held here either way: Acquire would deadlock.
+			l, err := s.acquireLocked(tx.req.Owner)
 			if err != nil {
 				return nil, err
 			}

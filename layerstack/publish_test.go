@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -462,4 +463,30 @@ func TestOverlappingAttemptsOfOneTransactionCommitOnce(t *testing.T) {
 		require.Len(t, m.Layers, 2, "committed once")
 		requireHealthy(t, s)
 	}
+}
+
+// A publish with keep whose changes are already in the head is a no-op that
+// moves the lease onto the head; it used to deadlock on the commit lock.
+func TestPublishNoOpWithKeepReturns(t *testing.T) {
+	s := newTestStore(t, tree{"a.txt": "a\n"})
+	lease := mustLease(t, s, "o")
+	done := make(chan struct{})
+	var res *PublishResult
+	var err error
+	var hooked int
+	go func() {
+		defer close(done)
+		res, err = s.Publish(context.Background(), PublishRequest{TxID: nextTx(), LeaseID: lease.ID, Owner: "o", Keep: true,
+			Changes: writes("a.txt", "a\n"), SourcesRead: func() { hooked++ }})
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a no-op publish with keep never returned")
+	}
+	require.NoError(t, err)
+	require.True(t, res.NoOp)
+	require.NotEmpty(t, res.LeaseID)
+	require.NotEqual(t, lease.ID, res.LeaseID)
+	require.Equal(t, 1, hooked, "SourcesRead runs once")
 }

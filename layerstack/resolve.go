@@ -268,7 +268,7 @@ func (r *resolver) merge(pl planned, be, he Entry, bfp, hfp, ofp string) (planne
 	if err != nil {
 		return pl, nil, err
 	}
-	ours, err := readChange(ch)
+	ours, err := readChange(ch, MergeMaxBytes)
 	if err != nil {
 		return pl, nil, err
 	}

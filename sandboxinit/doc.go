@@ -13,9 +13,15 @@
 //   - A session's record, lease and upper dir live on the state volume and are
 //     saved before anything that depends on them, so a daemon or container
 //     restart brings every session back with its unpublished work.
-//   - Every workspace path is resolved beneath the session's workspace with
-//     openat2(RESOLVE_IN_ROOT): no symlink leads out of it. Sessionless reads
-//     see the published head; sessionless writes are one-layer commits.
+//   - The daemon touches a session's files only through descriptors opened
+//     beneath its merged or upper dir (layerstack.Dir: openat2 with
+//     RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, regular files checked by fstat on
+//     the inode that is read): file ops refuse any path through a symlink
+//     (invalid_request), walks never enter one, and a capture (publish, diff,
+//     check, refresh) runs with the session's processes frozen and thaws on
+//     every path. Client errors name workspace paths, never the state
+//     volume. Sessionless reads see the published head; sessionless writes
+//     are one-layer commits.
 //   - Publish, refresh and destroy take the session's gate and refuse while
 //     commands run (listing them); commands are not admitted while a publish
 //     is prepared. Every publish step is idempotent by its transaction id and

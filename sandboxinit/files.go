@@ -75,18 +75,11 @@ func (v *fileView) readAll(p string, max int64) ([]byte, fs.FileMode, error) {
 		}
 		return b, e.Mode, nil
 	}
-	f, err := v.rt.open(p, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, fi, err := v.rt.openRegular(p)
 	if err != nil {
 		return nil, 0, fileError(p, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is not a regular file", p)
-	}
 	if max > 0 && fi.Size() > max {
 		return nil, 0, fileError(p, &layerstack.TooLargeError{Path: p, Size: fi.Size(), Max: max})
 	}
@@ -450,15 +443,23 @@ func (d *Daemon) fileMove(ctx context.Context, rid string, a api.FileMoveArgs) (
 	err = unix.Renameat2(int(sd.Fd()), sname, int(dd.Fd()), dname, flags)
 	if errors.Is(err, unix.EXDEV) {
 		// A directory from a lower layer (overlay without redirect_dir):
-		// copy it up by hand, then delete the original.
-		src := fmt.Sprintf("/proc/self/fd/%d/%s", sd.Fd(), sname)
-		dst := fmt.Sprintf("/proc/self/fd/%d/%s", dd.Fd(), dname)
-		if err = os.CopyFS(dst, os.DirFS(src)); err == nil {
-			err = os.RemoveAll(src)
+		// copy it up by hand, by descriptors (the session's processes run
+		// on and may swap what is being copied), then delete the original.
+		var st unix.Stat_t
+		existed := unix.Fstatat(int(dd.Fd()), dname, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+		if err = copyTreeAt(int(sd.Fd()), sname, int(dd.Fd()), dname); err != nil && !existed {
+			// Nothing half-copied stays behind (special files refuse the move).
+			_ = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", dd.Fd(), dname))
+		} else if err == nil {
+			// The parent is pinned by its fd; RemoveAll never follows symlinks.
+			err = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", sd.Fd(), sname))
 		}
 	}
 	if errors.Is(err, unix.EEXIST) {
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
+	}
+	if errors.Is(err, layerstack.ErrNotRegular) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"from": a.From}, "%s holds a FIFO, socket or device, which cannot be moved", a.From)
 	}
 	if err != nil {
 		return nil, fileError(a.From, err)
@@ -583,46 +584,24 @@ func (d *Daemon) fileSearch(ctx context.Context, a api.FileSearchArgs) (map[stri
 	if v.s == nil {
 		err = d.store.Head().Walk(p, func(e layerstack.Entry) error { return visit(e.Path, e.Kind == layerstack.KindFile, e.Size) })
 	} else {
-		root := v.s.merged()
-		start := root
-		if p != "" {
-			start = root + "/" + p
-			if fi, lerr := os.Lstat(start); lerr != nil || !fi.IsDir() {
-				return nil, fileError(a.Path, fmt.Errorf("%w", os.ErrNotExist))
-			}
+		// By descriptors beneath the workspace: a symlink (planted, or
+		// swapped in mid-walk) is never listed through.
+		start, oerr := v.rt.open(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if errors.Is(oerr, unix.ENOTDIR) {
+			oerr = os.ErrNotExist
 		}
-		err = walkDir(start, func(full string, fi fs.FileInfo) error {
-			return visit(strings.TrimPrefix(full, root+"/"), fi.Mode().IsRegular(), fi.Size())
+		if oerr != nil {
+			return nil, fileError(a.Path, oerr)
+		}
+		err = walkAt(start, p, func(rel string, st *unix.Stat_t) error {
+			return visit(rel, st.Mode&unix.S_IFMT == unix.S_IFREG, st.Size)
 		})
+		start.Close()
 	}
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, fileError(a.Path, err)
 	}
 	return map[string]any{"matches": matches, "truncated": truncated}, nil
-}
-
-// walkDir walks a tree without following symlinks.
-func walkDir(dir string, fn func(full string, fi fs.FileInfo) error) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		full := dir + "/" + e.Name()
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		if err := fn(full, fi); err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			if err := walkDir(full, fn); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func (d *Daemon) fileBlame(p string) (map[string]any, error) {

@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -38,33 +39,33 @@ func workspacePath(p string) (string, error) {
 	return c, nil
 }
 
-// root is an open workspace directory; every path is resolved beneath it
-// by openat2 with RESOLVE_IN_ROOT, so no symlink (absolute or "..") can lead
-// out of the workspace, and magic links are refused.
-type root struct{ fd int }
+// root is an open workspace directory (a session's merged view); every path
+// is resolved beneath it by layerstack.Dir: a symlink in any component, a
+// ".." above it and a mount crossing are refused, so no path a session
+// process plants or swaps can lead out of the workspace or be silently
+// re-rooted in it (symlinks are never followed by file ops, as the
+// sessionless path refuses them too).
+type root struct{ d *layerstack.Dir }
 
 func openRoot(dir string) (*root, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := layerstack.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
-	return &root{fd: fd}, nil
+	return &root{d: d}, nil
 }
 
-func (r *root) Close() { unix.Close(r.fd) }
-
-const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+func (r *root) Close() { r.d.Close() }
 
 // open opens rel beneath the root ("" is the root itself).
 func (r *root) open(rel string, flags int, mode uint32) (*os.File, error) {
-	if rel == "" {
-		rel = "."
-	}
-	fd, err := unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags})
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
-	}
-	return os.NewFile(uintptr(fd), rel), nil
+	return r.d.Open(rel, flags, mode)
+}
+
+// openRegular opens rel for reading when it is a regular file (checked on
+// the opened inode, which is the one read).
+func (r *root) openRegular(rel string) (*os.File, fs.FileInfo, error) {
+	return r.d.OpenRegular(rel)
 }
 
 // openParent opens the directory holding rel and returns it with rel's
@@ -129,10 +130,13 @@ func fileError(p string, err error) error {
 		return api.Errorf(api.KindInvalidRequest, d, "a parent of %s is not a directory", p)
 	case errors.Is(err, unix.EISDIR):
 		return api.Errorf(api.KindInvalidRequest, d, "%s is a directory", p)
-	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
-		return api.Errorf(api.KindInvalidRequest, d, "%s resolves through a link that leaves the workspace", p)
-	case errors.Is(err, layerstack.ErrSymlinkInPath):
-		return api.Errorf(api.KindInvalidRequest, d, "a parent of %s is a symlink", p)
+	case errors.Is(err, unix.ELOOP), errors.Is(err, layerstack.ErrSymlinkInPath):
+		return api.Errorf(api.KindInvalidRequest, mergeMaps(d, map[string]any{"reason": "symlink_in_path"}),
+			"%s crosses a symlink: file operations never follow symlinks", p)
+	case errors.Is(err, unix.EXDEV):
+		return api.Errorf(api.KindInvalidRequest, d, "%s leaves the workspace", p)
+	case errors.Is(err, layerstack.ErrNotRegular):
+		return api.Errorf(api.KindInvalidRequest, d, "%s is not a regular file", p)
 	}
 	var tl *layerstack.TooLargeError
 	if errors.As(err, &tl) {

@@ -69,7 +69,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		return api.Errorf(api.KindOperationFailed, det, format, args...)
 	}
 	_, csp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": s.rec.ID})
-	cs, err := layerstack.Capture(s.upper())
+	cs, release, err := d.capture(ctx, s)
 	if cs != nil {
 		csp.Set("changes", len(cs.Changes))
 	}
@@ -77,16 +77,19 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	if err != nil {
 		return nil, fail("capture", nil, "capture failed: %v", err)
 	}
+	defer release()
 	out := publishOutcome{TxID: a.TxID, SessionID: s.rec.ID, Agent: s.rec.Agent, Owner: s.owner(), Message: a.Message,
 		Source: sourceOf(s), Changes: cs}
 	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": a.TxID, "changes": len(cs.Changes)})
 	res, err := d.store.Publish(pctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Changes: cs,
-		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit})
+		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit,
+		SourcesRead: release}) // thawed once the content is staged, not across the commit
 	if res != nil {
 		psp.Set("layer_id", res.LayerID)
 		psp.Set("no_op", res.NoOp)
 	}
 	psp.End(err)
+	release() // the publish froze its own copies: thaw before the session is closed or restarted
 	if err != nil {
 		out.Err = err
 		d.recordPublish(ctx, out)
@@ -177,13 +180,15 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return nil, err
 	}
 	defer unlock()
-	cs, err := layerstack.Capture(s.upper())
+	cs, release, err := d.capture(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
+	defer release()
 	staged := filepath.Join(s.dir, "refresh-upper")
 	_ = os.RemoveAll(staged)
 	res, err := d.store.Refresh(ctx, s.rec.LeaseID, cs, staged)
+	release() // thaw before the session is restarted on the new upper dir
 	if err != nil {
 		var ce *layerstack.ConflictError
 		if errors.As(err, &ce) {
@@ -205,26 +210,29 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 	return out, nil
 }
 
-// captured returns a session and its current change set.
-func (d *Daemon) captured(id string) (*session, *layerstack.ChangeSet, error) {
+// captured returns a session and its current change set, with the release
+// the caller defers (see capture).
+func (d *Daemon) captured(ctx context.Context, id string) (*session, *layerstack.ChangeSet, func(), error) {
 	s, err := d.session(id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	cs, err := layerstack.Capture(s.upper())
+	cs, release, err := d.capture(ctx, s)
 	if err != nil {
-		return nil, nil, fmt.Errorf("capture: %w", err)
+		return nil, nil, nil, fmt.Errorf("capture: %w", err)
 	}
-	return s, cs, nil
+	return s, cs, release, nil
 }
 
 func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
-	s, cs, err := d.captured(a.WorkspaceSessionID)
+	s, cs, release, err := d.captured(ctx, a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	var buf bytes.Buffer
 	sum, err := d.store.Diff(ctx, s.rec.LeaseID, cs, &buf)
+	release()
 	if err != nil {
 		return nil, err
 	}
@@ -232,11 +240,14 @@ func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string
 }
 
 func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
-	s, cs, err := d.captured(a.WorkspaceSessionID)
+	s, cs, release, err := d.captured(ctx, a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit})
+	defer release()
+	res, err := d.store.CheckPublish(ctx, layerstack.PublishRequest{LeaseID: s.rec.LeaseID, Changes: cs, AllowDrops: s.rec.Implicit,
+		SourcesRead: release})
+	release()
 	var ce *layerstack.ConflictError
 	switch {
 	case errors.As(err, &ce):

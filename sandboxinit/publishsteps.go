@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -86,10 +87,11 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 		return nil, err
 	}
 	defer unlock()
-	cs, err := layerstack.Capture(s.upper())
+	cs, release, err := d.capture(ctx, s)
 	if err != nil {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "capture", "session_retained": true}, "capture failed: %v", err)
 	}
+	defer release()
 	dir := d.txDir(a.TxID)
 	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
 		return nil, err
@@ -101,13 +103,14 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 			continue
 		}
 		dst := filepath.Join(dir, "files", strconv.Itoa(i))
-		if err := copyRegular(c.Source, dst); err != nil {
+		if err := copyRegular(c, dst); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("freeze %s: %w", c.Path, err)
 		}
 		p.Sources[c.Path] = dst
 		cs.Changes[i].Source = dst
 	}
+	release() // every write is frozen in txns/ now
 	p.Changes = *cs
 	if err := d.savePrepared(p); err != nil {
 		_ = os.RemoveAll(dir)
@@ -294,10 +297,21 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (*api.
 	return &api.PublishAbortResult{TxID: a.TxID, WorkspaceSessionID: p.SessionID, Aborted: true}, nil
 }
 
-func copyRegular(src, dst string) error {
-	b, err := os.ReadFile(src)
+// copyRegular streams a captured write's source (opened beneath the upper
+// dir, never by a path the session can swap) into dst (created, 0600).
+func copyRegular(c layerstack.Change, dst string) error {
+	in, _, err := c.OpenSource()
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(dst, b, 0o600)
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -36,11 +36,12 @@ type Server struct {
 	closing  atomic.Bool
 	http     *http.Server
 	inflight atomic.Int64
+	red      *redactor
 }
 
 // NewServer builds the RPC server of d.
 func NewServer(d *Daemon) *Server {
-	s := &Server{d: d, slots: make(chan struct{}, d.cfg.MaxConcurrent)}
+	s := &Server{d: d, slots: make(chan struct{}, d.cfg.MaxConcurrent), red: newRedactor(d.cfg.StateDir)}
 	s.ops, s.quiet = d.operations(), map[string]bool{}
 	for name, h := range d.observabilityOps() {
 		s.ops[name], s.quiet[name] = h, true
@@ -169,7 +170,8 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 // and is a daemon.dispatch span in the request's trace.
 func (s *Server) dispatch(ctx context.Context, op, rid string, h handler, body []byte) (any, error) {
 	if s.quiet[op] {
-		return h(telemetry.Quiet(ctx), rid, body)
+		res, err := h(telemetry.Quiet(ctx), rid, body)
+		return res, s.red.redact(err)
 	}
 	s.d.touch()
 	ctx, sp := s.d.span(ctx, "daemon.dispatch", map[string]any{"op": op})
@@ -178,7 +180,9 @@ func (s *Server) dispatch(ctx context.Context, op, rid string, h handler, body [
 		sp.Set("error_kind", api.AsError(err).Kind)
 	}
 	sp.End(err)
-	return res, err
+	// The daemon's log and trace keep the whole error; the client gets
+	// workspace paths only.
+	return res, s.red.redact(err)
 }
 
 // streamer results write their own body (export streams).

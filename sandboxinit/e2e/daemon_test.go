@@ -172,12 +172,15 @@ func TestFileOperationsRefuseHostileInput(t *testing.T) {
 		sb.fail("file_read", map[string]any{"path": p, "workspace_session_id": ws}, "invalid_request")
 		sb.fail("file_write", map[string]any{"path": p, "content": "x", "workspace_session_id": ws}, "invalid_request")
 	}
-	// Symlinks resolve inside the workspace, never out of it.
-	for _, p := range []string{"rootlink/etc/passwd", "uplink/uplink/etc/passwd", "d/etclink/passwd"} {
-		sb.fail("file_read", map[string]any{"path": p, "workspace_session_id": ws}, "not_found")
+	// File operations never follow a symlink (as sessionless ones refuse
+	// them): not out of the workspace, and not silently re-rooted in it.
+	for _, p := range []string{"rootlink/etc/passwd", "uplink/uplink/etc/passwd", "d/etclink/passwd", "rootlink/escaped.txt"} {
+		e := sb.fail("file_read", map[string]any{"path": p, "workspace_session_id": ws}, "invalid_request")
+		require.Contains(t, e["message"], "symlink")
+		sb.fail("file_write", map[string]any{"path": p, "content": "x", "workspace_session_id": ws}, "invalid_request")
 	}
-	sb.ok("file_write", map[string]any{"path": "rootlink/escaped.txt", "content": "x", "workspace_session_id": ws})
-	require.Equal(t, "x", sb.read(ws, "escaped.txt"), "a write through a link to / lands in the workspace root")
+	sb.fail("file_read", map[string]any{"path": "escaped.txt", "workspace_session_id": ws}, "not_found")
+	sb.fail("file_read", map[string]any{"path": "etc/passwd", "workspace_session_id": ws}, "not_found")
 	// Limits.
 	e := sb.fail("file_read", map[string]any{"path": "big.txt", "workspace_session_id": ws}, "invalid_request")
 	require.Contains(t, e["message"], "exceeds the maximum")

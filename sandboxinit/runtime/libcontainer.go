@@ -252,7 +252,38 @@ func loadContainer(root, id string) (_ *container, running bool, _ error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("container status: %w", err)
 	}
+	if st == libcontainer.Paused {
+		// The daemon died while the session was frozen for a capture.
+		if err := c.Resume(); err != nil {
+			return nil, false, fmt.Errorf("thaw session left frozen: %w", err)
+		}
+		st = libcontainer.Running
+	}
 	return &container{c: c}, st == libcontainer.Running, nil
+}
+
+// pause freezes every process of the container (the freezer cgroup on v1,
+// cgroup.freeze on v2).
+func (c *container) pause() error {
+	if err := c.c.Pause(); err != nil {
+		return fmt.Errorf("freeze session: %w", err)
+	}
+	return nil
+}
+
+// resume thaws a paused container; one that is not paused is left alone.
+func (c *container) resume() error {
+	err := c.c.Resume()
+	if err == nil || errors.Is(err, libcontainer.ErrNotPaused) {
+		return nil
+	}
+	return fmt.Errorf("thaw session: %w", err)
+}
+
+// paused reports whether the container is frozen.
+func (c *container) paused() bool {
+	st, err := c.c.Status()
+	return err == nil && st == libcontainer.Paused
 }
 
 // procIO is a process's stdio as the kernel sees it: files only, so that

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
@@ -67,6 +68,12 @@ func unmountRoot(d rootDirs) error {
 // /etc/resolv.conf. The sandbox's versions are Docker bind mounts, which an
 // overlay with lowerdir=/ does not see. Files the session already has in its
 // upper dir (its own edits, or an earlier start) are left alone.
+//
+// The root overlay is the session's: a restarted session's /etc may be
+// whatever it made it. So everything goes by descriptors beneath the
+// merged and upper dirs with no symlink followed (layerstack.Dir), and a
+// session whose /etc is not a plain directory (a symlink to /eos, to
+// another session's dir) gets nothing written.
 func writeEtc(d rootDirs, id, addr string) error {
 	if addr == "" {
 		addr = "127.0.1.1"
@@ -80,18 +87,62 @@ func writeEtc(d rootDirs, id, addr string) error {
 		"hosts":       []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + addr + "\t" + id + "\n"),
 		"resolv.conf": resolv,
 	}
+	merged, err := layerstack.OpenDir(d.merged)
+	if err != nil {
+		return fmt.Errorf("open root overlay: %w", err)
+	}
+	defer merged.Close()
+	upper, err := layerstack.OpenDir(d.upper)
+	if err != nil {
+		return fmt.Errorf("open root upper dir: %w", err)
+	}
+	defer upper.Close()
+	own, err := upper.Open("etc", unix.O_PATH|unix.O_DIRECTORY, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		own = nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return nil // the session replaced its /etc
+	case err != nil:
+		return fmt.Errorf("open the session's own /etc: %w", err)
+	}
+	if own != nil {
+		defer own.Close()
+	}
+	etc, err := merged.Open("etc", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOENT) {
+		if err := unix.Mkdirat(merged.Fd(), "etc", 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("create /etc: %w", err)
+		}
+		etc, err = merged.Open("etc", unix.O_PATH|unix.O_DIRECTORY, 0)
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open /etc: %w", err)
+	}
+	defer etc.Close()
+	efd := int(etc.Fd())
 	for name, content := range files {
-		if _, err := os.Lstat(filepath.Join(d.upper, "etc", name)); err == nil {
+		var st unix.Stat_t
+		if own != nil && unix.Fstatat(int(own.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 			continue
 		}
-		p := filepath.Join(d.merged, "etc", name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", filepath.Dir(p), err)
+		// Remove first: the lower's file may be a symlink (resolv.conf often
+		// is); the new file is created, never opened through a link.
+		_ = unix.Unlinkat(efd, name, 0)
+		fd, err := unix.Openat(efd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
-		// Remove first: the lower's file may be a symlink (resolv.conf often is).
-		_ = os.Remove(p)
-		if err := os.WriteFile(p, content, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
+		f := os.NewFile(uintptr(fd), name)
+		_, err = f.Write(content)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
 	}
 	return nil

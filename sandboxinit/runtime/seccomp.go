@@ -15,7 +15,9 @@ import (
 
 // sandboxProfile is seccomp.json: the profile the sandbox container is
 // created with (Docker 20.10's default plus, for a holder of CAP_SYS_ADMIN,
-// what nested libcontainer needs). Sessions get a filter derived from it.
+// what nested libcontainer needs; minus io_uring_setup, io_uring_enter and
+// io_uring_register, which Docker's default refuses since 25.0: io_uring
+// performs I/O the filter never sees). Sessions get a filter derived from it.
 //
 //go:embed seccomp.json
 var sandboxProfile []byte
@@ -136,7 +138,8 @@ var nativeToSeccomp = map[string]string{
 // Docker's default filter for an unprivileged container: unshare, setns,
 // mount, umount2, pivot_root, clone with namespace flags, bpf, keyctl and
 // the other key syscalls, perf_event_open, module and kexec syscalls,
-// open_by_handle_at, userfaultfd and every syscall not named fail with EPERM;
+// open_by_handle_at, userfaultfd, the io_uring syscalls and every syscall
+// not named fail with EPERM;
 // clone3 fails with ENOSYS so that libcs fall back to clone; ptrace is
 // allowed (kernel >= 4.8).
 func sessionSeccomp(profile []byte, arch string, kernel [2]int, caps []string) (*seccompFilter, error) {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -31,6 +32,7 @@ var blockedForSessions = []string{
 	"name_to_handle_at", "userfaultfd", "quotactl", "syslog", "sethostname", "setdomainname", "lookup_dcookie",
 	"fanotify_init", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "iopl", "ioperm", "reboot",
 	"acct", "settimeofday", "clock_settime", "vhangup", "mbind", "set_mempolicy", "nfsservctl", "swapon", "swapoff",
+	"io_uring_setup", "io_uring_enter", "io_uring_register", // refused by Docker's default since 25.0
 }
 
 func TestSessionSeccomp(t *testing.T) {
@@ -49,7 +51,7 @@ func TestSessionSeccomp(t *testing.T) {
 		"ptrace",     // Docker >= 19.03 on kernels >= 4.8
 		"chroot",     // sessions keep SYS_CHROOT
 		"arch_prctl", // amd64 only
-		"personality", "seccomp", "prctl", "setuid", "setgroups", "io_uring_setup", "pidfd_open",
+		"personality", "seccomp", "prctl", "setuid", "setgroups", "pidfd_open",
 	} {
 		require.Contains(t, allowed, name)
 	}
@@ -96,8 +98,32 @@ func TestSandboxSeccompDerivation(t *testing.T) {
 		require.Contains(t, allowed, name)
 	}
 	require.Empty(t, allowed["clone"][0].args, "with SYS_ADMIN clone is unconditional")
-	for _, name := range []string{"kexec_load", "init_module", "open_by_handle_at", "userfaultfd", "process_vm_readv"} {
+	for _, name := range []string{"kexec_load", "init_module", "open_by_handle_at", "userfaultfd", "process_vm_readv",
+		"io_uring_setup", "io_uring_enter", "io_uring_register"} {
 		require.NotContains(t, allowed, name)
+	}
+}
+
+// TestSeccompRefusesIOUring: no rule of the profile, for any architecture,
+// capability or kernel, allows an io_uring syscall (current Docker's default
+// profile refuses all three), so neither the sandbox nor a session gets one.
+func TestSeccompRefusesIOUring(t *testing.T) {
+	var p dockerProfile
+	require.NoError(t, json.Unmarshal(sandboxProfile, &p))
+	for _, r := range p.Syscalls {
+		for _, n := range append([]string{r.Name}, r.Names...) {
+			require.NotContains(t, []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}, n,
+				"a %s rule names %s", r.Action, n)
+		}
+	}
+	for _, caps := range [][]string{sessionCaps, append([]string{"CAP_SYS_ADMIN"}, sessionCaps...)} {
+		f, err := sessionSeccomp(sandboxProfile, "amd64", [2]int{6, 18}, caps)
+		require.NoError(t, err)
+		require.Equal(t, "SCMP_ACT_ERRNO", f.defaultAction, "what no rule names is refused")
+		allowed := allowedBy(f)
+		for _, n := range []string{"io_uring_setup", "io_uring_enter", "io_uring_register"} {
+			require.NotContains(t, allowed, n)
+		}
 	}
 }
 

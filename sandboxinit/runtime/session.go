@@ -26,6 +26,50 @@ type Session struct {
 
 	mu        sync.Mutex
 	destroyed bool
+	frozen    int // nested Freeze calls not thawed yet
+}
+
+// Freeze pauses every process of the session (libcontainer's Pause: the
+// freezer cgroup on v1, cgroup.freeze on v2) until the returned thaw runs,
+// so they cannot change the upper dir while the daemon captures it. Freezes
+// nest: the session thaws when the last thaw has run. thaw is idempotent;
+// run it on every path (defer). Destroy thaws first.
+func (s *Session) Freeze() (thaw func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed || s.c == nil {
+		return nil, fmt.Errorf("freeze %s: %w", s.spec.ID, ErrGone)
+	}
+	if s.frozen == 0 {
+		if err := s.c.pause(); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.spec.ID, err)
+		}
+	}
+	s.frozen++
+	var once sync.Once
+	return func() { once.Do(s.thaw) }, nil
+}
+
+func (s *Session) thaw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.frozen == 0 {
+		return // Destroy thawed it
+	}
+	s.frozen--
+	if s.frozen == 0 && !s.destroyed {
+		if err := s.c.resume(); err != nil {
+			s.r.log.Error("thaw session", "session_id", s.spec.ID, "err", err)
+		}
+	}
+}
+
+// Frozen reports whether the session's processes are frozen now.
+func (s *Session) Frozen() bool {
+	if err := s.alive(); err != nil {
+		return false
+	}
+	return s.c.paused()
 }
 
 // ID returns the session's id.
@@ -156,6 +200,13 @@ func (s *Session) Destroy(ctx context.Context) error {
 func (s *Session) teardown(ctx context.Context) error {
 	var errs []error
 	if s.c != nil {
+		// A frozen process does not die of SIGKILL until thawed.
+		s.frozen = 0
+		if s.c.paused() {
+			if err := s.c.resume(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := s.c.kill(); err != nil {
 			errs = append(errs, err)
 		} else if err := s.waitInitGone(ctx); err != nil {
