@@ -53,7 +53,9 @@ func (d *Daemon) operations() map[string]handler {
 		"write_command_stdin": op(func(ctx context.Context, rid string, a api.WriteCommandStdinArgs) (any, error) {
 			return d.cmds.WriteStdin(ctx, a)
 		}),
-		"read_command_lines": op(func(ctx context.Context, rid string, a api.ReadCommandLinesArgs) (any, error) { return d.cmds.Read(ctx, a) }),
+		"read_command_lines": op(func(ctx context.Context, rid string, a api.ReadCommandLinesArgs) (any, error) {
+			return d.cmds.Read(ctx, a)
+		}),
 		"cancel_command": op(func(ctx context.Context, rid string, a api.CancelCommandArgs) (any, error) {
 			return d.cmds.Cancel(ctx, a)
 		}),

@@ -163,7 +163,10 @@ func TestUnknownCommandIsNotFound(t *testing.T) {
 	const id = "cmd_0000000000000000"
 	ctx := context.Background()
 	ops := map[string]func() error{
-		"read": func() error { _, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id}); return err },
+		"read": func() error {
+			_, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
+			return err
+		},
 		"write stdin": func() error {
 			_, err := e.WriteStdin(ctx, api.WriteCommandStdinArgs{CommandSessionID: id, Stdin: "x"})
 			return err
