@@ -65,6 +65,14 @@ func TestPublishSettles(t *testing.T) {
 				return nil
 			},
 			want: map[string]int{"publish_prepare": 1, "publish_abort": 1}},
+		{name: "session destroyed meanwhile: not_found, aborted", kind: api.KindNotFound,
+			fail: func(op string, _ int) error {
+				if op == "publish_prepare" {
+					return apperr.Newf(api.KindNotFound, map[string]any{"workspace_session_id": "ws-1"}, "workspace session not found: ws-1")
+				}
+				return nil
+			},
+			want: map[string]int{"publish_prepare": 1, "publish_abort": 1}},
 		{name: "prepare unreachable past its retries: aborted once the daemon is back",
 			fail: func(op string, n int) error {
 				// 200 failed aborts: over an hour at the capped backoff.
