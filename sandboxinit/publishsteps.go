@@ -124,8 +124,7 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 		if p.Aborted {
 			// An abort overtook this prepare (the workflow gave up waiting
 			// for it): preparing now would leave a publish nobody ends.
-			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID, "workspace_session_id": p.SessionID, "aborted": true},
-				"publish %s was aborted", a.TxID)
+			return nil, errAborted(p)
 		}
 		// A retried prepare answers as the first did: the same frozen
 		// changes, checked against the head.
@@ -191,6 +190,15 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 	return res, nil
 }
 
+// errAborted refuses a step of an aborted publish: by its workflow, by
+// recover_workspace_session, or by the boot reconcile of a daemon that
+// restarted before the publish committed.
+func errAborted(p *preparedPublish) error {
+	return api.Errorf(api.KindOperationFailed, map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "aborted": true,
+		"session_retained": true, "stage": "publish"},
+		"publish %s was aborted before it committed (its daemon restarted, or the session was recovered): nothing was committed and the session keeps its changes; publish it again", p.TxID)
+}
+
 func preparedSource(p *preparedPublish) string {
 	if p.Implicit {
 		return SourceImplicit
@@ -229,7 +237,7 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ *a
 		return nil, err
 	}
 	if p.Aborted {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID, "workspace_session_id": p.SessionID, "aborted": true}, "publish %s was aborted", a.TxID)
+		return nil, errAborted(p)
 	}
 	sp.Set("workspace_session_id", p.SessionID)
 	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": p.TxID, "changes": len(p.Changes.Changes)})
@@ -282,7 +290,7 @@ func (d *Daemon) finalizeLocked(ctx context.Context, txid string) (*api.PublishF
 		return p.Finalized, nil // a retried finalize
 	}
 	if p.Aborted {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": txid, "workspace_session_id": p.SessionID, "aborted": true}, "publish %s was aborted", txid)
+		return nil, errAborted(p)
 	}
 	if p.Result == nil {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": txid}, "publish %s is not committed yet", txid)
