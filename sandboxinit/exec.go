@@ -119,7 +119,13 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
-	if len(d.cmds.Active(s.rec.ID)) > 0 || !d.live(s) {
+	if len(d.cmds.Active(s.rec.ID)) > 0 {
+		return
+	}
+	if !d.live(s) {
+		// Destroyed while its command ran (a forced destroy, the reaper):
+		// nothing was published.
+		d.cmds.SetResult(cmdID, implicitOutcome(nil, errSessionNotFound(s.rec.ID)))
 		return
 	}
 	s.setState(StateFinalizing)
@@ -143,9 +149,13 @@ func implicitOutcome(res map[string]any, err error) func(*api.CommandOutput) {
 	class := "publish_failed"
 	var conflicts []api.Conflict
 	var rej *publishRejected
-	if errors.As(err, &rej) {
+	var ae *api.Error
+	switch {
+	case errors.As(err, &rej):
 		class = rej.conflict.Reason()
 		conflicts = rejection(rej.conflict).Conflicts
+	case errors.As(err, &ae) && ae.Kind == api.KindNotFound:
+		class = "session_destroyed"
 	}
 	return func(out *api.CommandOutput) {
 		t := true
