@@ -119,6 +119,29 @@ func (d *Daemon) confine(s *session, err error) string {
 	return stateVolumePath(d.cfg.StateDir).ReplaceAllString(msg, "(daemon state)")
 }
 
+// confineErr is err as a client may read it: the message of a refusal, or
+// of an internal error, without state volume paths (kind and details
+// kept). The publish, refresh, diff and check entry points return through
+// it, after the specific paths were already made workspace-relative.
+func (d *Daemon) confineErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return api.Errorf(api.KindInternal, nil, "%s", d.confine(nil, err))
+	}
+	if msg := d.confine(nil, errors.New(ae.Message)); msg != ae.Message {
+		c := *ae
+		c.Message = msg
+		if rej, ok := err.(*publishRejected); ok {
+			return &publishRejected{wire: &c, conflict: rej.conflict}
+		}
+		return &c
+	}
+	return err
+}
+
 var stateVolumePaths sync.Map // state dir -> *regexp.Regexp
 
 // stateVolumePath matches a path under dir.
@@ -131,7 +154,8 @@ func stateVolumePath(dir string) *regexp.Regexp {
 	return re
 }
 
-func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (map[string]any, error) {
+func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (_ map[string]any, retErr error) {
+	defer func() { retErr = d.confineErr(retErr) }()
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
 	if err != nil {
 		return nil, err
@@ -269,7 +293,7 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 
 func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.RefreshResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.refresh", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "refresh")
 	if err != nil {
 		return nil, err
@@ -318,7 +342,8 @@ func (d *Daemon) captured(id string) (*session, *layerstack.ChangeSet, error) {
 	return s, cs, nil
 }
 
-func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
+func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (_ map[string]any, retErr error) {
+	defer func() { retErr = d.confineErr(retErr) }()
 	s, cs, err := d.captured(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -331,7 +356,8 @@ func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string
 	return map[string]any{"workspace_session_id": s.rec.ID, "diff": buf.String(), "paths": sum.Paths}, nil
 }
 
-func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
+func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (_ map[string]any, retErr error) {
+	defer func() { retErr = d.confineErr(retErr) }()
 	s, cs, err := d.captured(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err

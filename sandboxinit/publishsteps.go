@@ -114,7 +114,7 @@ func (d *Daemon) lockTx(txid string) func() {
 // but the record's abort or commit has to end it.
 func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishStepResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": a.TxID, "step": "prepare"})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	if a.TxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
 	}
@@ -229,7 +229,7 @@ func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out *api
 // publishCommit commits a prepared publish; a retry returns the first result.
 func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishStepResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"txid": a.TxID, "step": "commit"})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	unlockTx := d.lockTx(a.TxID)
 	defer unlockTx()
 	p, err := d.loadPrepared(a.TxID)
@@ -274,7 +274,7 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ *a
 // keep moved onto the new head with an empty upper dir. Idempotent.
 func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishFinalResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.finalize", map[string]any{"txid": a.TxID})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	unlockTx := d.lockTx(a.TxID)
 	defer unlockTx()
 	return d.finalizeLocked(ctx, a.TxID)
@@ -358,7 +358,7 @@ func (d *Daemon) sweepTxns() {
 // A publish that did commit is refused with details.committed: finalize it.
 func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishAbortResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.publish.abort", map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	if a.TxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
 	}

@@ -78,7 +78,7 @@ func (d *Daemon) reconcilePublishes(ctx context.Context) {
 // started again over its upper dir.
 func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.RecoverResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.recover", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	if a.WorkspaceSessionID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_session_id"}, "workspace_session_id is required")
 	}

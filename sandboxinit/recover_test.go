@@ -2,6 +2,7 @@ package sandboxinit
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -336,4 +337,21 @@ func TestRecoverWorkspaceSession(t *testing.T) {
 
 	_, err = d.recoverSession(ctx, api.SessionArgs{WorkspaceSessionID: "ws-nope"})
 	requireKind(t, err, api.KindNotFound)
+}
+
+// Error messages name workspace paths, never the state volume's.
+func TestConfine(t *testing.T) {
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", nil)
+	err := fmt.Errorf("lstat %s/src/a.go: no such file; open %s/txns/0a1b/files/3: read-only file system; stat %s: gone",
+		s.upper(), d.cfg.StateDir, s.upper())
+	require.Equal(t, "lstat src/a.go: no such file; open (daemon state): read-only file system; stat .: gone", d.confine(s, err))
+	e := api.AsError(d.confineErr(err))
+	require.Equal(t, api.KindInternal, e.Kind)
+	require.NotContains(t, e.Message, d.cfg.StateDir)
+	refusal := api.Errorf(api.KindOperationFailed, map[string]any{"stage": "publish"}, "publish failed: rename %s/layerstack/staging/x: busy", d.cfg.StateDir)
+	e = api.AsError(d.confineErr(refusal))
+	require.Equal(t, api.KindOperationFailed, e.Kind, "a refusal keeps its kind and details")
+	require.Equal(t, "publish", e.Details["stage"])
+	require.Equal(t, "publish failed: rename (daemon state): busy", e.Message)
 }
