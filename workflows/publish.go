@@ -123,6 +123,9 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (*api.PublishFinalRe
 // agent).
 func rejected(r *api.PublishStepResult, in PublishInput) error {
 	n := len(r.Conflicts)
+	// Details copies a map into a map: the result does not depend on the
+	// order it iterates in.
+	//workflowcheck:ignore
 	return apperr.New(api.Errorf(api.KindOperationFailed,
 		r.Rejection.Details(map[string]any{"stage": "publish", "session_retained": true, "txid": in.TxID, "workspace_session_id": in.SessionID}),
 		"publish rejected: %d conflicting path(s) with the head; nothing was committed", n))
@@ -136,15 +139,16 @@ func abortFailed(failure, abortErr error, in PublishInput) error {
 	if !ok {
 		e = api.Errorf(api.KindOperationFailed, nil, "publish %s failed: %v", in.TxID, failure)
 	}
-	det := map[string]any{}
-	for k, v := range e.Details {
-		det[k] = v
+	// e was decoded from the failure for this call: adding to its details
+	// changes no one else's.
+	if e.Details == nil {
+		e.Details = map[string]any{}
 	}
-	det["abort_failed"] = abortErr.Error()
-	det["workspace_session_id"] = in.SessionID
-	det["txid"] = in.TxID
-	det["recovery_operation"] = "recover_workspace_session"
-	return apperr.New(&api.Error{Kind: e.Kind, Message: e.Message + "; aborting the publish failed too", Details: det})
+	e.Details["abort_failed"] = abortErr.Error()
+	e.Details["workspace_session_id"] = in.SessionID
+	e.Details["txid"] = in.TxID
+	e.Details["recovery_operation"] = "recover_workspace_session"
+	return apperr.New(&api.Error{Kind: e.Kind, Message: e.Message + "; aborting the publish failed too", Details: e.Details})
 }
 
 func hostQueue(q string) string {
