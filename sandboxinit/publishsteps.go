@@ -371,6 +371,7 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (_ *ap
 func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID string) (*api.PublishAbortResult, error) {
 	p, err := d.loadPrepared(txid)
 	if err != nil {
+		_ = os.RemoveAll(filepath.Join(d.txDir(txid), "files")) // a prepare that died freezing
 		if err := os.MkdirAll(d.txDir(txid), 0o700); err != nil {
 			return nil, err
 		}
