@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -66,6 +67,7 @@ type Docker interface {
 	CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error)
 
 	ServerVersion(ctx context.Context) (types.Version, error)
+	DiskUsage(ctx context.Context, options types.DiskUsageOptions) (types.DiskUsage, error)
 }
 
 var _ Docker = (*client.Client)(nil)
@@ -93,6 +95,26 @@ type Activities struct {
 	docker Docker
 	log    *slog.Logger
 	daemon *daemonclient.Client
+
+	ownerMu sync.RWMutex
+	cluster string // the Temporal cluster id (SetOwner)
+	ns      string // the Temporal namespace
+}
+
+// SetOwner records the Temporal cluster and namespace whose workflows use
+// a's activities; new objects are labelled with them. (A function, not a
+// method: every exported method of *Activities is an activity.)
+func SetOwner(a *Activities, clusterID, namespace string) {
+	a.ownerMu.Lock()
+	defer a.ownerMu.Unlock()
+	a.cluster, a.ns = clusterID, namespace
+}
+
+// owner is the cluster and namespace SetOwner recorded.
+func (a *Activities) owner() (clusterID, namespace string) {
+	a.ownerMu.RLock()
+	defer a.ownerMu.RUnlock()
+	return a.cluster, a.ns
 }
 
 // New builds the activities over a Docker client.

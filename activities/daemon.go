@@ -26,12 +26,17 @@ func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) 
 	if err := checkSandboxID(call.SandboxID); err != nil {
 		return nil, err
 	}
-	stop := keepHeartbeating(ctx, 5*time.Second, nil)
+	stop := keepHeartbeating(ctx, daemonHeartbeat, nil)
 	defer stop()
 	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op,
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
 	return out, activityError(err)
 }
+
+// daemonHeartbeat is how often CallDaemon heartbeats while it waits: a
+// worker that died mid-call (a SIGKILLed gateway with its workers) is
+// noticed within the workflow's HeartbeatTimeout and the call retried.
+const daemonHeartbeat = 2 * time.Second
 
 // activityError maps the daemon client's errors to activity failures.
 func activityError(err error) error {

@@ -54,7 +54,18 @@ func (a *Activities) labels(sandboxID, role string, extra map[string]string) map
 	l[LabelSandboxID] = sandboxID
 	l[LabelRole] = role
 	l[LabelWorker] = a.cfg.WorkerID
+	if cluster, ns := a.owner(); cluster != "" {
+		l[LabelCluster], l[LabelNamespace] = cluster, ns
+	}
 	return l
+}
+
+// sameOwner reports whether labelled objects belong to this deployment's
+// cluster and namespace (a container an adopted orphan's old deployment
+// made is recreated, so it carries the new owner; its volume keeps the work).
+func (a *Activities) sameOwner(l map[string]string) bool {
+	cluster, ns := a.owner()
+	return cluster == "" || (l[LabelCluster] == cluster && l[LabelNamespace] == ns)
 }
 
 func labelsOf(c container.InspectResponse) map[string]string {
@@ -117,7 +128,7 @@ func (a *Activities) CreateVolume(ctx context.Context, spec workflows.SandboxSpe
 	case !cerrdefs.IsNotFound(err):
 		return "", fmt.Errorf("inspect volume %s: %w", name, err)
 	}
-	if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: a.labels(spec.SandboxID, roleState, spec.Labels)}); err != nil {
+	if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: a.labels(spec.SandboxID, roleState, withAdoptLabels(spec))}); err != nil {
 		return "", fmt.Errorf("create volume %s: %w", name, err)
 	}
 	a.log.Info("volume created", "sandbox_id", spec.SandboxID, "volume", name)
@@ -158,7 +169,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 		existing, err := a.docker.ContainerInspect(ctx, name)
 		switch {
 		case err == nil:
-			if isOurs(labelsOf(existing), spec.SandboxID) && existing.Image == img.ID {
+			if isOurs(labelsOf(existing), spec.SandboxID) && existing.Image == img.ID && a.sameOwner(labelsOf(existing)) {
 				info.ContainerID, info.Adopted, info.State = existing.ID, true, stateOf(existing)
 				if existing.State != nil && existing.State.Running {
 					info.Daemon = daemonEndpoint(existing)
@@ -207,7 +218,7 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 	cfg := &container.Config{
 		Image:        spec.Image,
 		Entrypoint:   []string{DaemonPath},
-		Labels:       a.labels(spec.SandboxID, roleSandbox, spec.Labels),
+		Labels:       a.labels(spec.SandboxID, roleSandbox, withAdoptLabels(spec)),
 		ExposedPorts: nat.PortSet{daemonPort: struct{}{}},
 	}
 	hc := &container.HostConfig{
@@ -220,6 +231,9 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 		}},
 		PortBindings: nat.PortMap{daemonPort: []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}},
 		LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
+		// Back after a Docker Engine restart or a host reboot; the daemon
+		// re-attaches its sessions and the callers follow its new port.
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 	}
 	if sb := spec.SharedBase; sb != nil {
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: sb.Volume,

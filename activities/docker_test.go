@@ -92,14 +92,17 @@ func TestCreateContainerFresh(t *testing.T) {
 
 	// The volume exists with our labels (CreateContainer makes sure of it).
 	v := d.volumes["eos-state-sbx1"]
-	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "state", LabelWorker: "w1", "eos.test": "unit"}, v.Labels)
+	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "state", LabelWorker: "w1", "eos.test": "unit",
+		LabelImage: "img:1"}, v.Labels)
 
 	c := d.creates[0]
 	require.Equal(t, "img:1", c.cfg.Image)
 	require.Equal(t, []string{DaemonPath}, []string(c.cfg.Entrypoint))
 	require.Empty(t, c.cfg.Cmd)
 	require.Empty(t, c.cfg.Env)
-	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "sandbox", LabelWorker: "w1", "eos.test": "unit"}, c.cfg.Labels)
+	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "sandbox", LabelWorker: "w1", "eos.test": "unit",
+		LabelImage: "img:1"}, c.cfg.Labels)
+	require.Equal(t, container.RestartPolicyUnlessStopped, c.hc.RestartPolicy.Name, "back after an Engine restart or a reboot")
 	require.False(t, c.hc.Privileged)
 	require.Equal(t, []string{"ALL"}, []string(c.hc.CapDrop))
 	require.ElementsMatch(t, sandboxCaps, []string(c.hc.CapAdd))

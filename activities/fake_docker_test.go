@@ -302,3 +302,7 @@ func readTar(data []byte) (map[string]tarEntry, []string, error) {
 		order = append(order, h.Name)
 	}
 }
+
+func (f *fakeDocker) DiskUsage(ctx context.Context, _ types.DiskUsageOptions) (types.DiskUsage, error) {
+	return types.DiskUsage{}, nil
+}

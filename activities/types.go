@@ -9,6 +9,13 @@ const (
 	LabelSandboxID = "eos.sandbox_id" // the sandbox id
 	LabelRole      = "eos.role"       // "sandbox" (container), "state" (volume)
 	LabelWorker    = "eos.worker"     // the worker (host) that owns it
+	// The Temporal cluster and namespace whose workflow made the object:
+	// the reconciler acts only on objects of its own deployment.
+	LabelCluster   = "eos.temporal_cluster"
+	LabelNamespace = "eos.temporal_namespace"
+	// What adopting an orphan needs to recreate its workflow.
+	LabelImage         = "eos.image"
+	LabelWorkspaceRoot = "eos.workspace_root"
 )
 
 // ContainerStats is a snapshot of the sandbox container's resource use.

@@ -137,14 +137,33 @@ func (c *Client) Do(ctx context.Context, call Call) (json.RawMessage, api.Endpoi
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := c.do(ctx, call, body)
-	var ce *ConnError
-	if err != nil && errors.As(err, &ce) && ce.Refused && c.resolve != nil && ctx.Err() == nil {
-		if ep, rerr := c.resolve(ctx, call.SandboxID); rerr == nil && ep.Port > 0 && ep != call.Endpoint {
+	// A refused connection never reached the daemon: look its endpoint up
+	// again and retry, for a few seconds — a restarting container is back
+	// within about one.
+	deadline := time.Now().Add(RefusedWait)
+	for delay := 50 * time.Millisecond; refused(err) && c.resolve != nil && ctx.Err() == nil && time.Now().Before(deadline); delay = min(2*delay, 500*time.Millisecond) {
+		if ep, rerr := c.resolve(ctx, call.SandboxID); rerr == nil && ep.Port > 0 {
 			call.Endpoint = ep
-			out, err = c.do(ctx, call, body)
+		}
+		out, err = c.do(ctx, call, body)
+		if !refused(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
 		}
 	}
 	return out, call.Endpoint, err
+}
+
+// RefusedWait is how long a call keeps retrying a daemon that refuses
+// connections (its container restarting) before it reports it unreachable.
+var RefusedWait = 3 * time.Second
+
+func refused(err error) bool {
+	var ce *ConnError
+	return err != nil && errors.As(err, &ce) && ce.Refused
 }
 
 func check(call Call) error {

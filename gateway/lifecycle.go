@@ -21,8 +21,11 @@ type recordHandler func(b *TemporalBackend, ctx context.Context, sandboxID strin
 // recordHandlers are the gateway's own answers, by operation; every
 // catalog op of RouteRecords has one (TestEveryRecordsOpHasAHandler).
 var recordHandlers = map[string]recordHandler{
-	"create_sandbox":  (*TemporalBackend).createSandboxes,
-	"destroy_sandbox": (*TemporalBackend).destroySandbox,
+	"create_sandbox":          (*TemporalBackend).createSandboxes,
+	"destroy_sandbox":         (*TemporalBackend).destroySandbox,
+	"list_orphaned_sandboxes": (*TemporalBackend).listOrphans,
+	"adopt_orphaned_sandbox":  (*TemporalBackend).adoptOrphan,
+	"delete_orphaned_sandbox": (*TemporalBackend).deleteOrphan,
 	"inspect_sandbox": func(b *TemporalBackend, ctx context.Context, id string, _ map[string]any, _ bool, _ func(string)) (any, error) {
 		st, err := b.state(ctx, id)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // FailpointEnv names the environment variable that arms failpoints: a comma
@@ -69,7 +71,7 @@ func (s *Store) hit(name string) {
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.TrimSpace(l) == name {
 			_ = os.Remove(file)
-			_ = syncDir(s.root)
+			_ = atomicfile.SyncDir(s.root)
 			die()
 		}
 	}

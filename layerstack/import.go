@@ -2,6 +2,7 @@ package layerstack
 
 import (
 	"github.com/ephemeral-sandbox/sandbox/archive"
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 
 	"bytes"
 	"context"
@@ -143,7 +144,7 @@ func finishImport(tmp, parent string, rep *ImportReport) (BaseInfo, *ImportRepor
 	if err := os.Rename(tmp, info.Path); err != nil {
 		return BaseInfo{}, nil, err
 	}
-	if err := syncDir(parent); err != nil {
+	if err := atomicfile.SyncDir(parent); err != nil {
 		return BaseInfo{}, nil, err
 	}
 	return info, rep, writeBaseInfo(parent, info)
@@ -160,7 +161,7 @@ func writeBaseInfo(parent string, info BaseInfo) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(name, b, 0o644)
+	return atomicfile.WriteFile(name, b, 0o644)
 }
 
 // ReadBaseInfo reads the sidecar of a base imported under parent.

@@ -176,45 +176,6 @@ func checkNoRedirect(full string) error {
 	return nil
 }
 
-// writeFileAtomic replaces name with data: temp file, fsync, rename, fsync dir.
-func writeFileAtomic(name string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // removeAll deletes a tree without following symlinks (os.RemoveAll never
 // follows them) and first makes read-only directories writable.
 func removeAll(p string) error {

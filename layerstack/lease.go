@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // Lease pins the layers of one manifest for a reader, typically a workspace
@@ -68,7 +70,7 @@ func (s *Store) acquireLocked(owner string) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(s.leasePath(l.ID), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(s.leasePath(l.ID), b, 0o644); err != nil {
 		return nil, fmt.Errorf("persist lease: %w", err)
 	}
 	s.mu.Lock()
@@ -115,7 +117,7 @@ func (s *Store) Release(id string) error {
 	if err := os.Remove(s.leasePath(id)); err != nil && !isNotExist(err) {
 		return fmt.Errorf("release lease %s: %w", id, err)
 	}
-	_ = syncDir(filepath.Join(s.root, dirLeases))
+	_ = atomicfile.SyncDir(filepath.Join(s.root, dirLeases))
 	_, err := s.collectGarbage()
 	return err
 }

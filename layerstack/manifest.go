@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // ManifestSchemaVersion is the only manifest schema this code reads.
@@ -94,5 +96,5 @@ func writeManifest(root string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(root, "manifest.json"), b, 0o644)
+	return atomicfile.WriteFile(filepath.Join(root, "manifest.json"), b, 0o644)
 }

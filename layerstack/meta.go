@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // LayerKind says how a layer came to be.
@@ -65,7 +67,7 @@ func (s *Store) writeMeta(m *LayerMeta) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(s.metaPath(m.ID), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(s.metaPath(m.ID), b, 0o644); err != nil {
 		return fmt.Errorf("write metadata of %s: %w", m.ID, err)
 	}
 	s.mu.Lock()
@@ -121,7 +123,7 @@ func (s *Store) writeTx(r *PublishResult) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(s.root, dirTxns, txKey(r.TxID)+".json"), b, 0o644)
+	return atomicfile.WriteFile(filepath.Join(s.root, dirTxns, txKey(r.TxID)+".json"), b, 0o644)
 }
 
 // AuditRecord is one line of the audit log: who published what, when.

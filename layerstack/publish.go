@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // PublishRequest commits a session's change set made on the layers of a
@@ -441,7 +443,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *Publi
 	if err := os.Rename(stage, dst); err != nil {
 		return fmt.Errorf("commit layer %s: %w", meta.ID, err)
 	}
-	if err := syncDir(filepath.Join(s.root, dirLayers)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Join(s.root, dirLayers)); err != nil {
 		return err
 	}
 	s.hit(FailAfterRename)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // SquashResult reports what a squash folded (the seed's result shape).
@@ -191,7 +193,7 @@ func (s *Store) commitSquash(stageRoot string, blocks [][]ManifestLayer, metas [
 			return nil, err
 		}
 	}
-	if err := syncDir(filepath.Join(s.root, dirLayers)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Join(s.root, dirLayers)); err != nil {
 		return nil, err
 	}
 	s.hit(FailSquashCommit)

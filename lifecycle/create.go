@@ -18,6 +18,9 @@ type CreateOptions struct {
 	SessionTTL time.Duration
 	Memo       map[string]any
 	Progress   func(msg string) // nil: no progress
+	// Adopt recreates the workflows of orphaned sandboxes over their
+	// existing volumes (ids are theirs; one id).
+	Adopt bool
 }
 
 // CreateSandboxes starts one sandbox workflow per id and waits until each
@@ -37,7 +40,7 @@ func CreateSandboxes(ctx context.Context, c client.Client, spec workflows.Sandbo
 	if len(ids) > 1 {
 		leader.SharedBase = &workflows.SharedBase{Volume: workflows.BaseVolumeName(ids[0]), Leader: true}
 	}
-	first, err := createOne(ctx, c, workflows.SandboxInput{Spec: leader, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL}, o)
+	first, err := createOne(ctx, c, workflows.SandboxInput{Spec: leader, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL, Adopt: o.Adopt}, o)
 	if err != nil {
 		return nil, err
 	}

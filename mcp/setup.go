@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/renameio/v2"
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 )
 
 // MCP clients Setup registers the three servers with.
@@ -150,13 +151,13 @@ func readConfig(path string) ([]byte, error) {
 	return b, nil
 }
 
-// writeAtomic replaces path with data (temp file, fsync, rename), keeping
-// the file's mode; a new file is 0600 (client configs can hold secrets).
+// writeAtomic replaces path with data, keeping the file's mode; a new file
+// is 0600 (client configs can hold secrets).
 func writeAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, data, 0o600)
+	return atomicfile.WriteFileKeepMode(path, data, 0o600)
 }
 
 // --- Codex: ~/.codex/config.toml ---

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
@@ -94,7 +95,7 @@ type Daemon struct {
 	// txs serialises the steps of one publish transaction (prepare,
 	// commit, finalize, abort, and the boot reconcile), never two.
 	txs     txLocks
-	obs     *observability
+	obs     *observe.Observer
 	started time.Time
 }
 

@@ -34,7 +34,7 @@
 //     terminal response of the command carries the outcome, whichever call
 //     returns it; a clean publish adds no publish_rejected key.
 //   - The state volume and the token are masked in every session.
-//   - Observability (observe.go, telemetry/) is fail-open and bounded: the
+//   - Observability (observe/, telemetry/) is fail-open and bounded: the
 //     views are served under a quiet context and never write or count as
 //     activity; every other request is a daemon.dispatch span, wakes the
 //     sampler, and records its events in its trace. The sampler runs only

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
@@ -20,7 +21,7 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 	}
 	// command.exec lasts until the command ends (OnExit), not just this
 	// request; it ends here only if the command never started.
-	ctx, sp := d.span(ctx, "command.exec", map[string]any{"cmd": capCommand(a.Cmd), "workspace_session_id": a.WorkspaceSessionID, "tty": a.TTY})
+	ctx, sp := d.span(ctx, "command.exec", map[string]any{"cmd": observe.CapCommand(a.Cmd), "workspace_session_id": a.WorkspaceSessionID, "tty": a.TTY})
 	started := false
 	defer func() {
 		if !started {
@@ -76,10 +77,10 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 	}
 	s.act.touch()
 	sp.Set("workspace_session_id", s.rec.ID)
-	x := &execution{ws: s.rec.ID, cmd: capCommand(a.Cmd), trace: telemetry.TraceID(ctx), started: time.Now().UTC()}
+	x := &observe.Execution{Workspace: s.rec.ID, Cmd: observe.CapCommand(a.Cmd), Trace: telemetry.TraceID(ctx), Started: time.Now().UTC()}
 	exited := func(id string, out *api.CommandOutput) {
 		s.act.touch()
-		d.obs.execs.remove(x)
+		d.obs.Running.Remove(x)
 		d.touch() // the end of a command is activity: sample what it left
 		sp.Set("command_session_id", id)
 		if out.ExitCode != nil {
@@ -97,18 +98,18 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 			d.finishImplicit(bg, s, id)
 		}
 	}
-	d.obs.execs.add(x)
+	d.obs.Running.Add(x)
 	out, err := d.cmds.Start(ctx, starter, a, meta)
 	unlock()
 	if err != nil {
-		d.obs.execs.remove(x)
+		d.obs.Running.Remove(x)
 		if implicit {
 			_, _ = d.teardown(context.WithoutCancel(ctx), s, true)
 		}
 		return nil, err
 	}
 	started = true
-	d.obs.execs.setID(x, out.CommandSessionID)
+	d.obs.Running.SetID(x, out.CommandSessionID)
 	return out, nil
 }
 

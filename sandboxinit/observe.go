@@ -3,33 +3,16 @@ package sandboxinit
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"sync"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
 
-// observability is the daemon's side of observability: the store on the
-// state volume, the sampler that only runs while the sandbox is active, and
-// the commands running now.
-type observability struct {
-	store   *telemetry.Store
-	sampler *telemetry.Sampler
-	execs   executions
-
-	// What the collectors remember between rounds, to turn cumulative CPU
-	// counters into percentages and to write a stack sample only when the
-	// manifest changed.
-	mu        sync.Mutex
-	prevCPU   map[string]cpuPoint
-	stackSeen int64
-}
-
-type cpuPoint struct {
-	at   time.Time
-	usec uint64
-}
+// The daemon's side of observability: it opens the observer (observe/) on
+// the state volume, records spans and events, wakes the sampler, and lets
+// the views and the sampler read it through observed.
 
 // CheckObservability validates the observability settings against the
 // seed's ranges (zero means the default).
@@ -46,32 +29,77 @@ func (c *Config) CheckObservability() error {
 }
 
 func (d *Daemon) openObservability() error {
-	st, err := telemetry.Open(filepath.Join(d.cfg.StateDir, "observability"), telemetry.Options{
-		EventBudget: d.cfg.EventBudget, SampleBudget: d.cfg.SampleBudget})
+	obs, err := observe.Open(observe.Config{StateDir: d.cfg.StateDir, Listen: d.cfg.Listen, SandboxID: d.cfg.SandboxID, Started: d.started,
+		EventBudget: d.cfg.EventBudget, SampleBudget: d.cfg.SampleBudget,
+		SampleInterval: d.cfg.SampleInterval, SampleIdleAfter: d.cfg.SampleIdleAfter}, observed{d})
 	if err != nil {
-		return fmt.Errorf("observability store: %w", err)
+		return err
 	}
-	d.obs = &observability{store: st, prevCPU: map[string]cpuPoint{}}
-	d.obs.sampler = telemetry.NewSampler(telemetry.SamplerOptions{Interval: d.cfg.SampleInterval, IdleAfter: d.cfg.SampleIdleAfter,
-		Busy: func() bool { return d.obs.execs.count() > 0 }, Collect: d.collect})
+	d.obs = obs
 	return nil
 }
 
-func (d *Daemon) closeObservability() error {
-	d.obs.sampler.Close()
-	return d.obs.store.Close()
-}
+func (d *Daemon) closeObservability() error { return d.obs.Close() }
 
 // span starts a span under the one in ctx.
 func (d *Daemon) span(ctx context.Context, name string, attrs map[string]any) (context.Context, *telemetry.ActiveSpan) {
-	return d.obs.store.Tracer.Start(ctx, name, attrs)
+	return d.obs.Store.Tracer.Start(ctx, name, attrs)
 }
 
 // event records a daemon event in the trace of ctx and logs it.
 func (d *Daemon) event(ctx context.Context, name string, attrs map[string]any) {
-	d.obs.store.Tracer.Event(ctx, name, attrs)
+	d.obs.Store.Tracer.Event(ctx, name, attrs)
 	d.log.Info(name, "trace", telemetry.TraceID(ctx), "attrs", attrs)
 }
 
 // touch is activity: the sampler wakes up (or stays awake).
-func (d *Daemon) touch() { d.obs.sampler.Touch() }
+func (d *Daemon) touch() { d.obs.Sampler.Touch() }
+
+// observed is the daemon as the views and the sampler read it
+// (observe.Source). It takes no session's gate: sessions are snapshots
+// taken under their seenMu.
+type observed struct{ d *Daemon }
+
+func (o observed) Sessions() []observe.Session {
+	o.d.mu.Lock()
+	live := make([]*session, 0, len(o.d.sessions))
+	for _, s := range o.d.sessions {
+		live = append(live, s)
+	}
+	o.d.mu.Unlock()
+	out := make([]observe.Session, 0, len(live))
+	for _, s := range live {
+		out = append(out, s.snapshot())
+	}
+	return out
+}
+
+func (o observed) Session(id string) (observe.Session, error) {
+	s, err := o.d.session(id)
+	if err != nil {
+		return observe.Session{}, err
+	}
+	return s.snapshot(), nil
+}
+
+func (o observed) Layers() *layerstack.Store { return o.d.store }
+
+// snapshot is what a view may read of s without its gate. The record's
+// other fields never change once the session is live.
+func (s *session) snapshot() observe.Session {
+	seen := s.seen()
+	return observe.Session{ID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, Agent: s.rec.Agent, Implicit: s.rec.Implicit,
+		Created: s.rec.Created, Idle: s.act.since(), State: seen.state, FinalizationState: finalizationState(seen.state),
+		LeaseID: seen.leaseID, Upper: seen.upper, Runtime: seen.rt}
+}
+
+// finalizationState maps a session state to the seed's finalization_state.
+func finalizationState(state string) string {
+	switch state {
+	case StateActive:
+		return "active"
+	case StatePublishing, StateFinalizing:
+		return "finalizing"
+	}
+	return state
+}

@@ -277,12 +277,12 @@ func heapAfterGC() uint64 {
 // the heap flat.
 func TestViewsChangeNothing(t *testing.T) {
 	d, h := scenario(t)
-	require.Eventually(t, func() bool { return d.obs.store.Samples.Stats().Appended > 0 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return d.obs.Store.Samples.Stats().Appended > 0 }, 10*time.Second, 5*time.Millisecond,
 		"requests wake the sampler")
-	require.Eventually(t, func() bool { return !d.obs.sampler.Stats().Running }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return !d.obs.Sampler.Stats().Running }, 10*time.Second, 5*time.Millisecond,
 		"the sampler stops once idle")
-	samples := d.obs.store.Samples.Stats().Appended
-	require.Never(t, func() bool { return d.obs.store.Samples.Stats().Appended != samples }, 200*time.Millisecond, 10*time.Millisecond,
+	samples := d.obs.Store.Samples.Stats().Appended
+	require.Never(t, func() bool { return d.obs.Store.Samples.Stats().Appended != samples }, 200*time.Millisecond, 10*time.Millisecond,
 		"no sample while idle")
 
 	views := []struct {
@@ -311,7 +311,7 @@ func TestViewsChangeNothing(t *testing.T) {
 		round()
 	}
 	before := fingerprint(t, d.cfg.StateDir)
-	starts := d.obs.sampler.Stats().Starts
+	starts := d.obs.Sampler.Stats().Starts
 	heap0 := heapAfterGC()
 	start := time.Now()
 	for i := 0; i < 1000; i++ {
@@ -320,57 +320,7 @@ func TestViewsChangeNothing(t *testing.T) {
 	elapsed := time.Since(start)
 	heap1 := heapAfterGC()
 	require.Equal(t, before, fingerprint(t, d.cfg.StateDir), "reading views changed the state volume")
-	require.Equal(t, starts, d.obs.sampler.Stats().Starts, "reading views woke the sampler")
+	require.Equal(t, starts, d.obs.Sampler.Stats().Starts, "reading views woke the sampler")
 	require.Less(t, int64(heap1)-int64(heap0), int64(1<<20), "heap grew from %d to %d bytes", heap0, heap1)
 	t.Logf("1000 rounds of %d views in %s; heap %d -> %d bytes", len(views), elapsed, heap0, heap1)
-}
-
-// TestEventsPollerContract follows what the gateway's SSE poller
-// (gateway/stream.go streamEvents) does: first last_n, then since_ms =
-// the newest ts it saw. Every event arrives exactly once; each batch is
-// newest first, so the poller reverses it to stream in time order.
-func TestEventsPollerContract(t *testing.T) {
-	d := newViewDaemon(t, map[string]string{"a": "a\n"})
-	h := NewServer(d).http.Handler
-	fetch := func(args map[string]any) []map[string]any {
-		code, out := rpc(t, h, "", "events", args)
-		require.Equal(t, http.StatusOK, code)
-		var evs []map[string]any
-		for _, e := range out["events"].([]any) {
-			evs = append(evs, e.(map[string]any))
-		}
-		return evs
-	}
-	emit := func(from, n int) {
-		// A new batch starts in a later millisecond than the poller's
-		// since: since_ms has millisecond resolution, so an event in the
-		// same millisecond as the newest one a poll saw is never returned.
-		last := time.Now().UnixMilli()
-		require.Eventually(t, func() bool { return time.Now().UnixMilli() > last }, time.Second, 100*time.Microsecond)
-		for i := from; i < from+n; i++ {
-			d.event(context.Background(), "test.event", map[string]any{"i": i})
-		}
-	}
-	emit(0, 30)
-	var got []int
-	var since int64
-	take := func(evs []map[string]any) {
-		for i := len(evs) - 1; i >= 0; i-- { // oldest first
-			ts, err := time.Parse(time.RFC3339Nano, evs[i]["ts"].(string))
-			require.NoError(t, err)
-			since = max(since, ts.UnixMilli())
-			got = append(got, int(evs[i]["attrs"].(map[string]any)["i"].(float64)))
-		}
-	}
-	take(fetch(map[string]any{"last_n": 50}))
-	for round := 1; round <= 5; round++ {
-		emit(30*round, 30)
-		take(fetch(map[string]any{"since_ms": since}))
-	}
-	take(fetch(map[string]any{"since_ms": since}))
-	want := make([]int, 180)
-	for i := range want {
-		want[i] = i
-	}
-	require.Equal(t, want, got, "each event once, in time order after reversing each batch")
 }

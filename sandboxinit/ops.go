@@ -9,6 +9,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 )
 
 // operations is the daemon's RPC table. Names follow the seed's catalog;
@@ -102,8 +103,8 @@ func (d *Daemon) operations() map[string]handler {
 // reading them changes nothing.
 func (d *Daemon) observabilityOps() map[string]handler {
 	return map[string]handler{
-		"health": op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) {
-			return map[string]any{"status": "ok", "daemon_pid": os.Getpid(), "observability_dropped": d.obs.store.Dropped()}, nil
+		"health": op(func(ctx context.Context, rid string, _ observe.ScopeArgs) (any, error) {
+			return map[string]any{"status": "ok", "daemon_pid": os.Getpid(), "observability_dropped": d.obs.Store.Dropped()}, nil
 		}),
 		"layerstack_history": op(func(ctx context.Context, rid string, a struct {
 			Limit int `json:"limit,omitempty"`
@@ -114,17 +115,25 @@ func (d *Daemon) observabilityOps() map[string]handler {
 			}
 			return map[string]any{"publishes": h}, err
 		}),
-		"snapshot": op(func(ctx context.Context, rid string, a ScopeArgs) (any, error) { return d.snapshot(a), nil }),
-		"trace":    op(func(ctx context.Context, rid string, a TraceArgs) (any, error) { return d.traceView(a) }),
-		"events":   op(func(ctx context.Context, rid string, a EventsArgs) (any, error) { return d.eventsView(a) }),
-		"resources": op(func(ctx context.Context, rid string, a WindowArgs) (any, error) {
-			return d.resourcesView(a), nil
+		"snapshot": op(func(ctx context.Context, rid string, a observe.ScopeArgs) (any, error) { return d.obs.Snapshot(a), nil }),
+		"trace":    op(func(ctx context.Context, rid string, a observe.TraceArgs) (any, error) { return d.obs.TraceView(a) }),
+		"events":   op(func(ctx context.Context, rid string, a observe.EventsArgs) (any, error) { return d.obs.EventsView(a) }),
+		"resources": op(func(ctx context.Context, rid string, a observe.WindowArgs) (any, error) {
+			return d.obs.ResourcesView(a), nil
 		}),
-		"cgroup":          op(func(ctx context.Context, rid string, a CgroupArgs) (any, error) { return d.cgroupView(a) }),
-		"topology":        op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) { return d.topologyView(), nil }),
-		"daemon":          op(func(ctx context.Context, rid string, _ ScopeArgs) (any, error) { return d.daemonView(), nil }),
-		"layerstack":      op(func(ctx context.Context, rid string, a LayerstackArgs) (any, error) { return d.layerstackView(a) }),
-		"publish_history": op(func(ctx context.Context, rid string, a PublishHistoryArgs) (any, error) { return d.publishHistory(a) }),
+		"cgroup": op(func(ctx context.Context, rid string, a observe.CgroupArgs) (any, error) { return d.obs.CgroupView(a) }),
+		"topology": op(func(ctx context.Context, rid string, _ observe.ScopeArgs) (any, error) {
+			return d.obs.TopologyView(), nil
+		}),
+		"daemon": op(func(ctx context.Context, rid string, _ observe.ScopeArgs) (any, error) {
+			return d.obs.DaemonView(), nil
+		}),
+		"layerstack": op(func(ctx context.Context, rid string, a observe.LayerstackArgs) (any, error) {
+			return d.obs.LayerstackView(a)
+		}),
+		"publish_history": op(func(ctx context.Context, rid string, a observe.PublishHistoryArgs) (any, error) {
+			return d.obs.PublishHistory(a)
+		}),
 	}
 }
 

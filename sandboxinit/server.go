@@ -243,7 +243,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	m, err := s.d.store.Manifest()
 	res := map[string]any{"status": "ok", "service": "daemon_http", "uptime_seconds": int(time.Since(s.d.started).Seconds()),
 		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid(),
-		"observability_dropped": s.d.obs.store.Dropped()}
+		"observability_dropped": s.d.obs.Store.Dropped()}
 	if err == nil {
 		res["manifest_version"], res["layer_count"] = m.Version, len(m.Layers)
 	} else {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
@@ -398,24 +399,10 @@ func dirBytes(dir string) int64 {
 	return n
 }
 
+// writeFileAtomic replaces one of the daemon's records on the state volume
+// (owner-only, like everything there).
 func writeFileAtomic(name string, data []byte) error {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, name)
+	return atomicfile.WriteFile(name, data, 0o600)
 }
 
 func readJSON(name string, v any) error {

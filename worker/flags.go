@@ -26,7 +26,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.HostQueue, "host-queue", "", "this host's activity task queue (default eos-host-<hostname>)")
 	fs.StringVar(&f.DaemonBin, "daemon-binary", "", "static sandbox-daemon to copy into sandboxes")
 	fs.StringVar(&f.Seccomp, "seccomp-profile", "", "sandbox seccomp profile (default: next to the daemon binary, or sandboxinit/runtime/seccomp.json)")
-	fs.BoolVar(&f.Reconcile, "reconcile", true, "remove Docker objects no running sandbox owns, at start (with workers)")
+	fs.BoolVar(&f.Reconcile, "reconcile", true, "at start, stop and list the sandboxes of this deployment whose workflow is gone (orphans; nothing is ever deleted)")
 	fs.BoolVar(&f.Verbose, "v", false, "debug logging")
 }
 

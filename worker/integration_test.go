@@ -35,6 +35,7 @@ type stack struct {
 	svc    *Service
 	acts   *activities.Activities
 	secret []byte
+	docker activities.Docker
 }
 
 func startStack(t *testing.T) *stack {
@@ -59,7 +60,7 @@ func startStackFor(tb testing.TB) *stack {
 		Activities: acts, HostQueue: "eos-host-test-" + randHex(4), Logger: log})
 	require.NoError(tb, err)
 	tb.Cleanup(svc.Stop)
-	return &stack{svc: svc, acts: acts, secret: secret}
+	return &stack{svc: svc, acts: acts, secret: secret, docker: dc}
 }
 
 func randHex(n int) string {
@@ -226,41 +227,67 @@ func TestCountSandboxesShareOneBase(t *testing.T) {
 	}
 }
 
-// TestReconcilerRemovesOrphansAndFailsLostSandboxes: labelled Docker
-// objects without a running workflow go; a running sandbox whose container
-// vanished is failed and cleaned up.
-func TestReconcilerRemovesOrphansAndFailsLostSandboxes(t *testing.T) {
+// TestReconcilerDeletesNothing: a sandbox of this deployment without a
+// running workflow is an orphan — its container stopped, its volume kept,
+// listed; a sandbox of another deployment (other Temporal cluster) is not
+// touched at all; a running sandbox whose container vanished is failed,
+// and its volume — the work — stays.
+func TestReconcilerDeletesNothing(t *testing.T) {
 	s := startStack(t)
 	ctx := context.Background()
-	orphan := "orph-" + randHex(5)
-	t.Cleanup(func() { _ = s.acts.RemoveSandbox(ctx, orphan) })
-	spec := workflows.SandboxSpec{SandboxID: orphan, Image: testenv.Images[0], WorkspaceRoot: t.TempDir()}
-	_, err := s.acts.CreateVolume(ctx, spec)
-	require.NoError(t, err)
-	_, err = s.acts.CreateContainer(ctx, spec)
-	require.NoError(t, err)
+	orphan, foreign := "orph-"+randHex(5), "forn-"+randHex(5)
+	t.Cleanup(func() { _ = s.acts.RemoveSandbox(ctx, orphan); _ = s.acts.RemoveSandbox(ctx, foreign) })
+	for _, id := range []string{orphan, foreign} {
+		acts := s.acts
+		if id == foreign {
+			acts = activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(t), SeccompProfile: testenv.SeccompProfile(t),
+				Secret: []byte("another deployment"), WorkerID: "test"}, s.docker)
+			activities.SetOwner(acts, "another-cluster", "default")
+		}
+		spec := workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: t.TempDir()}
+		_, err := acts.CreateVolume(ctx, spec)
+		require.NoError(t, err)
+		_, err = acts.CreateContainer(ctx, spec)
+		require.NoError(t, err)
+		_, err = acts.StartContainer(ctx, id)
+		require.NoError(t, err)
+	}
 
-	lost, st := s.create(t.TempDir())
-	_ = st
-	out, err := exec.Command("docker", "rm", "-f", "-v", workflows.ContainerName(lost)).CombinedOutput()
+	lost, _ := s.create(t.TempDir())
+	t.Cleanup(func() { _ = s.acts.RemoveSandbox(ctx, lost) })
+	out, err := exec.Command("docker", "rm", "-f", workflows.ContainerName(lost)).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
 	rep, err := s.svc.Reconcile(ctx, s.acts)
 	require.NoError(t, err)
-	removed := map[string]bool{}
-	for _, l := range rep.Removed {
-		removed[l.SandboxID] = true
+	ids := func(os []workflows.SandboxObjects) map[string]workflows.SandboxObjects {
+		m := map[string]workflows.SandboxObjects{}
+		for _, o := range os {
+			m[o.SandboxID] = o
+		}
+		return m
 	}
-	require.True(t, removed[orphan], "orphan removed: %+v", rep.Removed)
-	require.False(t, removed[lost], "a running sandbox's objects are not touched by the orphan pass")
+	orphans, foreigns := ids(rep.Orphans), ids(rep.Foreign)
+	require.Contains(t, orphans, orphan, "%+v", rep)
+	require.Equal(t, workflows.VolumeName(orphan), orphans[orphan].Volume)
+	require.Equal(t, testenv.Images[0], orphans[orphan].Image)
+	require.Contains(t, foreigns, foreign, "%+v", rep)
+	require.NotContains(t, orphans, foreign)
 	require.Equal(t, []string{lost}, rep.Lost)
+
+	state := func(id string) string {
+		out, err := exec.Command("docker", "inspect", "-f", "{{.State.Status}}", workflows.ContainerName(id)).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	require.Equal(t, "exited", state(orphan), "the orphan is stopped")
+	require.Equal(t, "running", state(foreign), "another deployment's sandbox is not touched")
+
 	run := s.svc.Client.GetWorkflow(ctx, workflows.SandboxWorkflowID(lost), "")
 	var res workflows.SandboxResult
 	require.NoError(t, run.Get(ctx, &res))
 	require.Equal(t, workflows.PhaseFailed, res.Phase)
-	left, err := s.acts.ListLeftovers(ctx)
-	require.NoError(t, err)
-	for _, l := range left {
-		require.NotContains(t, []string{orphan, lost}, l.SandboxID, "leftover %+v", l)
+	for _, id := range []string{orphan, foreign, lost} {
+		require.NoError(t, exec.Command("docker", "volume", "inspect", workflows.VolumeName(id)).Run(), "the volume of %s is kept", id)
 	}
 }

@@ -15,31 +15,45 @@ import (
 
 // ReconcileReport says what a reconcile pass did.
 type ReconcileReport struct {
-	Removed []activities.Leftover `json:"removed"`
-	Lost    []string              `json:"lost_sandboxes"`
+	// Orphans are sandboxes of this deployment whose workflow is gone:
+	// their containers are stopped, their volumes kept, until a user adopts
+	// (adopt_orphaned_sandbox) or deletes (delete_orphaned_sandbox) them.
+	Orphans []workflows.SandboxObjects `json:"orphans"`
+	// Foreign are sandboxes another Temporal cluster or namespace made:
+	// left exactly as they are.
+	Foreign []workflows.SandboxObjects `json:"foreign"`
+	Lost    []string                   `json:"lost_sandboxes"`
 }
 
-// Reconcile runs at worker start. Docker objects with our labels whose
-// sandbox workflow is not running are removed; running sandbox workflows
-// whose container vanished are told so (they fail and clean up).
+// Reconcile runs at worker start. It never deletes anything: a sandbox
+// whose workflow this deployment no longer runs is an orphan — its
+// container is stopped and it is listed, its state volume (published and
+// unpublished work) kept —, and a sandbox made by another deployment (other
+// cluster id or namespace, as its labels say) is not touched at all.
+// Running sandbox workflows whose container vanished are told so.
 func (s *Service) Reconcile(ctx context.Context, acts *activities.Activities) (*ReconcileReport, error) {
 	rep := &ReconcileReport{}
-	running := func(sandboxID string) bool {
-		d, err := s.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
-		if err != nil {
-			var nf *serviceerror.NotFound
-			if ok := asNotFound(err, &nf); ok {
-				return false
-			}
-			return true // unsure: keep
-		}
-		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
-	}
-	removed, err := acts.RemoveLeftovers(ctx, running)
+	objs, err := acts.ListSandboxObjects(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("remove leftovers: %w", err)
+		return rep, fmt.Errorf("list sandbox objects: %w", err)
 	}
-	rep.Removed = removed
+	for _, o := range objs {
+		if !activities.Owns(acts, o) {
+			rep.Foreign = append(rep.Foreign, o)
+			continue
+		}
+		if s.running(ctx, o.SandboxID) {
+			continue
+		}
+		if o.ContainerState == "running" || o.ContainerState == "restarting" {
+			if err := acts.StopContainer(ctx, o.SandboxID); err != nil {
+				s.log.Warn("stop orphaned sandbox", "sandbox_id", o.SandboxID, "err", err)
+			}
+		}
+		s.log.Warn("orphaned sandbox kept: adopt_orphaned_sandbox or delete_orphaned_sandbox", "sandbox_id", o.SandboxID,
+			"volume", o.Volume, "volume_bytes", o.VolumeBytes)
+		rep.Orphans = append(rep.Orphans, o)
+	}
 
 	var token []byte
 	for {
@@ -63,6 +77,17 @@ func (s *Service) Reconcile(ctx context.Context, acts *activities.Activities) (*
 		}
 	}
 	return rep, nil
+}
+
+// running reports whether this deployment runs the sandbox's workflow;
+// when Temporal cannot say, it counts as running (nothing is done to it).
+func (s *Service) running(ctx context.Context, sandboxID string) bool {
+	d, err := s.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		return !asNotFound(err, &nf)
+	}
+	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 }
 
 func (s *Service) phase(ctx context.Context, sandboxID string) string {

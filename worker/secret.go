@@ -1,17 +1,14 @@
 package worker
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/internal/secretfile"
 )
 
 // DefaultStateDir is ~/.ephemeral-sandbox.
@@ -30,42 +27,26 @@ func DefaultStateDir() string {
 // it when missing. Gateways and workers of one deployment share it: every
 // sandbox's daemon token is derived from it.
 func LoadOrCreateSecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
-		}
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			return nil, err
-		}
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			return LoadOrCreateSecret(path) // another process won the race
-		}
-		if err != nil {
-			return nil, err
-		}
-		_, err = f.WriteString(hex.EncodeToString(raw) + "\n")
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		return []byte(hex.EncodeToString(raw)), nil
-	}
+	s, err := secretfile.LoadOrCreate(path, readSecret)
 	if err != nil {
 		return nil, err
 	}
+	return []byte(s), nil
+}
+
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s has mode %04o: it must be readable by its owner only (chmod 600)", path, fi.Mode().Perm())
+		return "", fmt.Errorf("%s has mode %04o: it must be readable by its owner only (chmod 600)", path, fi.Mode().Perm())
 	}
 	s := strings.TrimSpace(string(b))
 	if len(s) < 32 {
-		return nil, fmt.Errorf("%s holds fewer than 32 characters", path)
+		return "", fmt.Errorf("%s holds fewer than 32 characters", path)
 	}
-	return []byte(s), nil
+	return s, nil
 }
 
 // FindDaemonBinary locates the static sandbox-daemon: the given path, next

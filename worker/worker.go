@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -46,6 +47,9 @@ type Service struct {
 	Dev       *DevServer // nil when an external cluster is used
 	HostQueue string
 	Namespace string
+	// ClusterID is the Temporal cluster's id (GetClusterInfo); objects
+	// carry it as their owner.
+	ClusterID string
 	workers   []worker.Worker
 	log       *slog.Logger
 }
@@ -96,6 +100,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		return nil, fmt.Errorf("connect to temporal at %s: %w", addr, err)
 	}
 	svc.Client = c
+	svc.ClusterID = clusterID(ctx, c)
 	if o.NoWorkers {
 		return svc, nil
 	}
@@ -103,6 +108,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		svc.Stop()
 		return nil, errors.New("worker: Activities are required to run workers")
 	}
+	// Every Docker object the activities make says which Temporal cluster
+	// and namespace own it, so no other deployment takes it for its own.
+	activities.SetOwner(o.Activities, svc.ClusterID, o.Namespace)
 	wopts := worker.Options{DisableRegistrationAliasing: true, Interceptors: o.Interceptors}
 	if !o.NoWorkflowWorker {
 		shared := worker.New(c, workflows.TaskQueue, wopts)
@@ -174,4 +182,13 @@ func tlsFromEnv() (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
+}
+
+// clusterID asks the Temporal cluster for its id ("" when it does not say).
+func clusterID(ctx context.Context, c client.Client) string {
+	info, err := c.WorkflowService().GetClusterInfo(ctx, &workflowservice.GetClusterInfoRequest{})
+	if err != nil {
+		return ""
+	}
+	return info.GetClusterId()
 }

@@ -19,6 +19,7 @@ const (
 	ActStartContainer  = "StartContainer"
 	ActWaitReady       = "WaitReady"
 	ActRemoveSandbox   = "RemoveSandbox"
+	ActStopContainer   = "StopContainer"
 	ActCallDaemon      = "CallDaemon"
 	ActResolveDaemon   = "ResolveDaemon"
 	ActExportChanges   = "ExportChanges"
@@ -27,6 +28,7 @@ const (
 	ActListDirectories = "ListDirectories"
 	ActDockerVersion   = "DockerVersion"
 	ActUsage           = "Usage"
+	ActListSandboxes   = "ListSandboxObjects"
 )
 
 // SandboxSpec is everything needed to create one sandbox's Docker objects.
@@ -158,6 +160,8 @@ const (
 	HostOpDirectories = "list_workspace_directories"
 	HostOpVersion     = "docker_version"
 	HostOpUsage       = "container_usage"
+	HostOpSandboxes   = "list_sandbox_objects"
+	HostOpRemove      = "remove_sandbox" // an orphan's container and volume, asked for explicitly
 )
 
 // HostOpResult holds the one field of its read.
@@ -167,4 +171,23 @@ type HostOpResult struct {
 	Version     string                    `json:"version,omitempty"`
 	Usage       map[string]ContainerUsage `json:"usage,omitempty"`
 	UsageErrors map[string]*api.Error     `json:"usage_errors,omitempty"`
+	Sandboxes   []SandboxObjects          `json:"sandboxes,omitempty"`
+}
+
+// SandboxObjects are the Docker objects of one sandbox on a host, as the
+// reconciler and list_orphaned_sandboxes see them.
+type SandboxObjects struct {
+	SandboxID      string    `json:"sandbox_id"`
+	Container      string    `json:"container,omitempty"`
+	ContainerState string    `json:"container_state,omitempty"` // running, exited, ... ("" = no container)
+	Volume         string    `json:"volume,omitempty"`
+	VolumeBytes    int64     `json:"volume_bytes"` // -1 when Docker did not say
+	Created        time.Time `json:"created"`
+	Image          string    `json:"image,omitempty"`
+	WorkspaceRoot  string    `json:"workspace_root,omitempty"`
+	// The Temporal cluster and namespace that made them ("" for objects
+	// made before they were labelled).
+	Cluster   string `json:"temporal_cluster,omitempty"`
+	Namespace string `json:"temporal_namespace,omitempty"`
+	Worker    string `json:"worker,omitempty"`
 }

@@ -29,6 +29,13 @@ func HostOpWorkflow(ctx workflow.Context, r HostOp) (*HostOpResult, error) {
 		return out, workflow.ExecuteActivity(ctx, ActListDirectories, r.Path).Get(ctx, out.Directories)
 	case HostOpVersion:
 		return out, workflow.ExecuteActivity(ctx, ActDockerVersion).Get(ctx, &out.Version)
+	case HostOpSandboxes:
+		return out, workflow.ExecuteActivity(ctx, ActListSandboxes).Get(ctx, &out.Sandboxes)
+	case HostOpRemove:
+		if len(r.SandboxIDs) != 1 {
+			return nil, apperr.Newf(api.KindInvalidRequest, nil, "remove_sandbox takes one sandbox id")
+		}
+		return out, workflow.ExecuteActivity(ctx, ActRemoveSandbox, r.SandboxIDs[0]).Get(ctx, nil)
 	case HostOpUsage:
 		futures := make([]workflow.Future, len(r.SandboxIDs))
 		for i, id := range r.SandboxIDs {

@@ -32,9 +32,9 @@ func daemonOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 		TaskQueue:              hostQueue,
 		ScheduleToCloseTimeout: 15 * time.Minute,
 		StartToCloseTimeout:    6 * time.Minute,
-		// CallDaemon heartbeats every 5 s while it waits: a worker that dies
+		// CallDaemon heartbeats every 2 s while it waits: a worker that dies
 		// mid-call is noticed in seconds and the call is retried elsewhere.
-		HeartbeatTimeout: 15 * time.Second,
+		HeartbeatTimeout: 6 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 5 * time.Second, MaximumAttempts: 10, NonRetryableErrorTypes: nonRetryable},
 	})
@@ -53,7 +53,7 @@ func settleOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 		TaskQueue:              hostQueue,
 		ScheduleToCloseTimeout: 24 * time.Hour,
 		StartToCloseTimeout:    6 * time.Minute,
-		HeartbeatTimeout:       15 * time.Second,
+		HeartbeatTimeout:       6 * time.Second, // as daemonOptions: CallDaemon heartbeats every 2 s
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 30 * time.Second, MaximumAttempts: math.MaxInt32, NonRetryableErrorTypes: nonRetryable},
 	})

@@ -21,6 +21,10 @@ const continueAsNewAfter = 4000
 // sessions do not wait for each other (they did under commitMu before).
 const versionPublishSideBySide = "publish-side-by-side"
 
+// versionLostKeepsVolume marks runs in which a sandbox whose container
+// vanished keeps its state volume (it was removed before).
+const versionLostKeepsVolume = "lost-keeps-volume"
+
 // SandboxWorkflow is the entity of one sandbox: it creates the sandbox's
 // Docker objects (compensating on failure), serves the lifecycle updates,
 // reaps idle sessions, and destroys everything when asked.
@@ -136,7 +140,18 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	remove := func(c workflow.Context) error {
 		return workflow.ExecuteActivity(c, ActRemoveSandbox, spec.SandboxID).Get(c, nil)
 	}
-	undo = append(undo, remove) // removes the container and the volume, whichever exist
+	if !s.in.Adopt {
+		undo = append(undo, remove) // removes the container and the volume, whichever exist
+	}
+	if s.in.Adopt {
+		// An orphan keeps its volume whatever happens here, and its old
+		// container stops so the copy-in (daemon binary, this deployment's
+		// token) is redone.
+		undo = nil
+		if err := workflow.ExecuteActivity(dctx, ActStopContainer, spec.SandboxID).Get(ctx, nil); err != nil {
+			return s.stepFailed("stop the orphan's container", err)
+		}
+	}
 	if err := workflow.ExecuteActivity(dctx, ActCreateVolume, spec).Get(ctx, nil); err != nil {
 		return s.stepFailed("create volume", err)
 	}
@@ -144,8 +159,10 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, spec).Get(ctx, &info); err != nil {
 		return s.stepFailed("create container", err)
 	}
-	if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, nil); err != nil {
-		return s.stepFailed("copy workspace", err)
+	if !s.in.Adopt {
+		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, nil); err != nil {
+			return s.stepFailed("copy workspace", err)
+		}
 	}
 	if err := workflow.ExecuteActivity(dctx, ActStartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
 		return s.stepFailed("start container", err)
@@ -167,7 +184,35 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("import base", err)
 	}
 	s.state.BaseID = base.BaseID
+	if s.in.Adopt {
+		if err := s.adoptSessions(ctx); err != nil {
+			return s.stepFailed("list the orphan's sessions", err)
+		}
+	}
 	s.state.Phase = PhaseReady
+	return nil
+}
+
+// adoptSessions records the sessions the adopted daemon brought back from
+// its volume, so they serve (and publish) as before.
+func (s *sandbox) adoptSessions(ctx workflow.Context) error {
+	out, err := s.call(ctx, "list_workspace_sessions", nil, "adopt/sessions")
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Sessions []api.SessionInfo `json:"workspace_sessions"`
+	}
+	if err := decode("list_workspace_sessions", out, &list); err != nil {
+		return err
+	}
+	for _, si := range list.Sessions {
+		if si.Implicit {
+			continue
+		}
+		s.state.Sessions[si.WorkspaceSessionID] = &SessionRecord{ID: si.WorkspaceSessionID, NetworkProfile: si.NetworkProfile,
+			Agent: si.Agent, Created: workflow.Now(ctx).UTC()}
+	}
 	return nil
 }
 
@@ -209,8 +254,13 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 		case s.lost:
 			s.state.Phase = PhaseFailed
 			s.settle(ctx)
-			cctx := cleanupOptions(ctx, s.queue())
-			_ = workflow.ExecuteActivity(cctx, ActRemoveSandbox, s.id()).Get(ctx, nil)
+			// Nothing is deleted by inference: the state volume (the work)
+			// stays, an orphan to adopt or delete. Runs recorded before
+			// replay as they ran.
+			if workflow.GetVersion(ctx, versionLostKeepsVolume, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+				cctx := cleanupOptions(ctx, s.queue())
+				_ = workflow.ExecuteActivity(cctx, ActRemoveSandbox, s.id()).Get(ctx, nil)
+			}
 			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: s.state.Error}, nil
 		case s.suggestContinue(ctx):
 			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })

@@ -334,7 +334,10 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	require.Contains(t, can.Error(), "continue as new")
 }
 
-func TestContainerLostFailsAndCleansUp(t *testing.T) {
+// TestContainerLostFailsAndKeepsTheVolume: a sandbox whose container
+// vanished fails, and its state volume — the work — is not removed (it is
+// an orphan to adopt or delete).
+func TestContainerLostFailsAndKeepsTheVolume(t *testing.T) {
 	e := newEnv(t)
 	e.happyCreate()
 	e.daemon(okDaemon)
@@ -346,7 +349,7 @@ func TestContainerLostFailsAndCleansUp(t *testing.T) {
 	var res SandboxResult
 	require.NoError(t, e.GetWorkflowResult(&res))
 	require.Equal(t, PhaseFailed, res.Phase)
-	require.True(t, removed)
+	require.False(t, removed, "nothing is deleted by inference")
 }
 
 func TestIdleSessionsAreReaped(t *testing.T) {

@@ -39,3 +39,4 @@ func (*stubActivities) ResolveDaemon(context.Context, string) (ContainerInfo, er
 func (*stubActivities) ExportChanges(context.Context, ExportSpec) (*api.ExportResult, error) {
 	return nil, nil
 }
+func (*stubActivities) StopContainer(context.Context, string) error { return nil }

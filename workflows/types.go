@@ -18,6 +18,10 @@ type SandboxInput struct {
 	// BaseID is the shared base a group follower initialises from (the
 	// leader's, see SharedBase).
 	BaseID string `json:"base_id,omitempty"`
+	// Adopt recreates the workflow of an orphaned sandbox over its existing
+	// state volume: no workspace copy, the store and its sessions as they
+	// are.
+	Adopt bool `json:"adopt,omitempty"`
 	// State is set when the workflow continues as new.
 	State *SandboxState `json:"state,omitempty"`
 }

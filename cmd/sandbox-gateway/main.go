@@ -68,7 +68,7 @@ func run() int {
 		if rep, err := svc.Reconcile(ctx, acts); err != nil {
 			log.Warn("reconcile", "err", err)
 		} else {
-			log.Info("reconciled", "removed", len(rep.Removed), "lost_sandboxes", len(rep.Lost))
+			log.Info("reconciled", "orphans_kept", len(rep.Orphans), "foreign_untouched", len(rep.Foreign), "lost_sandboxes", len(rep.Lost))
 		}
 	}
 	hostQ := svc.HostQueue

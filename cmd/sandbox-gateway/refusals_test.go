@@ -196,12 +196,17 @@ func viaMCP(t *testing.T, clients map[string]*mcpclient.Client, c refusal) *api.
 	return envelope(t, "mcp", b)
 }
 
-// normalize makes details comparable across doors (JSON numbers).
+// normalize makes details comparable across doors: JSON numbers, and no
+// transaction id (each door's publish is a publish of its own).
 func normalize(d map[string]any) map[string]any {
-	var out map[string]any
-	b, _ := json.Marshal(d)
-	_ = json.Unmarshal(b, &out)
+	out := map[string]any{}
+	b, err := json.Marshal(d)
+	if err == nil {
+		err = json.Unmarshal(b, &out)
+	}
+	if err != nil {
+		return map[string]any{"undecodable": err.Error()}
+	}
+	delete(out, "txid")
 	return out
 }
-
-

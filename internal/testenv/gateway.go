@@ -51,6 +51,10 @@ type Gateway struct {
 	Home     string // HOME of the gateway (and of the CLIs a test runs)
 	Stderr   *SyncBuffer
 	Pid      int
+	// Dir and HostQueue start it again in the same place (Options).
+	Dir       string
+	HostQueue string
+	exited    chan struct{}
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers.
@@ -89,22 +93,51 @@ func FreePort(t testing.TB) string {
 // when the test ends.
 func StartGateway(t testing.TB) *Gateway {
 	t.Helper()
+	return StartGatewayWith(t, GatewayOptions{})
+}
+
+// GatewayOptions place a gateway process; a restarted gateway reuses the
+// first one's (same state dir, home, token, host queue and address).
+type GatewayOptions struct {
+	Dir       string // holds state/, home/ and gateway.token ("" = a new temp dir)
+	Addr      string // "" = a free port
+	HostQueue string // "" = a new one
+	Reconcile bool   // run the start-up reconciler (off by default in tests)
+}
+
+// Options are the options that start this gateway again as it was.
+func (g *Gateway) Options() GatewayOptions {
+	return GatewayOptions{Dir: g.Dir, Addr: g.Addr, HostQueue: g.HostQueue}
+}
+
+// StartGatewayWith is StartGateway in a given place.
+func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
+	t.Helper()
 	RequireDocker(t)
 	daemon := DaemonBinary(t)
 	bins := Binaries(t)
-	tmp := t.TempDir()
-	g := &Gateway{Addr: FreePort(t), StateDir: filepath.Join(tmp, "state"), Bins: bins, Home: filepath.Join(tmp, "home"), Stderr: &SyncBuffer{}}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	if o.Addr == "" {
+		o.Addr = FreePort(t)
+	}
+	if o.HostQueue == "" {
+		o.HostQueue = fmt.Sprintf("eos-host-test-%d", time.Now().UnixNano())
+	}
+	g := &Gateway{Addr: o.Addr, Dir: o.Dir, HostQueue: o.HostQueue, StateDir: filepath.Join(o.Dir, "state"), Bins: bins,
+		Home: filepath.Join(o.Dir, "home"), Stderr: &SyncBuffer{}}
 	if err := os.MkdirAll(g.Home, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	tokenFile := filepath.Join(tmp, "gateway.token")
+	tokenFile := filepath.Join(o.Dir, "gateway.token")
 	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"),
 		"--listen", g.Addr, "--token-file", tokenFile, "--state-dir", g.StateDir,
 		"--temporal-embedded-address", "127.0.0.1:0", "--temporal-ui", "off",
-		"--host-queue", fmt.Sprintf("eos-host-test-%d", time.Now().UnixNano()),
+		"--host-queue", o.HostQueue,
 		"--daemon-binary", daemon,
 		"--seccomp-profile", filepath.Join(RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
-		"--reconcile=false")
+		fmt.Sprintf("--reconcile=%v", o.Reconcile))
 	cmd.Env = append(os.Environ(), "HOME="+g.Home)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {
@@ -112,6 +145,7 @@ func StartGateway(t testing.TB) *Gateway {
 	}
 	g.Pid = cmd.Process.Pid
 	exited := make(chan struct{})
+	g.exited = exited
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
@@ -139,6 +173,13 @@ func StartGateway(t testing.TB) *Gateway {
 			t.Fatalf("gateway not ready after 2m:\n%s", g.Stderr.String())
 		}
 	}
+}
+
+// Kill SIGKILLs the gateway process (its embedded Temporal and workers
+// with it) and waits until it is gone.
+func (g *Gateway) Kill() {
+	_ = syscall.Kill(g.Pid, syscall.SIGKILL)
+	<-g.exited
 }
 
 // Get sends a GET to the gateway with the bearer token ("" = none).

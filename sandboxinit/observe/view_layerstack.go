@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"encoding/json"
@@ -39,22 +39,23 @@ type stackSummary struct {
 	errors                []string // what could not be measured
 }
 
-func (d *Daemon) stackSummary(man *layerstack.Manifest) stackSummary {
-	st := stackSummary{ManifestVersion: man.Version, RootHash: man.RootHash(), LayerCount: len(man.Layers), ActiveLeases: len(d.store.Leases())}
+func (o *Observer) stackSummary(man *layerstack.Manifest) stackSummary {
+	store := o.src.Layers()
+	st := stackSummary{ManifestVersion: man.Version, RootHash: man.RootHash(), LayerCount: len(man.Layers), ActiveLeases: len(store.Leases())}
 	for _, l := range man.Layers {
-		u, err := d.store.LayerUsage(l)
+		u, err := store.LayerUsage(l)
 		if err != nil {
 			st.errors = append(st.errors, err.Error())
 		}
 		st.LayersBytes += u.Bytes
 		st.LayersAllocatedBytes += u.AllocatedBytes
 	}
-	su, err := d.store.StorageUsage()
+	su, err := store.StorageUsage()
 	if err != nil {
 		st.errors = append(st.errors, err.Error())
 	}
 	st.StorageLogicalBytes, st.StorageAllocatedBytes = su.LogicalBytes, su.AllocatedBytes
-	n, err := d.store.StagingEntries()
+	n, err := store.StagingEntries()
 	if err != nil {
 		st.errors = append(st.errors, err.Error())
 	}
@@ -64,9 +65,9 @@ func (d *Daemon) stackSummary(man *layerstack.Manifest) stackSummary {
 
 // leasedBy maps layer ids to the live workspace sessions whose lease
 // includes them.
-func (d *Daemon) leasedBy() map[string][]string {
+func (o *Observer) leasedBy() map[string][]string {
 	out := map[string][]string{}
-	for _, l := range d.store.Leases() {
+	for _, l := range o.src.Layers().Leases() {
 		ws, ok := strings.CutPrefix(l.Owner, "workspace_session:")
 		if !ok {
 			continue
@@ -78,25 +79,28 @@ func (d *Daemon) leasedBy() map[string][]string {
 	return out
 }
 
-func (d *Daemon) layerstackView(a LayerstackArgs) (map[string]any, error) {
+// LayerstackView is the layer stack, one workspace's mounts (workspace_id)
+// or one layer's entries (layer_id).
+func (o *Observer) LayerstackView(a LayerstackArgs) (map[string]any, error) {
 	switch {
 	case a.LayerID != "":
-		return d.layerEntriesView(a)
+		return o.layerEntriesView(a)
 	case a.WorkspaceID != "":
-		return d.workspaceLayersView(a)
+		return o.workspaceLayersView(a)
 	}
-	man, err := d.store.Manifest()
+	store := o.src.Layers()
+	man, err := store.Manifest()
 	if err != nil {
 		return nil, api.Errorf(api.KindNotFound, nil, "layer stack: %v", err)
 	}
-	st := d.stackSummary(man)
-	leased := d.leasedBy()
+	st := o.stackSummary(man)
+	leased := o.leasedBy()
 	layers := make([]map[string]any, 0, len(man.Layers))
 	for _, l := range man.Layers { // newest first, as the manifest lists them
-		u, _ := d.store.LayerUsage(l)
+		u, _ := store.LayerUsage(l)
 		row := map[string]any{"layer_id": l.ID, "bytes": u.Bytes, "allocated_bytes": u.AllocatedBytes,
 			"leased_by_workspaces": nonNil(leased[l.ID]), "booked_by": []string{}, "entries": u.Entries}
-		if meta, err := d.store.LayerMeta(l.ID); err == nil {
+		if meta, err := store.LayerMeta(l.ID); err == nil {
 			booked := []string{}
 			if meta.Owner != "" {
 				booked = append(booked, meta.Owner)
@@ -110,7 +114,7 @@ func (d *Daemon) layerstackView(a LayerstackArgs) (map[string]any, error) {
 		}
 		layers = append(layers, row)
 	}
-	trend, err := d.samplesSince(telemetry.Query{Scope: "stack"}, windowOr(a.WindowMS, 600000))
+	trend, err := o.samplesSince(telemetry.Query{Scope: "stack"}, windowOr(a.WindowMS, 600000))
 	out := map[string]any{"view": "layerstack", "manifest_version": man.Version, "root_hash": st.RootHash,
 		"active_lease_count": st.ActiveLeases, "total_bytes": st.LayersBytes, "total_allocated_bytes": st.LayersAllocatedBytes,
 		"storage_logical_bytes": st.StorageLogicalBytes, "storage_allocated_bytes": st.StorageAllocatedBytes,
@@ -122,36 +126,36 @@ func (d *Daemon) layerstackView(a LayerstackArgs) (map[string]any, error) {
 	return out, nil
 }
 
-func (d *Daemon) workspaceLayersView(a LayerstackArgs) (map[string]any, error) {
-	s, err := d.session(a.WorkspaceID)
+func (o *Observer) workspaceLayersView(a LayerstackArgs) (map[string]any, error) {
+	s, err := o.src.Session(a.WorkspaceID)
 	if err != nil {
 		return nil, err
 	}
-	seen := s.seen()
-	lease, err := d.store.Lease(seen.leaseID)
+	lease, err := o.src.Layers().Lease(s.LeaseID)
 	if err != nil {
 		return nil, api.Errorf(api.KindNotFound, map[string]any{"workspace_id": a.WorkspaceID}, "lease of %s: %v", a.WorkspaceID, err)
 	}
-	leased := d.leasedBy()
+	leased := o.leasedBy()
 	mounts := make([]map[string]any, 0, len(lease.Layers))
 	for _, l := range lease.Layers {
 		others := []string{}
 		for _, ws := range leased[l.ID] {
-			if ws != s.rec.ID {
+			if ws != s.ID {
 				others = append(others, ws)
 			}
 		}
 		mounts = append(mounts, map[string]any{"layer_id": l.ID, "shared_with": others})
 	}
-	bytes, entries, complete := upperBytes(seen.upper)
+	bytes, entries, complete := upperBytes(s.Upper)
 	return map[string]any{"view": "layerstack",
-		"workspace": map[string]any{"workspace_id": s.rec.ID, "lease_id": lease.ID, "manifest_version": lease.ManifestVersion,
-			"root_hash": lease.RootHash, "layer_count": len(lease.Layers), "agent": s.rec.Agent, "finalization_state": finalizationState(seen.state)},
+		"workspace": map[string]any{"workspace_id": s.ID, "lease_id": lease.ID, "manifest_version": lease.ManifestVersion,
+			"root_hash": lease.RootHash, "layer_count": len(lease.Layers), "agent": s.Agent, "finalization_state": s.FinalizationState},
 		"mounts": mounts, "upper_bytes": bytes, "upper_entries": entries, "upper_bytes_partial": !complete}, nil
 }
 
-func (d *Daemon) layerEntriesView(a LayerstackArgs) (map[string]any, error) {
-	l, ok := d.store.FindLayer(a.LayerID)
+func (o *Observer) layerEntriesView(a LayerstackArgs) (map[string]any, error) {
+	store := o.src.Layers()
+	l, ok := store.FindLayer(a.LayerID)
 	if !ok {
 		return nil, api.Errorf(api.KindNotFound, map[string]any{"layer_id": a.LayerID}, "layer not found: %s", a.LayerID)
 	}
@@ -160,7 +164,7 @@ func (d *Daemon) layerEntriesView(a LayerstackArgs) (map[string]any, error) {
 		limit = DefaultLayerEntries
 	}
 	limit = min(limit, MaxLayerEntries)
-	ents, more, err := d.store.LayerEntries(l, limit)
+	ents, more, err := store.LayerEntries(l, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -185,10 +189,10 @@ func windowOr(ms, def int64) int64 {
 
 // samplesSince returns the samples q selects of the last windowMS, oldest
 // first (a series reads forwards).
-func (d *Daemon) samplesSince(q telemetry.Query, windowMS int64) ([]json.RawMessage, error) {
+func (o *Observer) samplesSince(q telemetry.Query, windowMS int64) ([]json.RawMessage, error) {
 	q.Kind, q.Ordered = telemetry.KindSample, true
 	q.SinceMS = time.Now().UnixMilli() - windowMS
-	res, err := d.obs.store.Samples.Query(q)
+	res, err := o.Store.Samples.Query(q)
 	out := res.Records
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 		out[i], out[j] = out[j], out[i]
@@ -197,4 +201,11 @@ func (d *Daemon) samplesSince(q telemetry.Query, windowMS int64) ([]json.RawMess
 		out = []json.RawMessage{}
 	}
 	return out, err
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"context"
@@ -22,33 +22,23 @@ const maxUpperWalk = 20000
 // collect is one sampler round: the sandbox, every live session, and the
 // layer stack when its manifest changed. It runs on the sampler's
 // goroutine, only while the sandbox is active.
-func (d *Daemon) collect(now time.Time) {
+func (o *Observer) collect(now time.Time) {
 	now = now.UTC()
-	samples := d.obs.store.Samples
+	samples := o.Store.Samples
 	add := func(scope string, m map[string]any) {
 		telemetry.Record(context.Background(), samples, &telemetry.Sample{TS: now, Scope: scope, Metrics: m})
 	}
-	add("sandbox", d.sandboxMetrics(now))
-	for _, s := range d.liveSessions() {
-		add(s.rec.ID, d.sessionMetrics(s, now))
+	add("sandbox", o.sandboxMetrics(now))
+	for _, s := range o.src.Sessions() {
+		add(s.ID, o.sessionMetrics(s, now))
 	}
-	if m := d.stackMetrics(); m != nil {
+	if m := o.stackMetrics(); m != nil {
 		add("stack", m)
 	}
 }
 
-func (d *Daemon) liveSessions() []*session {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]*session, 0, len(d.sessions))
-	for _, s := range d.sessions {
-		out = append(out, s)
-	}
-	return out
-}
-
 // sandboxMetrics samples the container's cgroup and the daemon process.
-func (d *Daemon) sandboxMetrics(now time.Time) map[string]any {
+func (o *Observer) sandboxMetrics(now time.Time) map[string]any {
 	m := map[string]any{}
 	var errs []string
 	if paths, err := runtime.SandboxCgroupPaths(); err != nil {
@@ -59,7 +49,7 @@ func (d *Daemon) sandboxMetrics(now time.Time) map[string]any {
 			errs = append(errs, err.Error())
 		}
 		cgroupMetrics(m, u)
-		m["cpu_percent"] = d.cpuPercent("sandbox", now, u.CPUUsageUsec)
+		m["cpu_percent"] = o.cpuPercent("sandbox", now, u.CPUUsageUsec)
 	}
 	p := selfProcess()
 	for k, v := range p.metrics("daemon_") {
@@ -69,7 +59,7 @@ func (d *Daemon) sandboxMetrics(now time.Time) map[string]any {
 		errs = append(errs, p.err)
 	}
 	m["daemon_goroutines"] = goruntime.NumGoroutine()
-	m["running_commands"] = d.obs.execs.count()
+	m["running_commands"] = o.Running.Count()
 	if len(errs) > 0 {
 		m["errors"] = errs
 	}
@@ -77,28 +67,27 @@ func (d *Daemon) sandboxMetrics(now time.Time) map[string]any {
 }
 
 // sessionMetrics samples one session's cgroup and upper dir.
-func (d *Daemon) sessionMetrics(s *session, now time.Time) map[string]any {
-	seen := s.seen()
-	m := map[string]any{"lifecycle_state": seen.state}
+func (o *Observer) sessionMetrics(s Session, now time.Time) map[string]any {
+	m := map[string]any{"lifecycle_state": s.State}
 	var errs []string
-	if rs := seen.rt; rs != nil {
+	if rs := s.Runtime; rs != nil {
 		paths, err := rs.CgroupPaths()
 		if err == nil {
 			var u runtime.CgroupUsage
 			u, err = runtime.ReadCgroupUsage(paths)
 			cgroupMetrics(m, u)
-			m["cpu_percent"] = d.cpuPercent(s.rec.ID, now, u.CPUUsageUsec)
+			m["cpu_percent"] = o.cpuPercent(s.ID, now, u.CPUUsageUsec)
 		}
 		if err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
-	bytes, entries, complete := upperBytes(seen.upper)
+	bytes, entries, complete := upperBytes(s.Upper)
 	m["upper_bytes"], m["upper_entries"] = bytes, entries
 	if !complete {
 		m["upper_bytes_partial"] = true
 	}
-	m["running_commands"] = len(d.obs.execs.list(s.rec.ID))
+	m["running_commands"] = len(o.Running.List(s.ID))
 	if len(errs) > 0 {
 		m["errors"] = errs
 	}
@@ -118,8 +107,7 @@ func cgroupMetrics(m map[string]any, u runtime.CgroupUsage) {
 
 // cpuPercent turns a cumulative CPU counter into the share of one CPU used
 // since the scope's previous sample (0 on the first).
-func (d *Daemon) cpuPercent(scope string, now time.Time, usec uint64) float64 {
-	o := d.obs
+func (o *Observer) cpuPercent(scope string, now time.Time, usec uint64) float64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prev, ok := o.prevCPU[scope]
@@ -136,12 +124,11 @@ func (d *Daemon) cpuPercent(scope string, now time.Time, usec uint64) float64 {
 
 // stackMetrics describes the layer stack, but only when its manifest
 // changed since the last stack sample (the stack trend needs no more).
-func (d *Daemon) stackMetrics() map[string]any {
-	man, err := d.store.Manifest()
+func (o *Observer) stackMetrics() map[string]any {
+	man, err := o.src.Layers().Manifest()
 	if err != nil {
 		return nil
 	}
-	o := d.obs
 	o.mu.Lock()
 	seen := o.stackSeen
 	o.stackSeen = man.Version
@@ -149,7 +136,7 @@ func (d *Daemon) stackMetrics() map[string]any {
 	if seen == man.Version {
 		return nil
 	}
-	st := d.stackSummary(man)
+	st := o.stackSummary(man)
 	return map[string]any{"manifest_version": man.Version, "layer_count": st.LayerCount, "layers_bytes": st.LayersBytes,
 		"layers_allocated_bytes": st.LayersAllocatedBytes, "storage_allocated_bytes": st.StorageAllocatedBytes,
 		"active_leases": st.ActiveLeases}

@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"encoding/json"
@@ -20,11 +20,11 @@ type ScopeArgs struct {
 // holds (a minute at the default interval).
 const snapshotHistory = 30
 
-func (d *Daemon) sandboxID(fromArgs string) string {
+func (o *Observer) sandboxID(fromArgs string) string {
 	if fromArgs != "" {
 		return fromArgs
 	}
-	return d.cfg.SandboxID
+	return o.cfg.SandboxID
 }
 
 // viewError is one entry of a view's errors list.
@@ -33,22 +33,11 @@ type viewError struct {
 	Message string `json:"message"`
 }
 
-// finalizationState maps a session state to the seed's finalization_state.
-func finalizationState(state string) string {
-	switch state {
-	case StateActive:
-		return "active"
-	case StatePublishing, StateFinalizing:
-		return "finalizing"
-	}
-	return state
-}
-
 // latestSamples returns, from one scan of the last minute of samples, the
 // newest sample of every scope and the sandbox's recent history (oldest
 // first).
-func (d *Daemon) latestSamples() (latest map[string]json.RawMessage, history []json.RawMessage, err error) {
-	res, err := d.obs.store.Samples.Query(telemetry.Query{Kind: telemetry.KindSample, Ordered: true, SinceMS: time.Now().UnixMilli() - 60000})
+func (o *Observer) latestSamples() (latest map[string]json.RawMessage, history []json.RawMessage, err error) {
+	res, err := o.Store.Samples.Query(telemetry.Query{Kind: telemetry.KindSample, Ordered: true, SinceMS: time.Now().UnixMilli() - 60000})
 	latest = map[string]json.RawMessage{}
 	for i, h := range res.Headers {
 		if _, ok := latest[h.Scope]; !ok {
@@ -67,19 +56,21 @@ func (d *Daemon) latestSamples() (latest map[string]json.RawMessage, history []j
 	return latest, history, err
 }
 
-func (d *Daemon) snapshot(a ScopeArgs) map[string]any {
+// Snapshot is the sandbox at a glance: the daemon, the newest resources,
+// every live workspace and the layer stack.
+func (o *Observer) Snapshot(a ScopeArgs) map[string]any {
 	now := time.Now()
 	errs := []viewError{}
-	latest, history, err := d.latestSamples()
+	latest, history, err := o.latestSamples()
 	if err != nil {
 		errs = append(errs, viewError{"resources", err.Error()})
 	}
 	lifecycle := "creating"
 	stack := map[string]any{"layer_count": 0, "layers_bytes": 0, "layers_allocated_bytes": 0, "storage_allocated_bytes": 0,
 		"staging_entry_count": 0, "active_leases": 0}
-	if man, err := d.store.Manifest(); err == nil {
+	if man, err := o.src.Layers().Manifest(); err == nil {
 		lifecycle = "ready"
-		st := d.stackSummary(man)
+		st := o.stackSummary(man)
 		for _, e := range st.errors {
 			errs = append(errs, viewError{"layerstack", e})
 		}
@@ -88,11 +79,11 @@ func (d *Daemon) snapshot(a ScopeArgs) map[string]any {
 			"staging_entry_count": st.StagingEntryCount, "active_leases": st.ActiveLeases,
 			"manifest_version": st.ManifestVersion, "root_hash": st.RootHash}
 	}
-	sessions := d.liveSessions()
-	sort.Slice(sessions, func(i, j int) bool { return sessions[i].rec.Created.Before(sessions[j].rec.Created) })
+	sessions := o.src.Sessions()
+	sort.Slice(sessions, func(i, j int) bool { return sessions[i].Created.Before(sessions[j].Created) })
 	workspaces := make([]map[string]any, 0, len(sessions))
 	for _, s := range sessions {
-		workspaces = append(workspaces, d.workspaceSnapshot(s, latest[s.rec.ID]))
+		workspaces = append(workspaces, o.workspaceSnapshot(s, latest[s.ID]))
 	}
 	availability := "available"
 	if len(errs) > 0 {
@@ -103,53 +94,52 @@ func (d *Daemon) snapshot(a ScopeArgs) map[string]any {
 		latestSandbox = l
 	}
 	return map[string]any{
-		"sandbox_id": d.sandboxID(a.SandboxID), "lifecycle_state": lifecycle, "availability": availability,
+		"sandbox_id": o.sandboxID(a.SandboxID), "lifecycle_state": lifecycle, "availability": availability,
 		"sampled_at_unix_ms": now.UnixMilli(), "errors": errs,
-		"daemon": map[string]any{"daemon_pid": selfPID(), "runtime_dir": filepath.Join(d.cfg.StateDir, "runtime"),
-			"event_store": d.eventStore(), "uptime_seconds": int64(time.Since(d.started).Seconds())},
+		"daemon": map[string]any{"daemon_pid": selfPID(), "runtime_dir": filepath.Join(o.cfg.StateDir, "runtime"),
+			"event_store": o.eventStore(), "uptime_seconds": int64(time.Since(o.cfg.Started).Seconds())},
 		"resources":  map[string]any{"latest": latestSandbox, "history": history},
 		"workspaces": workspaces,
 		"stack":      stack,
 	}
 }
 
-func (d *Daemon) workspaceSnapshot(s *session, latest json.RawMessage) map[string]any {
-	seen := s.seen()
+func (o *Observer) workspaceSnapshot(s Session, latest json.RawMessage) map[string]any {
 	layers := map[string]any{"base_root_hash": "", "layer_count": 0}
-	if l, err := d.store.Lease(seen.leaseID); err == nil {
+	if l, err := o.src.Layers().Lease(s.LeaseID); err == nil {
 		layers = map[string]any{"base_root_hash": l.RootHash, "layer_count": len(l.Layers), "manifest_version": l.ManifestVersion}
 	}
 	nsCount, lifecycle := 0, "inactive"
-	if rs := seen.rt; rs != nil {
+	if rs := s.Runtime; rs != nil {
 		lifecycle = "active"
 		if pid, err := rs.InitPid(); err == nil {
 			nsCount = ownNamespaces(pid)
 		}
 	}
 	execs := []map[string]any{}
-	for _, x := range d.obs.execs.list(s.rec.ID) {
-		execs = append(execs, map[string]any{"namespace_execution_id": x.id, "operation": "exec_command", "lifecycle_state": "running",
-			"command": x.cmd, "trace": x.trace, "started": x.started})
+	for _, x := range o.Running.List(s.ID) {
+		execs = append(execs, map[string]any{"namespace_execution_id": x.ID, "operation": "exec_command", "lifecycle_state": "running",
+			"command": x.Cmd, "trace": x.Trace, "started": x.Started})
 	}
 	policy := "no_op"
-	if s.rec.Implicit {
+	if s.Implicit {
 		policy = "publish_then_destroy"
 	}
 	var resources any
 	if latest != nil {
 		resources = latest
 	}
-	return map[string]any{"workspace_id": s.rec.ID, "lifecycle_state": lifecycle, "finalization_state": finalizationState(seen.state),
-		"network_profile": s.rec.NetworkProfile, "finalize_policy": policy, "layers": layers, "namespace_fd_count": nsCount,
-		"resources": resources, "active_namespace_executions": execs, "agent": s.rec.Agent, "implicit": s.rec.Implicit,
-		"created": s.rec.Created, "idle_seconds": int64(s.act.since().Seconds())}
+	return map[string]any{"workspace_id": s.ID, "lifecycle_state": lifecycle, "finalization_state": s.FinalizationState,
+		"network_profile": s.NetworkProfile, "finalize_policy": policy, "layers": layers, "namespace_fd_count": nsCount,
+		"resources": resources, "active_namespace_executions": execs, "agent": s.Agent, "implicit": s.Implicit,
+		"created": s.Created, "idle_seconds": int64(s.Idle.Seconds())}
 }
 
 // eventStore describes the observability store (snapshot, daemon, health).
-func (d *Daemon) eventStore() map[string]any {
+func (o *Observer) eventStore() map[string]any {
 	streams := []telemetry.StreamStats{}
-	for _, st := range d.obs.store.Streams() {
+	for _, st := range o.Store.Streams() {
 		streams = append(streams, st.Stats())
 	}
-	return map[string]any{"dir": d.obs.store.Dir, "streams": streams, "dropped": d.obs.store.Dropped()}
+	return map[string]any{"dir": o.Store.Dir, "streams": streams, "dropped": o.Store.Dropped()}
 }

@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"fmt"
@@ -49,7 +49,7 @@ type topology struct {
 // topology walks /proc once for the processes of every live session (or
 // only of workspace only), at most maxTopologyProcesses in all. Sessions'
 // pids come from their cgroups, so nothing else in the sandbox is read.
-func (d *Daemon) topology(only string) topology {
+func (o *Observer) topology(only string) topology {
 	src := "proc_namespaces"
 	t := topology{SchemaVersion: 2, Available: true, Source: &src, Warnings: []string{}, Workspaces: []topoWorkspace{}}
 	if _, err := os.Stat("/proc/self/ns/pid"); err != nil {
@@ -57,21 +57,21 @@ func (d *Daemon) topology(only string) topology {
 		t.Available, t.Source, t.Error = false, nil, &msg
 		return t
 	}
-	sessions := d.liveSessions()
-	sort.Slice(sessions, func(i, j int) bool { return sessions[i].rec.Created.Before(sessions[j].rec.Created) })
+	sessions := o.src.Sessions()
+	sort.Slice(sessions, func(i, j int) bool { return sessions[i].Created.Before(sessions[j].Created) })
 	budget := maxTopologyProcesses
 	for _, s := range sessions {
-		if only != "" && s.rec.ID != only {
+		if only != "" && s.ID != only {
 			continue
 		}
-		w := topoWorkspace{WorkspaceID: s.rec.ID, State: "idle", Processes: []topoProcess{}}
-		if len(d.obs.execs.list(s.rec.ID)) > 0 {
+		w := topoWorkspace{WorkspaceID: s.ID, State: "idle", Processes: []topoProcess{}}
+		if len(o.Running.List(s.ID)) > 0 {
 			w.State = "active"
 		}
-		rs := s.seen().rt
+		rs := s.Runtime
 		if rs == nil {
 			w.State = "partial"
-			t.Warnings = append(t.Warnings, s.rec.ID+": session is not running")
+			t.Warnings = append(t.Warnings, s.ID+": session is not running")
 			t.Workspaces = append(t.Workspaces, w)
 			continue
 		}
@@ -81,12 +81,12 @@ func (d *Daemon) topology(only string) topology {
 			w.PidNamespace, w.MountNamespace = nsOf(pid, "pid"), nsOf(pid, "mnt")
 		} else {
 			partial = true
-			t.Warnings = append(t.Warnings, fmt.Sprintf("%s: holder: %v", s.rec.ID, err))
+			t.Warnings = append(t.Warnings, fmt.Sprintf("%s: holder: %v", s.ID, err))
 		}
 		pids, err := rs.Pids()
 		if err != nil {
 			partial = true
-			t.Warnings = append(t.Warnings, fmt.Sprintf("%s: processes: %v", s.rec.ID, err))
+			t.Warnings = append(t.Warnings, fmt.Sprintf("%s: processes: %v", s.ID, err))
 		}
 		sort.Ints(pids)
 		for _, pid := range pids {

@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"bytes"
@@ -25,34 +25,20 @@ const (
 	OutcomeFailed   = "failed"   // an error other than a conflict
 )
 
-// Publish sources.
-const (
-	SourceSession     = "session"
-	SourceImplicit    = "implicit"    // exec_command without a session
-	SourceSessionless = "sessionless" // file operations without a session
-)
-
 // maxHistoryPaths caps the paths (and conflicts) one record lists; the
 // counts are always complete.
 const maxHistoryPaths = 50
 
-// publishOutcome is what a publish path reports to recordPublish.
-type publishOutcome struct {
-	TxID, SessionID, Agent, Owner, Message, Source string
+// PublishOutcome is what a publish path reports to RecordPublish.
+type PublishOutcome struct {
+	TxID, SessionID, Agent, Owner, Message, Source string // Source: session, implicit or sessionless
 	Changes                                        *layerstack.ChangeSet
 	Paths                                          []string // when there is no change set (sessionless)
 	Result                                         *layerstack.PublishResult
 	Err                                            error
 }
 
-func sourceOf(s *session) string {
-	if s.rec.Implicit {
-		return SourceImplicit
-	}
-	return SourceSession
-}
-
-func (o publishOutcome) outcome() string {
+func (o PublishOutcome) outcome() string {
 	var ce *layerstack.ConflictError
 	switch {
 	case errors.As(o.Err, &ce):
@@ -67,27 +53,27 @@ func (o publishOutcome) outcome() string {
 	return OutcomeClean
 }
 
-// recordPublish appends one publish record (fail-open, never under a quiet
+// RecordPublish appends one publish record (fail-open, never under a quiet
 // context). A replayed commit is not recorded twice.
-func (d *Daemon) recordPublish(ctx context.Context, o publishOutcome) {
-	if o.Result != nil && o.Result.Replayed {
+func (o *Observer) RecordPublish(ctx context.Context, p PublishOutcome) {
+	if p.Result != nil && p.Result.Replayed {
 		return
 	}
-	paths := o.Paths
-	if o.Changes != nil {
-		paths = make([]string, 0, min(len(o.Changes.Changes), maxHistoryPaths))
-		for _, c := range o.Changes.Changes {
+	paths := p.Paths
+	if p.Changes != nil {
+		paths = make([]string, 0, min(len(p.Changes.Changes), maxHistoryPaths))
+		for _, c := range p.Changes.Changes {
 			paths = append(paths, c.Path)
 		}
 	}
-	attrs := map[string]any{"txid": o.TxID, "workspace_session_id": o.SessionID, "agent": o.Agent, "owner": o.Owner,
-		"source": o.Source, "outcome": o.outcome(), "message": o.Message, "path_count": len(paths), "paths": capList(paths)}
-	if r := o.Result; r != nil {
+	attrs := map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "agent": p.Agent, "owner": p.Owner,
+		"source": p.Source, "outcome": p.outcome(), "message": p.Message, "path_count": len(paths), "paths": CapList(paths)}
+	if r := p.Result; r != nil {
 		attrs["layer_id"], attrs["manifest_version"] = r.LayerID, r.Revision.ManifestVersion
-		attrs["merged_paths"] = capList(r.MergedPaths)
+		attrs["merged_paths"] = CapList(r.MergedPaths)
 	}
 	var ce *layerstack.ConflictError
-	if errors.As(o.Err, &ce) {
+	if errors.As(p.Err, &ce) {
 		cs := make([]map[string]any, 0, min(len(ce.Conflicts), maxHistoryPaths))
 		for i, c := range ce.Conflicts {
 			if i == maxHistoryPaths {
@@ -97,14 +83,15 @@ func (d *Daemon) recordPublish(ctx context.Context, o publishOutcome) {
 		}
 		attrs["conflicts"], attrs["conflict_count"] = cs, len(ce.Conflicts)
 		attrs["head_manifest_version"] = ce.Head.ManifestVersion
-	} else if o.Err != nil {
-		attrs["error"] = o.Err.Error()
+	} else if p.Err != nil {
+		attrs["error"] = p.Err.Error()
 	}
-	telemetry.Record(ctx, d.obs.store.Publishes, &telemetry.Event{Kind: telemetry.KindPublish, TS: time.Now().UTC(),
+	telemetry.Record(ctx, o.Store.Publishes, &telemetry.Event{Kind: telemetry.KindPublish, TS: time.Now().UTC(),
 		Trace: telemetry.TraceID(ctx), Parent: telemetry.SpanID(ctx), Name: "publish", Attrs: attrs})
 }
 
-func capList(s []string) []string {
+// CapList is s capped to maxHistoryPaths, never nil.
+func CapList(s []string) []string {
 	if s == nil {
 		return []string{}
 	}
@@ -143,7 +130,8 @@ type PublishHistoryArgs struct {
 	SandboxID          string `json:"sandbox_id,omitempty"`
 }
 
-func (d *Daemon) publishHistory(a PublishHistoryArgs) (map[string]any, error) {
+// PublishHistory lists publish records newest first.
+func (o *Observer) PublishHistory(a PublishHistoryArgs) (map[string]any, error) {
 	limit := a.Limit
 	if limit <= 0 {
 		limit = 100
@@ -155,7 +143,7 @@ func (d *Daemon) publishHistory(a PublishHistoryArgs) (map[string]any, error) {
 		want := append([]byte(`"workspace_session_id":`), tag...)
 		q.Match = func(_ telemetry.Header, line []byte) bool { return bytes.Contains(line, want) }
 	}
-	res, err := d.obs.store.Publishes.Query(q)
+	res, err := o.Store.Publishes.Query(q)
 	if err != nil {
 		return nil, err
 	}
@@ -186,17 +174,4 @@ func (d *Daemon) publishHistory(a PublishHistoryArgs) (map[string]any, error) {
 		out = append(out, e)
 	}
 	return map[string]any{"view": "publish_history", "publishes": out, "truncated": res.Truncated}, nil
-}
-
-// sessionless runs the one-layer commit of a file operation without a
-// session (commit) as a layerstack.publish span with a publish record.
-func (d *Daemon) sessionless(ctx context.Context, txid, owner string, paths []string, commit func(ctx context.Context) (*layerstack.PublishResult, error)) error {
-	ctx, sp := d.span(ctx, "layerstack.publish", map[string]any{"txid": txid, "paths": capList(paths)})
-	res, err := commit(ctx)
-	if res != nil {
-		sp.Set("layer_id", res.LayerID)
-	}
-	sp.End(err)
-	d.recordPublish(ctx, publishOutcome{TxID: txid, Owner: owner, Source: SourceSessionless, Paths: paths, Result: res, Err: err})
-	return err
 }

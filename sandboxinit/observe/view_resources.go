@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"bytes"
@@ -21,10 +21,10 @@ type CgroupArgs struct {
 }
 
 // resourcesView returns every scope's samples of the window, oldest first.
-func (d *Daemon) resourcesView(a WindowArgs) map[string]any {
+func (o *Observer) ResourcesView(a WindowArgs) map[string]any {
 	window := windowOr(a.WindowMS, 60000)
 	errs := []viewError{}
-	series, err := d.samplesSince(telemetry.Query{}, window)
+	series, err := o.samplesSince(telemetry.Query{}, window)
 	if err != nil {
 		errs = append(errs, viewError{"samples", err.Error()})
 	}
@@ -41,33 +41,33 @@ func (d *Daemon) resourcesView(a WindowArgs) map[string]any {
 	if len(errs) > 0 {
 		availability = "partial"
 	}
-	return map[string]any{"view": "resources", "scope": "sandbox", "sandbox_id": d.sandboxID(a.SandboxID), "source": "daemon_disk",
+	return map[string]any{"view": "resources", "scope": "sandbox", "sandbox_id": o.sandboxID(a.SandboxID), "source": "daemon_disk",
 		"availability": availability, "errors": errs, "series": series, "latest": latest, "window_ms": window,
-		"sampler": d.obs.sampler.Stats()}
+		"sampler": o.Sampler.Stats()}
 }
 
 // cgroupView returns one scope's samples and the process topology: the
 // sandbox (its container's cgroup as the daemon samples it; the gateway
 // may answer this scope from Docker instead) or one workspace session.
-func (d *Daemon) cgroupView(a CgroupArgs) (map[string]any, error) {
+func (o *Observer) CgroupView(a CgroupArgs) (map[string]any, error) {
 	scope := a.Scope
 	if scope == "" {
 		scope = "sandbox"
 	}
 	only := ""
 	if scope != "sandbox" {
-		if _, err := d.session(scope); err != nil {
+		if _, err := o.src.Session(scope); err != nil {
 			return nil, api.Errorf(api.KindNotFound, map[string]any{"scope": scope}, "cgroup scope %q: not sandbox and not a live workspace session", scope)
 		}
 		only = scope
 	}
-	series, err := d.samplesSince(telemetry.Query{Scope: scope}, windowOr(a.WindowMS, 60000))
+	series, err := o.samplesSince(telemetry.Query{Scope: scope}, windowOr(a.WindowMS, 60000))
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"view": "cgroup", "scope": scope, "source": "daemon_disk", "series": series, "topology": d.topology(only)}, nil
+	return map[string]any{"view": "cgroup", "scope": scope, "source": "daemon_disk", "series": series, "topology": o.topology(only)}, nil
 }
 
-func (d *Daemon) topologyView() map[string]any {
-	return map[string]any{"view": "topology", "scope": "sandbox", "topology": d.topology("")}
+func (o *Observer) TopologyView() map[string]any {
+	return map[string]any{"view": "topology", "scope": "sandbox", "topology": o.topology("")}
 }

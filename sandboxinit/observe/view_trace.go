@@ -1,4 +1,4 @@
-package sandboxinit
+package observe
 
 import (
 	"encoding/json"
@@ -25,10 +25,10 @@ type EventsArgs struct {
 // last_n and since_ms (with since_ms: up to the cap).
 const DefaultEventsLastN = 100
 
-// eventsView returns events newest first. since_ms keeps events strictly
+// EventsView returns events newest first. since_ms keeps events strictly
 // newer (unix ms), so a poller passing the newest ts it saw gets each
 // event once.
-func (d *Daemon) eventsView(a EventsArgs) (map[string]any, error) {
+func (o *Observer) EventsView(a EventsArgs) (map[string]any, error) {
 	n := a.LastN
 	switch {
 	case n > 0:
@@ -37,7 +37,7 @@ func (d *Daemon) eventsView(a EventsArgs) (map[string]any, error) {
 	default:
 		n = DefaultEventsLastN
 	}
-	res, err := d.obs.store.Events.Query(telemetry.Query{Kind: telemetry.KindEvent, Name: a.Name, SinceMS: a.SinceMS, Ordered: true, Limit: n})
+	res, err := o.Store.Events.Query(telemetry.Query{Kind: telemetry.KindEvent, Name: a.Name, SinceMS: a.SinceMS, Ordered: true, Limit: n})
 	if err != nil {
 		return nil, err
 	}
@@ -62,12 +62,12 @@ type traceEvent struct {
 	Event    json.RawMessage `json:"event"`
 }
 
-// traceView nests a trace's spans by parent, offsets them from the trace's
+// TraceView nests a trace's spans by parent, offsets them from the trace's
 // first record and puts events inline under their span.
-func (d *Daemon) traceView(a TraceArgs) (map[string]any, error) {
+func (o *Observer) TraceView(a TraceArgs) (map[string]any, error) {
 	id := a.TraceID
 	if id == "" || id == "last" {
-		res, err := d.obs.store.Events.Query(telemetry.Query{Kind: telemetry.KindSpan, Name: "daemon.dispatch", Limit: 1})
+		res, err := o.Store.Events.Query(telemetry.Query{Kind: telemetry.KindSpan, Name: "daemon.dispatch", Limit: 1})
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +80,7 @@ func (d *Daemon) traceView(a TraceArgs) (map[string]any, error) {
 	if id == "" {
 		return out, nil
 	}
-	res, err := d.obs.store.Events.Query(telemetry.Query{Trace: id})
+	res, err := o.Store.Events.Query(telemetry.Query{Trace: id})
 	if err != nil {
 		return nil, err
 	}

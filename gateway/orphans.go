@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// orphans are the sandboxes with Docker objects on the host whose sandbox
+// workflow this deployment does not run.
+func (b *TemporalBackend) orphans(ctx context.Context) ([]workflows.SandboxObjects, error) {
+	out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpSandboxes})
+	if err != nil {
+		return nil, err
+	}
+	var orphans []workflows.SandboxObjects
+	for _, o := range out.Sandboxes {
+		live, err := b.live(ctx, o.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		if !live {
+			orphans = append(orphans, o)
+		}
+	}
+	return orphans, nil
+}
+
+// live reports whether the sandbox's workflow runs in this deployment.
+func (b *TemporalBackend) live(ctx context.Context, id string) (bool, error) {
+	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(id), "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, mapErr(id, err)
+	}
+	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
+
+func (b *TemporalBackend) listOrphans(ctx context.Context, _ string, _ map[string]any, _ bool, _ func(string)) (any, error) {
+	orphans, err := b.orphans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cluster := b.clusterID(ctx)
+	ns := b.namespace()
+	list := make([]map[string]any, 0, len(orphans))
+	for _, o := range orphans {
+		list = append(list, map[string]any{"sandbox_id": o.SandboxID, "container": o.Container, "container_state": o.ContainerState,
+			"volume": o.Volume, "volume_bytes": o.VolumeBytes, "created": o.Created, "age_s": int64(time.Since(o.Created).Seconds()),
+			"image": o.Image, "workspace_root": o.WorkspaceRoot, "temporal_cluster": o.Cluster, "temporal_namespace": o.Namespace,
+			"owned_by_this_deployment": o.Cluster == "" || (o.Cluster == cluster && o.Namespace == ns)})
+	}
+	return map[string]any{"orphans": list}, nil
+}
+
+// orphan finds one orphan, refusing a sandbox that is live or unknown.
+func (b *TemporalBackend) orphan(ctx context.Context, id string) (*workflows.SandboxObjects, error) {
+	if id == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "sandbox_id"}, "sandbox_id is required")
+	}
+	live, err := b.live(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if live {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"sandbox_id": id},
+			"sandbox %s is not an orphan: its workflow runs (use destroy_sandbox)", id)
+	}
+	orphans, err := b.orphans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range orphans {
+		if orphans[i].SandboxID == id {
+			return &orphans[i], nil
+		}
+	}
+	return nil, api.Errorf(api.KindNotFound, map[string]any{"sandbox_id": id}, "no orphaned sandbox %s on this host (list_orphaned_sandboxes)", id)
+}
+
+func (b *TemporalBackend) adoptOrphan(ctx context.Context, _ string, args map[string]any, _ bool, progress func(string)) (any, error) {
+	id, _ := args["sandbox_id"].(string)
+	o, err := b.orphan(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if o.Volume == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"sandbox_id": id}, "orphan %s has no state volume: nothing to adopt (delete_orphaned_sandbox)", id)
+	}
+	image, _ := args["image"].(string)
+	if image == "" {
+		image = o.Image
+	}
+	spec := workflows.SandboxSpec{SandboxID: id, Image: image, WorkspaceRoot: o.WorkspaceRoot}
+	memo := map[string]any{"workspace_root": o.WorkspaceRoot, "image": image, "request_id": RequestID(ctx), "adopted": true}
+	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, []string{id}, lifecycle.CreateOptions{HostQueue: b.HostQueue, Memo: memo,
+		Progress: progress, Adopt: true})
+	if err != nil {
+		return nil, mapErr(id, err)
+	}
+	b.remember(id, states[0].Container.Daemon)
+	return b.recordWith(states[0], memo), nil
+}
+
+func (b *TemporalBackend) deleteOrphan(ctx context.Context, _ string, args map[string]any, _ bool, _ func(string)) (any, error) {
+	id, _ := args["sandbox_id"].(string)
+	if ok, _ := args["confirm"].(bool); !ok {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "confirm"}, "delete_orphaned_sandbox deletes the orphan's work: pass confirm true")
+	}
+	if _, err := b.orphan(ctx, id); err != nil {
+		return nil, err
+	}
+	if _, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpRemove, SandboxIDs: []string{id}}); err != nil {
+		return nil, err
+	}
+	return map[string]any{"sandbox_id": id, "deleted": true}, nil
+}
+
+// clusterID is the Temporal cluster's id, as the workers label objects.
+func (b *TemporalBackend) clusterID(ctx context.Context) string {
+	info, err := b.Client.WorkflowService().GetClusterInfo(ctx, &workflowservice.GetClusterInfoRequest{})
+	if err != nil {
+		return ""
+	}
+	return info.GetClusterId()
+}
