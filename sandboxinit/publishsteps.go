@@ -371,12 +371,15 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (_ *ap
 func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID string) (*api.PublishAbortResult, error) {
 	p, err := d.loadPrepared(txid)
 	if err != nil {
+		// The record that refuses a late prepare is best effort: an abort
+		// that changes nothing must not fail on a full volume.
 		_ = os.RemoveAll(filepath.Join(d.txDir(txid), "files")) // a prepare that died freezing
-		if err := os.MkdirAll(d.txDir(txid), 0o700); err != nil {
-			return nil, err
+		err := os.MkdirAll(d.txDir(txid), 0o700)
+		if err == nil {
+			err = d.savePrepared(&preparedPublish{TxID: txid, SessionID: sessionID, Aborted: true})
 		}
-		if err := d.savePrepared(&preparedPublish{TxID: txid, SessionID: sessionID, Aborted: true}); err != nil {
-			return nil, err
+		if err != nil {
+			d.log.Warn("publish abort: recording the abort of an unprepared txid failed", "txid", txid, "err", err)
 		}
 		return &api.PublishAbortResult{TxID: txid, WorkspaceSessionID: sessionID, Aborted: true, NotPrepared: true}, nil
 	}

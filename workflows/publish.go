@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -26,7 +27,11 @@ const versionPublishSettles = "publish-settles"
 // txid it never prepared is a no-op) or a commit that failed or could not
 // be reached. Abort and finalize run on a disconnected context and retry
 // (settleOptions) until the daemon answers; a daemon that comes back after
-// the workflow gave up settles its prepared publishes itself at boot.
+// the workflow gave up settles its prepared publishes itself at boot. A
+// daemon that restarted between prepare and commit has aborted the publish
+// that way (nothing committed, the session active with its changes): the
+// workflow then starts over under a derived txid, at most
+// maxPublishRestarts times.
 //
 // Every failure is the daemon's own *api.Error, unwrapped (a refusal at
 // prepare reaches the client with the daemon's kind, message and details).
@@ -37,85 +42,128 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (*api.PublishFinalRe
 	if err := workflow.SetQueryHandler(ctx, QueryPublishProgress, func() (PublishProgress, error) { return progress, nil }); err != nil {
 		return nil, err
 	}
-	settles := workflow.GetVersion(ctx, versionPublishSettles, workflow.DefaultVersion, 1) != workflow.DefaultVersion
-	run := daemonOptions(ctx, hostQueue(in.HostQueue))
-	settle := run
-	if settles {
-		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		settle = settleOptions(dctx, hostQueue(in.HostQueue))
+	p := &publication{ctx: ctx, progress: &progress, run: daemonOptions(ctx, hostQueue(in.HostQueue))}
+	p.settles = workflow.GetVersion(ctx, versionPublishSettles, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	p.settle = p.run
+	if !p.settles {
+		return p.once(in)
 	}
-	step := func(sctx workflow.Context, op string, out any) error {
-		progress.Step = op
-		args, err := json.Marshal(api.PublishStepArgs{WorkspaceSessionID: in.SessionID, TxID: in.TxID, Keep: in.Keep, Message: in.Message})
-		if err != nil {
-			return err
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	p.settle = settleOptions(dctx, hostQueue(in.HostQueue))
+	for attempt := 0; ; attempt++ {
+		try := in
+		if attempt > 0 {
+			try.TxID = fmt.Sprintf("%s/again-%d", in.TxID, attempt)
 		}
-		rid := in.TxID + "/" + op
-		if in.RequestID != "" {
-			rid += "/" + in.RequestID
+		fin, err := p.once(try)
+		// A daemon that restarted between prepare and commit aborted the
+		// prepared publish (its boot reconcile leaves no session
+		// publishing): nothing was committed and the session is active
+		// with its changes, so the publish starts over under a new txid.
+		if attempt < maxPublishRestarts && abortedByDaemon(err) {
+			workflow.GetLogger(ctx).Info("publish aborted by its daemon; starting over", "txid", try.TxID, "attempt", attempt+1)
+			continue
 		}
-		call := DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
-		var raw json.RawMessage
-		if err := workflow.ExecuteActivity(sctx, ActCallDaemon, call).Get(sctx, &raw); err != nil {
-			return err
-		}
-		if err := json.Unmarshal(raw, out); err != nil {
-			return apperr.Newf(api.KindInternal, map[string]any{"op": op}, "the daemon's answer to %s does not decode: %v", op, err)
-		}
-		return nil
+		return fin, err
 	}
-	finalize := func() (*api.PublishFinalResult, error) {
-		var fin api.PublishFinalResult
-		if err := step(settle, "publish_finalize", &fin); err != nil {
-			return nil, err
-		}
-		return &fin, nil
-	}
-	// abort ends a publish that did not commit and returns failure, the
-	// error the publish fails with. A daemon that answers that the publish
-	// did commit after all (a commit whose answer was lost) is finalized
-	// instead.
-	abort := func(failure error) (*api.PublishFinalResult, error) {
-		var ab api.PublishAbortResult
-		err := step(settle, "publish_abort", &ab)
-		if err == nil {
-			return nil, failure
-		}
-		workflow.GetLogger(ctx).Error("publish abort failed", "txid", in.TxID, "error", err)
-		if !settles {
-			return nil, failure
-		}
-		if e, ok := apperr.From(err); ok && e.Details["committed"] == true {
-			return finalize()
-		}
-		return nil, abortFailed(failure, err, in)
-	}
+}
 
+// maxPublishRestarts bounds how often a publish starts over after its
+// daemon aborted it (each time the daemon restarted mid-publish).
+const maxPublishRestarts = 3
+
+// publication runs the steps of one publish.
+type publication struct {
+	ctx      workflow.Context
+	progress *PublishProgress
+	settles  bool
+	// run: prepare and commit; settle: abort and finalize (disconnected,
+	// retried until the daemon answers, when settles).
+	run, settle workflow.Context
+}
+
+// abortedByDaemon: a step was refused because the daemon had aborted the
+// publish itself.
+func abortedByDaemon(err error) bool {
+	e, ok := apperr.From(err)
+	return ok && e.Details["aborted"] == true && e.Details["abort_failed"] == nil
+}
+
+func (p *publication) step(sctx workflow.Context, in PublishInput, op string, out any) error {
+	p.progress.Step = op
+	args, err := json.Marshal(api.PublishStepArgs{WorkspaceSessionID: in.SessionID, TxID: in.TxID, Keep: in.Keep, Message: in.Message})
+	if err != nil {
+		return err
+	}
+	rid := in.TxID + "/" + op
+	if in.RequestID != "" {
+		rid += "/" + in.RequestID
+	}
+	call := DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
+	var raw json.RawMessage
+	if err := workflow.ExecuteActivity(sctx, ActCallDaemon, call).Get(sctx, &raw); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return apperr.Newf(api.KindInternal, map[string]any{"op": op}, "the daemon's answer to %s does not decode: %v", op, err)
+	}
+	return nil
+}
+
+func (p *publication) finalize(in PublishInput) (*api.PublishFinalResult, error) {
+	var fin api.PublishFinalResult
+	if err := p.step(p.settle, in, "publish_finalize", &fin); err != nil {
+		return nil, err
+	}
+	return &fin, nil
+}
+
+// abort ends a publish that did not commit and returns failure, the error
+// the publish fails with. A daemon that answers that the publish did commit
+// after all (a commit whose answer was lost) is finalized instead.
+func (p *publication) abort(in PublishInput, failure error) (*api.PublishFinalResult, error) {
+	var ab api.PublishAbortResult
+	err := p.step(p.settle, in, "publish_abort", &ab)
+	if err == nil {
+		return nil, failure
+	}
+	workflow.GetLogger(p.ctx).Error("publish abort failed", "txid", in.TxID, "error", err)
+	if !p.settles {
+		return nil, failure
+	}
+	if e, ok := apperr.From(err); ok && e.Details["committed"] == true {
+		return p.finalize(in)
+	}
+	return nil, abortFailed(failure, err, in)
+}
+
+// once runs prepare, commit and finalize of transaction in.TxID.
+func (p *publication) once(in PublishInput) (*api.PublishFinalResult, error) {
 	var prep api.PublishStepResult
-	if err := step(run, "publish_prepare", &prep); err != nil {
-		if settles {
+	if err := p.step(p.run, in, "publish_prepare", &prep); err != nil {
+		if p.settles {
 			// The prepare may have run at the daemon even though its answer
 			// never arrived.
-			return abort(err)
+			return p.abort(in, err)
 		}
 		return nil, err
 	}
 	if prep.Publish != nil {
-		progress.Changes = prep.Publish.Counts.Files + prep.Publish.Counts.Dirs + prep.Publish.Counts.Symlinks + prep.Publish.Counts.Deletes
+		p.progress.Changes = prep.Publish.Counts.Files + prep.Publish.Counts.Dirs + prep.Publish.Counts.Symlinks + prep.Publish.Counts.Deletes
 	}
 	if prep.Rejected() {
-		return abort(rejected(&prep, in))
+		return p.abort(in, rejected(&prep, in))
 	}
 	var commit api.PublishStepResult
-	if err := step(run, "publish_commit", &commit); err != nil {
-		return abort(err)
+	if err := p.step(p.run, in, "publish_commit", &commit); err != nil {
+		return p.abort(in, err)
 	}
 	// A commit can still lose to a publish that landed after prepare: the
 	// daemon then answers clean false with the conflicts.
 	if commit.Rejected() {
-		return abort(rejected(&commit, in))
+		return p.abort(in, rejected(&commit, in))
 	}
-	return finalize()
+	return p.finalize(in)
 }
 
 // rejected is the non-retryable error that carries the daemon's conflict

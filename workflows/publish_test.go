@@ -151,3 +151,42 @@ func TestPublishAbortRefusedIsReported(t *testing.T) {
 	require.Contains(t, e.Details["abort_failed"], "read-only file system")
 	require.Equal(t, "recover_workspace_session", e.Details["recovery_operation"])
 }
+
+// A daemon that restarted between prepare and commit aborted the prepared
+// publish at boot: the workflow starts over under a new txid and commits
+// once; it gives up after maxPublishRestarts.
+func TestPublishStartsOverAfterTheDaemonAbortedIt(t *testing.T) {
+	aborted := apperr.New(api.Errorf(api.KindOperationFailed, map[string]any{"aborted": true, "session_retained": true}, "publish was aborted before it committed"))
+	for _, tc := range []struct {
+		name     string
+		restarts int // commits refused as aborted
+		ok       bool
+	}{{"once", 1, true}, {"every time", maxPublishRestarts + 1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			var txids []string
+			e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
+				var a api.PublishStepArgs
+				require.NoError(t, json.Unmarshal(call.Args, &a))
+				if call.Op == "publish_commit" {
+					txids = append(txids, a.TxID)
+					if len(txids) <= tc.restarts {
+						return nil, aborted
+					}
+				}
+				return okDaemon(call)
+			})
+			e.ExecuteWorkflow(PublishWorkflowName, publishIn)
+			require.True(t, e.IsWorkflowCompleted())
+			if !tc.ok {
+				e, ok := apperr.From(e.GetWorkflowError())
+				require.True(t, ok)
+				require.Equal(t, true, e.Details["aborted"])
+				require.Len(t, txids, maxPublishRestarts+1)
+				return
+			}
+			require.NoError(t, e.GetWorkflowError())
+			require.Equal(t, []string{publishIn.TxID, publishIn.TxID + "/again-1"}, txids)
+		})
+	}
+}
