@@ -200,7 +200,7 @@ var resCommand = map[string]string{
 	"command_total_time_seconds": "number", "start_offset": "integer", "end_offset": "integer",
 	"total_lines": "integer", "original_token_count": "integer", "output": "string",
 	"command_session_id": "string", "workspace_session_id": "string",
-	"publish_rejected": "boolean", "publish_reject_class": "string",
+	"publish_rejected": "boolean", "publish_reject_class": "string", "publish_conflicts": "array", "publish": "object",
 }
 
 var resSandbox = map[string]string{
@@ -401,6 +401,11 @@ var catalog = []Operation{
 		Description: "Rebases the session's unpublished changes onto the current head, merging per line; fails on conflict.",
 		Args:        []Arg{argWSReq},
 		Result:      map[string]string{"workspace_session_id": "string"}},
+	{Name: "recover_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "Bring a stuck workspace session back to active, keeping its work.",
+		Description: "For a session that refuses exec, publish and refresh because it is left publishing or finalize_failed (a publish that never finished, a daemon or container restart, a failed remount): aborts its unfinished uncommitted publish, finalizes a committed one (which ends the session unless that publish kept it), and restarts the session over its upper dir, so its unpublished changes are kept. Safe to repeat; an active session stays as it is.",
+		Args:        []Arg{argWSReq},
+		Result:      map[string]string{"workspace_session_id": "string", "previous_state": "string", "state": "string", "aborted_txids": "array", "finalized_txids": "array", "destroyed": "boolean"}},
 	{Name: "list_workspace_sessions", Group: GroupRuntime, Scope: ScopeSandbox,
 		Summary:     "List workspace sessions.",
 		Description: "Returns live and archived sessions with their state and active commands.",

@@ -95,10 +95,10 @@ type CommandOutput struct {
 	CommandSessionID        string       `json:"command_session_id"`
 	WorkspaceSessionID      string       `json:"workspace_session_id,omitempty"`
 	// Implicit sessions: the outcome of the publish after the last command.
-	PublishRejected    *bool            `json:"publish_rejected,omitempty"`
-	PublishRejectClass string           `json:"publish_reject_class,omitempty"`
-	PublishConflicts   []map[string]any `json:"publish_conflicts,omitempty"`
-	Publish            map[string]any   `json:"publish,omitempty"`
+	PublishRejected    *bool          `json:"publish_rejected,omitempty"`
+	PublishRejectClass string         `json:"publish_reject_class,omitempty"`
+	PublishConflicts   []Conflict     `json:"publish_conflicts,omitempty"`
+	Publish            map[string]any `json:"publish,omitempty"`
 }
 
 // ContentTypeNDJSON is the media type of a daemon answer that streams a

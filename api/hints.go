@@ -32,6 +32,7 @@ var opHints = map[string]Hints{
 	"destroy_workspace_session":  {Destructive: true, Idempotent: true},
 	"publish_workspace_session":  {},
 	"refresh_workspace_session":  {},
+	"recover_workspace_session":  {Idempotent: true},
 	"list_docker_images":         {ReadOnly: true, Idempotent: true},
 	"list_workspace_directories": {ReadOnly: true, Idempotent: true},
 	"list_sandboxes":             {ReadOnly: true, Idempotent: true},

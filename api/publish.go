@@ -161,11 +161,14 @@ type PublishFinalResult struct {
 	EvictedUpperdirBytes *int64          `json:"evicted_upperdir_bytes,omitempty"`
 }
 
-// PublishAbortResult is publish_abort's answer.
+// PublishAbortResult is publish_abort's answer. NotPrepared: nothing of
+// the txid was prepared (its prepare failed, was rejected or never ran),
+// so the abort changed nothing but refusing a later prepare of it.
 type PublishAbortResult struct {
 	TxID               string `json:"txid"`
 	WorkspaceSessionID string `json:"workspace_session_id"`
 	Aborted            bool   `json:"aborted"`
+	NotPrepared        bool   `json:"not_prepared,omitempty"`
 }
 
 // InitBaseResult is init_base's answer: the imported (or shared) base.
@@ -225,4 +228,16 @@ type ExportResult struct {
 	WhiteoutsEmitted      *int     `json:"whiteouts_emitted,omitempty"`
 	FilesChanged          *int     `json:"files_changed,omitempty"`
 	LiveWorkspaceSessions int      `json:"live_workspace_sessions,omitempty"`
+}
+
+// RecoverResult is recover_workspace_session's answer: the publishes it
+// settled, and the session's state before and after (active, or destroyed
+// when finalizing a committed publish ended it).
+type RecoverResult struct {
+	WorkspaceSessionID string   `json:"workspace_session_id"`
+	PreviousState      string   `json:"previous_state,omitempty"`
+	State              string   `json:"state"`
+	AbortedTxIDs       []string `json:"aborted_txids"`
+	FinalizedTxIDs     []string `json:"finalized_txids"`
+	Destroyed          bool     `json:"destroyed"`
 }

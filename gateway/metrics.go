@@ -142,10 +142,12 @@ func implicitPublishOutcome(out json.RawMessage) (commandID, outcome string) {
 		Conflicts []map[string]any `json:"publish_conflicts"`
 		Publish   json.RawMessage  `json:"publish"`
 	}
-	if json.Unmarshal(out, &r) != nil || r.Rejected == nil {
+	// A clean publish carries only publish (no publish_rejected key, the
+	// seed's contract); older daemons also said publish_rejected false.
+	if json.Unmarshal(out, &r) != nil || (r.Rejected == nil && len(r.Publish) == 0) {
 		return "", ""
 	}
-	if *r.Rejected {
+	if r.Rejected != nil && *r.Rejected {
 		if len(r.Conflicts) > 0 {
 			return r.ID, "conflict"
 		}

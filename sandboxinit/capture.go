@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
 
@@ -22,7 +23,11 @@ func (d *Daemon) capture(ctx context.Context, s *session) (*layerstack.ChangeSet
 	cs, err := layerstack.Capture(s.upper())
 	if err != nil {
 		thaw()
-		return nil, nil, err
+		if !d.live(s) {
+			return nil, nil, errSessionNotFound(s.rec.ID) // destroyed meanwhile
+		}
+		return nil, nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "capture", "session_retained": true},
+			"capture failed: %s", d.confine(s, err))
 	}
 	var once sync.Once
 	return cs, func() {

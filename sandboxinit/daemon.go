@@ -92,8 +92,11 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	obs      *observe.Observer
-	started  time.Time
+	// txs serialises the steps of one publish transaction (prepare,
+	// commit, finalize, abort, and the boot reconcile), never two.
+	txs     txLocks
+	obs     *observe.Observer
+	started time.Time
 }
 
 // New opens the state volume, the layer store and the session runtime, and
@@ -127,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.restoreSessions(ctx); err != nil {
 		return nil, err
 	}
+	d.reconcilePublishes(ctx)
 	d.sweepTxns()
 	d.sweepTrash()
 	return d, nil

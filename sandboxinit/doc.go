@@ -25,7 +25,20 @@
 //   - Publish, refresh and destroy take the session's gate and refuse while
 //     commands run (listing them); commands are not admitted while a publish
 //     is prepared. Every publish step is idempotent by its transaction id and
-//     answers a retry with its first answer.
+//     answers a retry with its first answer; the steps of one transaction
+//     never run at once.
+//   - No session stays "publishing" without a way out: only a clean dry run
+//     leaves a prepared record (record first, then the state); aborting a
+//     txid never prepared is a no-op that refuses a late prepare of it; at
+//     boot every unfinished publish is finalized when its commit is recorded
+//     (by the daemon or the store) and aborted otherwise; and
+//     recover_workspace_session settles a session's publishes and brings it
+//     back to active over its upper dir.
+//   - A call on a session destroyed meanwhile answers not_found; error
+//     messages name workspace paths, never the state volume's.
+//   - An implicit session publishes inside its command's OnExit, so every
+//     terminal response of the command carries the outcome, whichever call
+//     returns it; a clean publish adds no publish_rejected key.
 //   - The state volume and the token are masked in every session.
 //   - Observability (observe/, telemetry/) is fail-open and bounded: the
 //     views are served under a quiet context and never write or count as

@@ -3,11 +3,10 @@ package sandboxinit
 import (
 	"context"
 	"errors"
-	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
-	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
@@ -46,17 +45,26 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 		if s, err = d.createSession(ctx, api.CreateSessionArgs{}, true); err != nil {
 			return nil, err
 		}
-	} else if s, err = d.session(a.WorkspaceSessionID); err != nil {
-		return nil, err
 	}
 
 	// Admission: no command starts while the session is being published,
-	// refreshed or destroyed.
-	s.gate.Lock()
+	// refreshed or destroyed. The gate is held until the command is Active
+	// (meta.Started), not through the yield: an implicit session's OnExit
+	// takes it to publish.
+	if implicit {
+		s.gate.Lock()
+	} else if s, err = d.lockLive(a.WorkspaceSessionID); err != nil {
+		return nil, err
+	}
+	var unlockOnce sync.Once
+	unlock := func() { unlockOnce.Do(s.gate.Unlock) }
+	defer unlock()
 	if s.state != StateActive || s.rt == nil {
-		s.gate.Unlock()
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "finalization_state": s.state},
-			"workspace session %s is %s", s.rec.ID, s.state)
+		det := map[string]any{"workspace_session_id": s.rec.ID, "finalization_state": s.state}
+		if s.state == StatePublishing || s.state == StateFinalizeFailed {
+			det["recovery_operation"] = "recover_workspace_session"
+		}
+		return nil, api.Errorf(api.KindOperationFailed, det, "workspace session %s is %s", s.rec.ID, s.state)
 	}
 	rs := s.rt
 	starter := func(ctx context.Context, spec command.Spec) (command.Process, error) {
@@ -80,16 +88,19 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 		}
 		sp.EndStatus(commandStatus(out.Status), nil)
 	}
-	meta := command.Meta{WorkspaceSessionID: s.rec.ID, OnExit: exited}
-	var done chan func(*api.CommandOutput)
+	meta := command.Meta{WorkspaceSessionID: s.rec.ID, OnExit: exited, Started: unlock}
 	if implicit {
-		done = make(chan func(*api.CommandOutput), 1)
+		// The publish runs inside OnExit: no response shows the command
+		// ended before its outcome is attached (command.Meta.OnExit).
 		bg := context.WithoutCancel(ctx) // the publish outlives this request, in its trace
-		meta.OnExit = func(id string, out *api.CommandOutput) { exited(id, out); go d.finishImplicit(bg, s, id, done) }
+		meta.OnExit = func(id string, out *api.CommandOutput) {
+			exited(id, out)
+			d.finishImplicit(bg, s, id)
+		}
 	}
 	d.obs.Running.Add(x)
 	out, err := d.cmds.Start(ctx, starter, a, meta)
-	s.gate.Unlock()
+	unlock()
 	if err != nil {
 		d.obs.Running.Remove(x)
 		if implicit {
@@ -99,56 +110,59 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 	}
 	started = true
 	d.obs.Running.SetID(x, out.CommandSessionID)
-	if implicit && out.Status != api.StatusRunning {
-		// The command ended within the yield: wait for its publish so the
-		// terminal response carries the outcome.
-		select {
-		case apply := <-done:
-			apply(out)
-		case <-ctx.Done():
-		}
-	}
 	return out, nil
 }
 
 // finishImplicit publishes an implicit session once its command ended, then
-// destroys it; the outcome rides on the command's terminal response.
-func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string, done chan<- func(*api.CommandOutput)) {
+// destroys it, and attaches the outcome to the command's responses. It runs
+// in the command's OnExit, so every terminal response carries the outcome;
+// the session stays listed, "finalizing", until it is gone.
+func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string) {
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	if len(d.cmds.Active(s.rec.ID)) > 0 {
 		return
 	}
+	if !d.live(s) {
+		// Destroyed while its command ran (a forced destroy, the reaper):
+		// nothing was published.
+		d.cmds.SetResult(cmdID, implicitOutcome(nil, errSessionNotFound(s.rec.ID)))
+		return
+	}
+	s.setState(StateFinalizing)
 	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: "implicit:" + s.rec.ID})
 	if err != nil {
 		// A rejected implicit publish discards the changes (the seed's
 		// policy) but, unlike the seed, says exactly what conflicted.
 		_, _ = d.teardown(ctx, s, true)
 	}
-	apply := func(out *api.CommandOutput) {
-		if err == nil {
-			f := false
-			out.PublishRejected, out.Publish = &f, res
-			return
-		}
-		t := true
-		out.PublishRejected = &t
-		out.PublishRejectClass = "publish_failed"
-		var ae *api.Error
-		if errors.As(err, &ae) {
-			if rej, ok := ae.Details["publish_rejection"].(map[string]any); ok {
-				out.PublishRejectClass = fmt.Sprint(rej["reason"])
-			}
-			if cs, ok := ae.Details["conflicts"].([]map[string]any); ok {
-				out.PublishConflicts = cs
-			}
-		}
-	}
-	d.cmds.SetResult(cmdID, apply)
-	done <- apply
+	d.cmds.SetResult(cmdID, implicitOutcome(res, err))
 }
 
-var _ = layerstack.ReasonSourceConflict
+// implicitOutcome is what an implicit session's publish adds to its
+// command's responses: the publish, or publish_rejected with the class and
+// the conflicts. A clean publish adds no publish_rejected key (the seed's
+// contract).
+func implicitOutcome(res map[string]any, err error) func(*api.CommandOutput) {
+	if err == nil {
+		return func(out *api.CommandOutput) { out.Publish = res }
+	}
+	class := "publish_failed"
+	var conflicts []api.Conflict
+	var rej *publishRejected
+	var ae *api.Error
+	switch {
+	case errors.As(err, &rej):
+		class = rej.conflict.Reason()
+		conflicts = rejection(rej.conflict).Conflicts
+	case errors.As(err, &ae) && ae.Kind == api.KindNotFound:
+		class = "session_destroyed"
+	}
+	return func(out *api.CommandOutput) {
+		t := true
+		out.PublishRejected, out.PublishRejectClass, out.PublishConflicts = &t, class, conflicts
+	}
+}
 
 // commandStatus maps a terminal command status to a span status.
 func commandStatus(st string) string {

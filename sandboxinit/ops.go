@@ -34,6 +34,7 @@ func (d *Daemon) operations() map[string]handler {
 		}),
 		"publish_workspace_session": op(func(ctx context.Context, rid string, a api.PublishArgs) (any, error) { return d.publishSession(ctx, a) }),
 		"refresh_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.refreshSession(ctx, a) }),
+		"recover_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.recoverSession(ctx, a) }),
 		"diff_workspace_session":    op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.diffSession(ctx, a) }),
 		"publish_prepare": op(func(ctx context.Context, rid string, a api.PublishStepArgs) (any, error) {
 			return d.publishPrepare(ctx, a)
@@ -53,7 +54,9 @@ func (d *Daemon) operations() map[string]handler {
 		"write_command_stdin": op(func(ctx context.Context, rid string, a api.WriteCommandStdinArgs) (any, error) {
 			return d.cmds.WriteStdin(ctx, a)
 		}),
-		"read_command_lines": op(func(ctx context.Context, rid string, a api.ReadCommandLinesArgs) (any, error) { return d.cmds.Read(a) }),
+		"read_command_lines": op(func(ctx context.Context, rid string, a api.ReadCommandLinesArgs) (any, error) {
+			return d.cmds.Read(ctx, a)
+		}),
 		"cancel_command": op(func(ctx context.Context, rid string, a api.CancelCommandArgs) (any, error) {
 			return d.cmds.Cancel(ctx, a)
 		}),

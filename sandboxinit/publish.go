@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
@@ -28,15 +30,15 @@ func (d *Daemon) busy(s *session, op string) error {
 // committing (a second publish or a refresh would capture or move what
 // that publish froze); the caller runs unlock when done.
 func (d *Daemon) lockIdle(id, op string) (*session, func(), error) {
-	s, err := d.session(id)
+	s, err := d.lockLive(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.gate.Lock()
 	if s.state == StatePublishing {
 		s.gate.Unlock()
-		return nil, nil, api.Errorf(api.KindOperationConflict, map[string]any{"workspace_session_id": id, "finalization_state": StatePublishing},
-			"%s: workspace session %s is being published; wait for that publish to end", op, id)
+		return nil, nil, api.Errorf(api.KindOperationConflict, map[string]any{"workspace_session_id": id, "finalization_state": StatePublishing,
+			"recovery_operation": "recover_workspace_session"},
+			"%s: workspace session %s is being published; wait for that publish to end (recover_workspace_session ends one that never does)", op, id)
 	}
 	if err := d.busy(s, op); err != nil {
 		s.gate.Unlock()
@@ -45,7 +47,100 @@ func (d *Daemon) lockIdle(id, op string) (*session, func(), error) {
 	return s, s.gate.Unlock, nil
 }
 
-func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (map[string]any, error) {
+// lockLive returns a live session with its gate held, or not_found: a
+// session destroyed while the caller waited for its gate (a publish racing
+// a destroy that won) is gone, not a capture of a removed directory.
+func (d *Daemon) lockLive(id string) (*session, error) {
+	s, err := d.session(id)
+	if err != nil {
+		return nil, err
+	}
+	s.gate.Lock()
+	if !d.live(s) {
+		s.gate.Unlock()
+		return nil, errSessionNotFound(id)
+	}
+	return s, nil
+}
+
+// live reports whether s is still the registered session of its id.
+func (d *Daemon) live(s *session) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sessions[s.rec.ID] == s
+}
+
+func errSessionNotFound(id string) error {
+	return api.Errorf(api.KindNotFound, map[string]any{"workspace_session_id": id}, "workspace session not found: %s", id)
+}
+
+// stepFailed is a publish, refresh or diff failure of session s: not_found
+// when the session went away meanwhile, else the error with its paths
+// confined to the workspace (a refusal keeps its kind and details).
+func (d *Daemon) stepFailed(s *session, stage string, err error) error {
+	if !d.live(s) {
+		return errSessionNotFound(s.rec.ID)
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		c := *ae
+		c.Message = d.confine(s, errors.New(ae.Message))
+		return &c
+	}
+	return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true},
+		"%s failed: %s", stage, d.confine(s, err))
+}
+
+// confine renders err for a client: a path in the session's upper dir
+// becomes its workspace path, and any other path on the state volume
+// (frozen copies, layers, the runtime) is not named.
+func (d *Daemon) confine(s *session, err error) string {
+	msg := err.Error()
+	if s != nil {
+		msg = strings.ReplaceAll(msg, s.upper()+"/", "")
+		msg = strings.ReplaceAll(msg, s.upper(), ".")
+		msg = strings.ReplaceAll(msg, s.merged()+"/", "")
+	}
+	return stateVolumePath(d.cfg.StateDir).ReplaceAllString(msg, "(daemon state)")
+}
+
+// confineErr is err as a client may read it: the message of a refusal, or
+// of an internal error, without state volume paths (kind and details
+// kept). The publish, refresh, diff and check entry points return through
+// it, after the specific paths were already made workspace-relative.
+func (d *Daemon) confineErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return api.Errorf(api.KindInternal, nil, "%s", d.confine(nil, err))
+	}
+	if msg := d.confine(nil, errors.New(ae.Message)); msg != ae.Message {
+		c := *ae
+		c.Message = msg
+		if rej, ok := err.(*publishRejected); ok {
+			return &publishRejected{wire: &c, conflict: rej.conflict}
+		}
+		return &c
+	}
+	return err
+}
+
+var stateVolumePaths sync.Map // state dir -> *regexp.Regexp
+
+// stateVolumePath matches a path under dir.
+func stateVolumePath(dir string) *regexp.Regexp {
+	if re, ok := stateVolumePaths.Load(dir); ok {
+		return re.(*regexp.Regexp)
+	}
+	re := regexp.MustCompile(regexp.QuoteMeta(filepath.Clean(dir)) + `(/[^\s:'"]*)?`)
+	stateVolumePaths.Store(dir, re)
+	return re
+}
+
+func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (_ map[string]any, retErr error) {
+	defer func() { retErr = d.confineErr(retErr) }()
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
 	if err != nil {
 		return nil, err
@@ -61,7 +156,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	}
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "implicit": s.rec.Implicit, "keep": a.Keep})
 	defer func() { sp.End(retErr) }()
-	fail := func(stage string, extra map[string]any, format string, args ...any) error {
+	fail := func(stage string, extra map[string]any, format string, args ...any) *api.Error {
 		det := map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true}
 		for k, v := range extra {
 			det[k] = v
@@ -75,7 +170,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	}
 	csp.End(err)
 	if err != nil {
-		return nil, fail("capture", nil, "capture failed: %v", err)
+		return nil, err
 	}
 	defer release()
 	out := publishOutcome{TxID: a.TxID, SessionID: s.rec.ID, Agent: s.rec.Agent, Owner: s.owner(), Message: a.Message,
@@ -96,9 +191,9 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		var ce *layerstack.ConflictError
 		if errors.As(err, &ce) {
 			d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
-			return nil, fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error())
+			return nil, &publishRejected{wire: fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error()), conflict: ce}
 		}
-		return nil, fail("publish", nil, "publish failed: %v", err)
+		return nil, fail("publish", nil, "publish failed: %s", d.confine(s, err))
 	}
 	out.Result = res
 	d.recordPublish(ctx, out)
@@ -109,7 +204,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		if err := d.rebase(fctx, s, res.LeaseID); err != nil {
 			fsp.End(err)
 			s.setState(StateFinalizeFailed)
-			return nil, finalizeFailed(s, res, err)
+			return nil, finalizeFailed(s, res, d.confine(s, err))
 		}
 		fsp.End(nil)
 		resp["destroyed"], resp["kept"] = false, true
@@ -119,17 +214,29 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	fsp.End(err)
 	if err != nil {
 		s.setState(StateFinalizeFailed)
-		return nil, finalizeFailed(s, res, err)
+		return nil, finalizeFailed(s, res, d.confine(s, err))
 	}
 	resp["destroyed"], resp["evicted_upperdir_bytes"] = true, bytes
 	return resp, nil
 }
 
-func finalizeFailed(s *session, res *layerstack.PublishResult, err error) error {
+// publishRejected is a publish the head refused: the wire error, and the
+// report it was built from (an implicit session's command carries it).
+type publishRejected struct {
+	wire     *api.Error
+	conflict *layerstack.ConflictError
+}
+
+func (e *publishRejected) Error() string { return e.wire.Error() }
+func (e *publishRejected) Unwrap() error { return e.wire }
+
+// finalizeFailed: the publish committed but closing (or moving) the
+// session failed; recover_workspace_session finishes it.
+func finalizeFailed(s *session, res *layerstack.PublishResult, why string) error {
 	return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "destroy",
 		"publish_completed": true, "layer_committed": !res.NoOp, "publish": publishJSON(res), "destroyed": false,
-		"session_state": StateFinalizeFailed, "recovery_operation": "destroy_workspace_session"},
-		"published, but closing the session failed: %v", err)
+		"session_state": StateFinalizeFailed, "recovery_operation": "recover_workspace_session"},
+		"published, but closing the session failed: %s", why)
 }
 
 // rebase moves a session onto a new lease with an empty upper dir (after a
@@ -174,7 +281,7 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 
 func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.RefreshResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.refresh", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "refresh")
 	if err != nil {
 		return nil, err
@@ -182,7 +289,7 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 	defer unlock()
 	cs, release, err := d.capture(ctx, s)
 	if err != nil {
-		return nil, fmt.Errorf("capture: %w", err)
+		return nil, err
 	}
 	defer release()
 	staged := filepath.Join(s.dir, "refresh-upper")
@@ -195,7 +302,7 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 			return nil, api.Errorf(api.KindOperationFailed, mergeMaps(map[string]any{"workspace_session_id": s.rec.ID, "stage": "refresh", "session_retained": true}, rejectionDetails(ce)),
 				"refresh rejected: %s", ce.Error())
 		}
-		return nil, err
+		return nil, d.stepFailed(s, "refresh", err)
 	}
 	out := &api.RefreshResult{WorkspaceSessionID: s.rec.ID, UpToDate: res.UpToDate, Revision: revisionJSON(res.Revision),
 		MergedPaths: nonNil(res.MergedPaths), ChangedPaths: res.Changes}
@@ -205,7 +312,9 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 	}
 	if err := d.switchUpper(ctx, s, res.LeaseID, staged); err != nil {
 		s.setState(StateFinalizeFailed)
-		return nil, fmt.Errorf("refresh %s: remount: %w", s.rec.ID, err)
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "refresh",
+			"session_state": StateFinalizeFailed, "recovery_operation": "recover_workspace_session"},
+			"refresh %s: remount failed: %s", s.rec.ID, d.confine(s, err))
 	}
 	return out, nil
 }
@@ -219,12 +328,13 @@ func (d *Daemon) captured(ctx context.Context, id string) (*session, *layerstack
 	}
 	cs, release, err := d.capture(ctx, s)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("capture: %w", err)
+		return nil, nil, nil, err
 	}
 	return s, cs, release, nil
 }
 
-func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
+func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (_ map[string]any, retErr error) {
+	defer func() { retErr = d.confineErr(retErr) }()
 	s, cs, release, err := d.captured(ctx, a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -234,12 +344,13 @@ func (d *Daemon) diffSession(ctx context.Context, a api.SessionArgs) (map[string
 	sum, err := d.store.Diff(ctx, s.rec.LeaseID, cs, &buf)
 	release()
 	if err != nil {
-		return nil, err
+		return nil, d.stepFailed(s, "diff", err)
 	}
 	return map[string]any{"workspace_session_id": s.rec.ID, "diff": buf.String(), "paths": sum.Paths}, nil
 }
 
-func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[string]any, error) {
+func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (_ map[string]any, retErr error) {
+	defer func() { retErr = d.confineErr(retErr) }()
 	s, cs, release, err := d.captured(ctx, a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
@@ -253,7 +364,7 @@ func (d *Daemon) checkPublish(ctx context.Context, a api.SessionArgs) (map[strin
 	case errors.As(err, &ce):
 		return mergeMaps(map[string]any{"workspace_session_id": s.rec.ID, "clean": false}, rejectionDetails(ce)), nil
 	case err != nil:
-		return nil, err
+		return nil, d.stepFailed(s, "check", err)
 	}
 	return map[string]any{"workspace_session_id": s.rec.ID, "clean": true, "publish": publishJSON(res), "conflicts": []any{}}, nil
 }

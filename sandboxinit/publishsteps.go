@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -68,15 +69,64 @@ func (d *Daemon) savePrepared(p *preparedPublish) error {
 	return writeFileAtomic(filepath.Join(d.txDir(p.TxID), "prepared.json"), b)
 }
 
+// txLocks holds one mutex per publish transaction in progress.
+type txLocks struct {
+	mu sync.Mutex
+	m  map[string]*txLock
+}
+
+type txLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lockTx serialises the steps of transaction txid (a retried step that
+// overlaps a slow first attempt, an abort racing a late prepare); steps of
+// different transactions run side by side. The caller runs the returned
+// unlock.
+func (d *Daemon) lockTx(txid string) func() {
+	t := &d.txs
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[string]*txLock{}
+	}
+	l := t.m[txid]
+	if l == nil {
+		l = &txLock{}
+		t.m[txid] = l
+	}
+	l.refs++
+	t.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		t.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(t.m, txid)
+		}
+		t.mu.Unlock()
+	}
+}
+
 // publishPrepare captures the session's upper dir, freezes every file in a
-// copy under txns/, and dry-runs the result against the head.
+// copy under txns/, and dry-runs the result against the head. Only a clean
+// dry run leaves a prepared record and puts the session in "publishing": a
+// prepare that fails or is rejected leaves the session active, so nothing
+// but the record's abort or commit has to end it.
 func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishStepResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": a.TxID, "step": "prepare"})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	if a.TxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
 	}
-	if p, err := d.loadPrepared(a.TxID); err == nil && !p.Aborted {
+	unlockTx := d.lockTx(a.TxID)
+	defer unlockTx()
+	if p, err := d.loadPrepared(a.TxID); err == nil {
+		if p.Aborted {
+			// An abort overtook this prepare (the workflow gave up waiting
+			// for it): preparing now would leave a publish nobody ends.
+			return nil, errAborted(p)
+		}
 		// A retried prepare answers as the first did: the same frozen
 		// changes, checked against the head.
 		out := &api.PublishStepResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Prepared: true, Replayed: true, ChangedPaths: len(p.Changes.Changes)}
@@ -89,12 +139,18 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 	defer unlock()
 	cs, release, err := d.capture(ctx, s)
 	if err != nil {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "capture", "session_retained": true}, "capture failed: %v", err)
+		return nil, err
 	}
 	defer release()
 	dir := d.txDir(a.TxID)
+	keep := false
+	defer func() {
+		if !keep {
+			_ = os.RemoveAll(dir)
+		}
+	}()
 	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
-		return nil, err
+		return nil, d.stepFailed(s, "prepare", err)
 	}
 	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Agent: s.rec.Agent,
 		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Sources: map[string]string{}}
@@ -104,30 +160,46 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 		}
 		dst := filepath.Join(dir, "files", strconv.Itoa(i))
 		if err := copyRegular(c, dst); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("freeze %s: %w", c.Path, err)
+			return nil, d.stepFailed(s, "prepare", fmt.Errorf("freeze %s: %w", c.Path, err))
 		}
 		p.Sources[c.Path] = dst
 		cs.Changes[i].Source = dst
 	}
 	release() // every write is frozen in txns/ now
 	p.Changes = *cs
-	if err := d.savePrepared(p); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	s.setState(StatePublishing)
 	sp.Set("changes", len(cs.Changes))
 	out := &api.PublishStepResult{TxID: a.TxID, WorkspaceSessionID: s.rec.ID, Prepared: true, ChangedPaths: len(cs.Changes)}
 	res, err := d.checkPrepared(ctx, p, out)
-	if err == nil && !res.Clean {
-		// The workflow aborts a prepare that is not clean: this dry run is
-		// the only place the rejection shows.
+	if err != nil {
+		return nil, d.stepFailed(s, "prepare", err)
+	}
+	if !res.Clean {
+		// Nothing is prepared: the session stays active, and this dry run
+		// is the only place the rejection shows.
 		d.recordPublish(ctx, publishOutcome{TxID: p.TxID, SessionID: p.SessionID, Agent: p.Agent, Owner: p.Owner, Message: p.Message,
 			Source: preparedSource(p), Changes: &p.Changes, Err: p.conflict})
 		d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "stage": "prepare"})
+		res.Prepared = false
+		return res, nil
 	}
-	return res, err
+	// The record first, then the state: a crash in between leaves a
+	// record the boot reconcile aborts, never a session publishing with
+	// no record to end it.
+	if err := d.savePrepared(p); err != nil {
+		return nil, d.stepFailed(s, "prepare", err)
+	}
+	keep = true
+	s.setState(StatePublishing)
+	return res, nil
+}
+
+// errAborted refuses a step of an aborted publish: by its workflow, by
+// recover_workspace_session, or by the boot reconcile of a daemon that
+// restarted before the publish committed.
+func errAborted(p *preparedPublish) error {
+	return api.Errorf(api.KindOperationFailed, map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "aborted": true,
+		"session_retained": true, "stage": "publish"},
+		"publish %s was aborted before it committed (its daemon restarted, or the session was recovered): nothing was committed and the session keeps its changes; publish it again", p.TxID)
 }
 
 func preparedSource(p *preparedPublish) string {
@@ -160,13 +232,15 @@ func (d *Daemon) checkPrepared(ctx context.Context, p *preparedPublish, out *api
 // publishCommit commits a prepared publish; a retry returns the first result.
 func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishStepResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"txid": a.TxID, "step": "commit"})
-	defer func() { sp.End(retErr) }()
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
+	unlockTx := d.lockTx(a.TxID)
+	defer unlockTx()
 	p, err := d.loadPrepared(a.TxID)
 	if err != nil {
 		return nil, err
 	}
 	if p.Aborted {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s was aborted", a.TxID)
+		return nil, errAborted(p)
 	}
 	sp.Set("workspace_session_id", p.SessionID)
 	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": p.TxID, "changes": len(p.Changes.Changes)})
@@ -203,30 +277,39 @@ func (d *Daemon) publishCommit(ctx context.Context, a api.PublishStepArgs) (_ *a
 // keep moved onto the new head with an empty upper dir. Idempotent.
 func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishFinalResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.finalize", map[string]any{"txid": a.TxID})
-	defer func() { sp.End(retErr) }()
-	p, err := d.loadPrepared(a.TxID)
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
+	unlockTx := d.lockTx(a.TxID)
+	defer unlockTx()
+	return d.finalizeLocked(ctx, a.TxID)
+}
+
+// finalizeLocked is publishFinalize with the transaction's lock held.
+func (d *Daemon) finalizeLocked(ctx context.Context, txid string) (*api.PublishFinalResult, error) {
+	p, err := d.loadPrepared(txid)
 	if err != nil {
 		return nil, err
 	}
 	if p.Finalized != nil {
 		return p.Finalized, nil // a retried finalize
 	}
+	if p.Aborted {
+		return nil, errAborted(p)
+	}
 	if p.Result == nil {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s is not committed yet", a.TxID)
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": txid}, "publish %s is not committed yet", txid)
 	}
 	out := &api.PublishFinalResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Publish: publishJSON(p.Result)}
-	s, err := d.session(p.SessionID)
+	s, err := d.lockLive(p.SessionID)
 	if err != nil {
 		out.Destroyed = true // the session went away with an earlier attempt
 		return d.finalized(p, out)
 	}
-	s.gate.Lock()
 	defer s.gate.Unlock()
 	if p.Keep {
 		if s.rec.LeaseID != p.Result.LeaseID {
 			if err := d.rebase(ctx, s, p.Result.LeaseID); err != nil {
 				s.setState(StateFinalizeFailed)
-				return nil, finalizeFailed(s, p.Result, err)
+				return nil, finalizeFailed(s, p.Result, d.confine(s, err))
 			}
 		}
 		s.setState(StateActive)
@@ -235,7 +318,7 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ 
 		bytes, err := d.teardown(ctx, s, true)
 		if err != nil {
 			s.setState(StateFinalizeFailed)
-			return nil, finalizeFailed(s, p.Result, err)
+			return nil, finalizeFailed(s, p.Result, d.confine(s, err))
 		}
 		out.Destroyed, out.EvictedUpperdirBytes = true, &bytes
 	}
@@ -272,17 +355,58 @@ func (d *Daemon) sweepTxns() {
 }
 
 // publishAbort drops a prepared, uncommitted publish and gives the session
-// back to its agent.
-func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (*api.PublishAbortResult, error) {
-	p, err := d.loadPrepared(a.TxID)
+// back to its agent. A txid never prepared (its prepare failed, was
+// rejected, or never arrived) is a no-op answer; the record it leaves makes
+// a prepare still on its way refuse, so it cannot prepare after its abort.
+// A publish that did commit is refused with details.committed: finalize it.
+func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (_ *api.PublishAbortResult, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.publish.abort", map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID})
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
+	if a.TxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "txid is required")
+	}
+	unlockTx := d.lockTx(a.TxID)
+	defer unlockTx()
+	return d.abortLocked(ctx, a.TxID, a.WorkspaceSessionID)
+}
+
+// abortLocked is publishAbort with the transaction's lock held.
+func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID string) (*api.PublishAbortResult, error) {
+	p, err := d.loadPrepared(txid)
 	if err != nil {
-		return nil, err
+		// The record that refuses a late prepare is best effort: an abort
+		// that changes nothing must not fail on a full volume.
+		_ = os.RemoveAll(filepath.Join(d.txDir(txid), "files")) // a prepare that died freezing
+		err := os.MkdirAll(d.txDir(txid), 0o700)
+		if err == nil {
+			err = d.savePrepared(&preparedPublish{TxID: txid, SessionID: sessionID, Aborted: true})
+		}
+		if err != nil {
+			d.log.Warn("publish abort: recording the abort of an unprepared txid failed", "txid", txid, "err", err)
+		}
+		return &api.PublishAbortResult{TxID: txid, WorkspaceSessionID: sessionID, Aborted: true, NotPrepared: true}, nil
+	}
+	if p.Aborted {
+		return &api.PublishAbortResult{TxID: txid, WorkspaceSessionID: p.SessionID, Aborted: true, NotPrepared: p.LeaseID == ""}, nil
+	}
+	if p.Result == nil {
+		// The store may have committed it without this record saying so
+		// (a crash between the two): then it is committed.
+		committed, err := d.store.Committed(txid)
+		if err != nil {
+			return nil, err
+		}
+		if committed {
+			if err := d.recordCommit(ctx, p); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if p.Result != nil {
-		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": a.TxID}, "publish %s is committed: finalize it", a.TxID)
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": txid, "workspace_session_id": p.SessionID, "committed": true},
+			"publish %s is committed: finalize it", txid)
 	}
-	if s, err := d.session(p.SessionID); err == nil {
-		s.gate.Lock()
+	if s, err := d.lockLive(p.SessionID); err == nil {
 		if s.state == StatePublishing {
 			s.setState(StateActive)
 		}
@@ -294,7 +418,21 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (*api.
 	if err := d.savePrepared(p); err != nil {
 		return nil, err
 	}
-	return &api.PublishAbortResult{TxID: a.TxID, WorkspaceSessionID: p.SessionID, Aborted: true}, nil
+	d.event(ctx, "workspace_session.publish.aborted", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID})
+	return &api.PublishAbortResult{TxID: txid, WorkspaceSessionID: p.SessionID, Aborted: true}, nil
+}
+
+// recordCommit fills in the result of a transaction the store committed
+// but the daemon's record does not show: the store's replay of the same
+// TxID returns it (and, with keep, the session's new lease) writing nothing.
+func (d *Daemon) recordCommit(ctx context.Context, p *preparedPublish) error {
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: p.TxID, LeaseID: p.LeaseID, Changes: &p.Changes,
+		Owner: p.Owner, Agent: p.Agent, Message: p.Message, Keep: p.Keep, AllowDrops: p.Implicit})
+	if err != nil {
+		return err
+	}
+	p.Result = res
+	return d.savePrepared(p)
 }
 
 // copyRegular streams a captured write's source (opened beneath the upper

@@ -46,7 +46,7 @@ func (d *Daemon) archiveIdle(ctx context.Context, a ArchiveIdleArgs) (*api.Archi
 	out := []ArchivedSession{}
 	for _, s := range cands {
 		s.gate.Lock()
-		if len(d.cmds.Active(s.rec.ID)) > 0 || s.state != StateActive || s.act.since() < idle {
+		if !d.live(s) || len(d.cmds.Active(s.rec.ID)) > 0 || s.state != StateActive || s.act.since() < idle {
 			s.gate.Unlock()
 			continue
 		}

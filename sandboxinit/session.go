@@ -282,16 +282,16 @@ func (d *Daemon) listSessions() []api.SessionInfo {
 func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (_ *api.SessionDestroyed, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.destroy", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "force": a.Force})
 	defer func() { sp.End(retErr) }()
-	s, err := d.session(a.WorkspaceSessionID)
+	s, err := d.lockLive(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
 	}
-	s.gate.Lock()
 	defer s.gate.Unlock()
 	if s.state == StatePublishing && !a.Force {
 		// Its publish holds the session's lease until it commits.
-		return nil, api.Errorf(api.KindOperationConflict, map[string]any{"workspace_session_id": s.rec.ID, "finalization_state": s.state},
-			"workspace session %s is being published; wait for that publish to end, or pass force", s.rec.ID)
+		return nil, api.Errorf(api.KindOperationConflict, map[string]any{"workspace_session_id": s.rec.ID, "finalization_state": s.state,
+			"recovery_operation": "recover_workspace_session"},
+			"workspace session %s is being published; wait for that publish to end, recover_workspace_session, or pass force", s.rec.ID)
 	}
 	if active := d.cmds.Active(s.rec.ID); len(active) > 0 && !a.Force {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},

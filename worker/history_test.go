@@ -104,6 +104,31 @@ func TestRecordHistories(t *testing.T) {
 		s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-publish-keep.json"))
 		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 1), filepath.Join(out, "publish-keep.json"))
 	})
+
+	t.Run("publish-settles", func(t *testing.T) {
+		// A publish refused at prepare (a command still runs) is aborted;
+		// after the command is cancelled the next one commits (recorded
+		// with versionPublishSettles, so the replay test keeps its path).
+		id, ep := s.recordCreate(t)
+		var o map[string]any
+		require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "settler"}))
+		sess := o["workspace_session_id"].(string)
+		r := s.daemon(id, ep, "exec_command", map[string]any{"cmd": "echo x > x.txt; sleep 60", "workspace_session_id": sess, "yield_time_ms": 500})
+		require.Equal(t, "running", r["status"])
+		var pub map[string]any
+		require.ErrorContains(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess}), "running command")
+		s.daemon(id, ep, "cancel_command", map[string]any{"command_session_id": r["command_session_id"]})
+		require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess, Message: "settled"}))
+		var final workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+		s.waitClosed(t, workflows.SandboxWorkflowID(id))
+
+		h := s.history(t, workflows.PublishWorkflowID(id, sess, 1))
+		require.Equal(t, []string{"CallDaemon", "CallDaemon"}, scheduledActivities(h), "prepare, then the abort")
+		s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-publish-settles.json"))
+		s.writeHistory(t, h, id, filepath.Join(out, "publish-prepare-refused.json"))
+		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 2), filepath.Join(out, "publish-settled.json"))
+	})
 }
 
 // contended: publishes of two sessions sent at once, and a refresh of a

@@ -18,7 +18,10 @@
 //     per sandbox.
 //   - A publish is exactly once: its transaction id is the child workflow's
 //     id, and every daemon step (prepare, commit, finalize) is idempotent by
-//     that id, so retries and worker crashes at any step converge.
+//     that id, so retries and worker crashes at any step converge. A
+//     publish that did not commit always ends with abort (also after a
+//     failed prepare), and abort and finalize retry on a disconnected
+//     context until the daemon answers (versionPublishSettles).
 //   - Activity inputs and outputs never carry the daemon token: activities
 //     derive it from the gateway secret and the sandbox id.
 //   - Failures are the one wire error, *api.Error, raised with apperr and

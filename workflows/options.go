@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"math"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -36,6 +37,25 @@ func daemonOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 		HeartbeatTimeout: 6 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 5 * time.Second, MaximumAttempts: 10, NonRetryableErrorTypes: nonRetryable},
+	})
+}
+
+// settleOptions: publish_abort and publish_finalize, which end a prepared
+// publish one way or the other. Until one of them ran, the session stays
+// "publishing" and refuses its agent, so they retry with capped backoff,
+// without an attempt limit, for as long as a daemon can plausibly be away
+// (a container or host restart). A refusal (non-retryable) still ends them.
+// The attempt count is explicit rather than 0 (unlimited) because the SDK's
+// test environment turns 0 into 10, which would hide a policy that stops
+// too early.
+func settleOptions(ctx workflow.Context, hostQueue string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              hostQueue,
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		StartToCloseTimeout:    6 * time.Minute,
+		HeartbeatTimeout:       6 * time.Second, // as daemonOptions: CallDaemon heartbeats every 2 s
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 30 * time.Second, MaximumAttempts: math.MaxInt32, NonRetryableErrorTypes: nonRetryable},
 	})
 }
 

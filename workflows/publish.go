@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -9,12 +10,28 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
+// versionPublishSettles marks runs in which every publish that did not
+// commit ends with an abort (also after a failed prepare), and abort and
+// finalize retry on a disconnected context until they succeed. Runs
+// recorded before replay the old steps (an abort only after a rejection or
+// a failed commit, its error logged).
+const versionPublishSettles = "publish-settles"
+
 // PublishWorkflow publishes one session's change set exactly once:
 // prepare (capture and freeze, dry run), commit, finalize. Each step is
 // idempotent at the daemon by the transaction id (this workflow's id), so a
-// step retried after a worker or daemon crash converges on one layer. A
-// rejected commit is aborted so the session goes back to its agent, and the
-// workflow fails with the daemon's conflict report.
+// step retried after a worker or daemon crash converges on one layer.
+//
+// Every path that does not commit ends with abort, so no session is left
+// in "publishing": a rejection, a failed prepare (the daemon's abort of a
+// txid it never prepared is a no-op) or a commit that failed or could not
+// be reached. Abort and finalize run on a disconnected context and retry
+// (settleOptions) until the daemon answers; a daemon that comes back after
+// the workflow gave up settles its prepared publishes itself at boot. A
+// daemon that restarted between prepare and commit has aborted the publish
+// that way (nothing committed, the session active with its changes): the
+// workflow then starts over under a derived txid, at most
+// maxPublishRestarts times.
 //
 // Every failure is the daemon's own *api.Error, unwrapped (a refusal at
 // prepare reaches the client with the daemon's kind, message and details).
@@ -25,59 +42,128 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (*api.PublishFinalRe
 	if err := workflow.SetQueryHandler(ctx, QueryPublishProgress, func() (PublishProgress, error) { return progress, nil }); err != nil {
 		return nil, err
 	}
-	step := func(op string, out any) error {
-		progress.Step = op
-		args, err := json.Marshal(api.PublishStepArgs{WorkspaceSessionID: in.SessionID, TxID: in.TxID, Keep: in.Keep, Message: in.Message})
-		if err != nil {
-			return err
-		}
-		rid := in.TxID + "/" + op
-		if in.RequestID != "" {
-			rid += "/" + in.RequestID
-		}
-		call := DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
-		var raw json.RawMessage
-		if err := workflow.ExecuteActivity(daemonOptions(ctx, hostQueue(in.HostQueue)), ActCallDaemon, call).Get(ctx, &raw); err != nil {
-			return err
-		}
-		if err := json.Unmarshal(raw, out); err != nil {
-			return apperr.Newf(api.KindInternal, map[string]any{"op": op}, "the daemon's answer to %s does not decode: %v", op, err)
-		}
-		return nil
+	p := &publication{ctx: ctx, progress: &progress, run: daemonOptions(ctx, hostQueue(in.HostQueue))}
+	p.settles = workflow.GetVersion(ctx, versionPublishSettles, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	p.settle = p.run
+	if !p.settles {
+		return p.once(in)
 	}
-	abort := func() {
-		var ab api.PublishAbortResult
-		if err := step("publish_abort", &ab); err != nil {
-			workflow.GetLogger(ctx).Error("publish abort failed", "txid", in.TxID, "error", err)
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	p.settle = settleOptions(dctx, hostQueue(in.HostQueue))
+	for attempt := 0; ; attempt++ {
+		try := in
+		if attempt > 0 {
+			try.TxID = fmt.Sprintf("%s/again-%d", in.TxID, attempt)
 		}
+		fin, err := p.once(try)
+		// A daemon that restarted between prepare and commit aborted the
+		// prepared publish (its boot reconcile leaves no session
+		// publishing): nothing was committed and the session is active
+		// with its changes, so the publish starts over under a new txid.
+		if attempt < maxPublishRestarts && abortedByDaemon(err) {
+			workflow.GetLogger(ctx).Info("publish aborted by its daemon; starting over", "txid", try.TxID, "attempt", attempt+1)
+			continue
+		}
+		return fin, err
 	}
+}
+
+// maxPublishRestarts bounds how often a publish starts over after its
+// daemon aborted it (each time the daemon restarted mid-publish).
+const maxPublishRestarts = 3
+
+// publication runs the steps of one publish.
+type publication struct {
+	ctx      workflow.Context
+	progress *PublishProgress
+	settles  bool
+	// run: prepare and commit; settle: abort and finalize (disconnected,
+	// retried until the daemon answers, when settles).
+	run, settle workflow.Context
+}
+
+// abortedByDaemon: a step was refused because the daemon had aborted the
+// publish itself.
+func abortedByDaemon(err error) bool {
+	e, ok := apperr.From(err)
+	return ok && e.Details["aborted"] == true && e.Details["abort_failed"] == nil
+}
+
+func (p *publication) step(sctx workflow.Context, in PublishInput, op string, out any) error {
+	p.progress.Step = op
+	args, err := json.Marshal(api.PublishStepArgs{WorkspaceSessionID: in.SessionID, TxID: in.TxID, Keep: in.Keep, Message: in.Message})
+	if err != nil {
+		return err
+	}
+	rid := in.TxID + "/" + op
+	if in.RequestID != "" {
+		rid += "/" + in.RequestID
+	}
+	call := DaemonCall{SandboxID: in.SandboxID, Daemon: in.Daemon, Op: op, Args: args, RequestID: rid}
+	var raw json.RawMessage
+	if err := workflow.ExecuteActivity(sctx, ActCallDaemon, call).Get(sctx, &raw); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return apperr.Newf(api.KindInternal, map[string]any{"op": op}, "the daemon's answer to %s does not decode: %v", op, err)
+	}
+	return nil
+}
+
+func (p *publication) finalize(in PublishInput) (*api.PublishFinalResult, error) {
+	var fin api.PublishFinalResult
+	if err := p.step(p.settle, in, "publish_finalize", &fin); err != nil {
+		return nil, err
+	}
+	return &fin, nil
+}
+
+// abort ends a publish that did not commit and returns failure, the error
+// the publish fails with. A daemon that answers that the publish did commit
+// after all (a commit whose answer was lost) is finalized instead.
+func (p *publication) abort(in PublishInput, failure error) (*api.PublishFinalResult, error) {
+	var ab api.PublishAbortResult
+	err := p.step(p.settle, in, "publish_abort", &ab)
+	if err == nil {
+		return nil, failure
+	}
+	workflow.GetLogger(p.ctx).Error("publish abort failed", "txid", in.TxID, "error", err)
+	if !p.settles {
+		return nil, failure
+	}
+	if e, ok := apperr.From(err); ok && e.Details["committed"] == true {
+		return p.finalize(in)
+	}
+	return nil, abortFailed(failure, err, in)
+}
+
+// once runs prepare, commit and finalize of transaction in.TxID.
+func (p *publication) once(in PublishInput) (*api.PublishFinalResult, error) {
 	var prep api.PublishStepResult
-	if err := step("publish_prepare", &prep); err != nil {
+	if err := p.step(p.run, in, "publish_prepare", &prep); err != nil {
+		if p.settles {
+			// The prepare may have run at the daemon even though its answer
+			// never arrived.
+			return p.abort(in, err)
+		}
 		return nil, err
 	}
 	if prep.Publish != nil {
-		progress.Changes = prep.Publish.Counts.Files + prep.Publish.Counts.Dirs + prep.Publish.Counts.Symlinks + prep.Publish.Counts.Deletes
+		p.progress.Changes = prep.Publish.Counts.Files + prep.Publish.Counts.Dirs + prep.Publish.Counts.Symlinks + prep.Publish.Counts.Deletes
 	}
 	if prep.Rejected() {
-		abort()
-		return nil, rejected(&prep, in)
+		return p.abort(in, rejected(&prep, in))
 	}
 	var commit api.PublishStepResult
-	if err := step("publish_commit", &commit); err != nil {
-		abort()
-		return nil, err
+	if err := p.step(p.run, in, "publish_commit", &commit); err != nil {
+		return p.abort(in, err)
 	}
 	// A commit can still lose to a publish that landed after prepare: the
 	// daemon then answers clean false with the conflicts.
 	if commit.Rejected() {
-		abort()
-		return nil, rejected(&commit, in)
+		return p.abort(in, rejected(&commit, in))
 	}
-	var fin api.PublishFinalResult
-	if err := step("publish_finalize", &fin); err != nil {
-		return nil, err
-	}
-	return &fin, nil
+	return p.finalize(in)
 }
 
 // rejected is the non-retryable error that carries the daemon's conflict
@@ -85,9 +171,32 @@ func PublishWorkflow(ctx workflow.Context, in PublishInput) (*api.PublishFinalRe
 // agent).
 func rejected(r *api.PublishStepResult, in PublishInput) error {
 	n := len(r.Conflicts)
+	// Details copies a map into a map: the result does not depend on the
+	// order it iterates in.
+	//workflowcheck:ignore
 	return apperr.New(api.Errorf(api.KindOperationFailed,
 		r.Rejection.Details(map[string]any{"stage": "publish", "session_retained": true, "txid": in.TxID, "workspace_session_id": in.SessionID}),
 		"publish rejected: %d conflicting path(s) with the head; nothing was committed", n))
+}
+
+// abortFailed is failure, the publish's own error, saying also that its
+// abort failed: the session may still be publishing, and
+// recover_workspace_session brings it back.
+func abortFailed(failure, abortErr error, in PublishInput) error {
+	e, ok := apperr.From(failure)
+	if !ok {
+		e = api.Errorf(api.KindOperationFailed, nil, "publish %s failed: %v", in.TxID, failure)
+	}
+	// e was decoded from the failure for this call: adding to its details
+	// changes no one else's.
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details["abort_failed"] = abortErr.Error()
+	e.Details["workspace_session_id"] = in.SessionID
+	e.Details["txid"] = in.TxID
+	e.Details["recovery_operation"] = "recover_workspace_session"
+	return apperr.New(&api.Error{Kind: e.Kind, Message: e.Message + "; aborting the publish failed too", Details: e.Details})
 }
 
 func hostQueue(q string) string {

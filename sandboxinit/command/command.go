@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -228,6 +229,26 @@ func (c *command) terminate(reason string, grace time.Duration) {
 			_ = c.proc.Signal(syscall.SIGKILL)
 		}
 	})
+}
+
+// settle waits, when the command has ended, until OnExit returned, and
+// reports whether its terminal state may be shown: false while OnExit
+// still runs (ctx ended first). A running command is settled.
+func (c *command) settle(ctx context.Context) bool {
+	if !isClosed(c.exited) {
+		c.mu.Lock()
+		ended := c.status != api.StatusRunning
+		c.mu.Unlock()
+		if !ended {
+			return true
+		}
+	}
+	select {
+	case <-c.finalized:
+		return true
+	case <-ctx.Done():
+		return isClosed(c.finalized)
+	}
 }
 
 func (c *command) running() bool {

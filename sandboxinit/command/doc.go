@@ -53,10 +53,14 @@
 //     while running and on truncated terminal responses; Read always sets it
 //     and never moves the cursor.
 //   - OnExit runs exactly once per started command, after the terminal state
-//     and final output are recorded and the command left Active; terminal
-//     yields wait for it, so what it attaches with SetResult is in the
-//     terminal response. SetResult functions are applied, in order, to every
-//     later response about the command.
+//     and final output are recorded and the command left Active. No response
+//     shows the terminal state before it returned: yields and Read wait for
+//     it (a call whose context ends first sees the command still running),
+//     so what it attaches with SetResult is in every terminal response,
+//     whichever call returns it. SetResult functions are applied, in order,
+//     to every later response about the command. Meta.Started runs before
+//     Start yields, so a caller's admission lock is released before OnExit
+//     can need it.
 //   - stdin: without a TTY, \x03 or \x04 anywhere in write_command_stdin
 //     cancels (the seed's rule); with a TTY bytes go to the terminal as they
 //     are (^C becomes SIGINT through the line discipline). One write may

@@ -52,12 +52,17 @@ type Options struct {
 // Meta is what the caller attaches to a command.
 type Meta struct {
 	WorkspaceSessionID string
+	// Started is called once the command runs and Active lists it, before
+	// Start yields: a caller that admitted the command under a lock
+	// releases it here, so OnExit may take that lock.
+	Started func()
 	// OnExit is called once, from the command's goroutine and without engine
 	// locks, when the command reached a terminal state and its final output
 	// is recorded (Active no longer lists it). out is the terminal response
-	// with the tail of the output; changing it changes nothing. Yields that
-	// observe the terminal state wait for OnExit to return, so it must not
-	// block on what a Start caller may hold.
+	// with the tail of the output; changing it changes nothing. No response
+	// shows the terminal state before OnExit returned (yields and Read wait
+	// for it), so what it attaches with SetResult is in every one; it must
+	// not block on what a Start caller holds until Started.
 	OnExit func(id string, out *api.CommandOutput)
 }
 
@@ -156,6 +161,9 @@ func (e *Engine) Start(ctx context.Context, start Starter, args api.ExecCommandA
 	c.run(timeout)
 	if closed { // Shutdown began while we were starting: it did not see us.
 		c.terminate(api.StatusCancelled, e.opts.KillGrace)
+	}
+	if meta.Started != nil {
+		meta.Started()
 	}
 	return e.yield(ctx, c, yield, callStart), nil
 }

@@ -59,7 +59,7 @@ func waitOutput(t *testing.T, e *Engine, id string, cond func(*api.CommandOutput
 	t.Helper()
 	var last *api.CommandOutput
 	require.Eventually(t, func() bool {
-		out, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id, Limit: api.MaxReadLimit})
+		out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, Limit: api.MaxReadLimit})
 		require.NoError(t, err)
 		last = out
 		return cond(out)
@@ -163,7 +163,10 @@ func TestUnknownCommandIsNotFound(t *testing.T) {
 	const id = "cmd_0000000000000000"
 	ctx := context.Background()
 	ops := map[string]func() error{
-		"read": func() error { _, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id}); return err },
+		"read": func() error {
+			_, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
+			return err
+		},
 		"write stdin": func() error {
 			_, err := e.WriteStdin(ctx, api.WriteCommandStdinArgs{CommandSessionID: id, Stdin: "x"})
 			return err
@@ -263,7 +266,7 @@ func TestYieldsReturnEachLineOnce(t *testing.T) {
 	require.Equal(t, last, again)
 
 	// Read pages explicitly and does not move the cursor.
-	page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id})
+	page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
 	require.NoError(t, err)
 	require.Equal(t, "a\nb\nc", page.Output)
 	require.Equal(t, id, page.CommandSessionID)
@@ -338,7 +341,7 @@ func TestBackgroundChildDoesNotPinCompletion(t *testing.T) {
 	out = run(t, e, h, api.ExecCommandArgs{Cmd: "(sleep 0.3; echo late; echo late >&2; touch " + flag + ") & echo hi"})
 	require.Equal(t, api.StatusOK, out.Status)
 	require.Eventually(t, func() bool { _, err := os.Stat(flag); return err == nil }, 5*time.Second, 10*time.Millisecond)
-	page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: idOf(t, e, out)})
+	page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: idOf(t, e, out)})
 	require.NoError(t, err)
 	require.Equal(t, "hi", page.Output, "output after completion is not recorded")
 }
@@ -413,7 +416,7 @@ func TestRetentionEvictsOldestFinished(t *testing.T) {
 		ids = append(ids, idOf(t, e, out))
 	}
 	for i, id := range ids {
-		out, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id})
+		out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
 		if i < 2 {
 			requireKind(t, err, api.KindNotFound)
 			continue
@@ -421,7 +424,7 @@ func TestRetentionEvictsOldestFinished(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, strconv.Itoa(i), out.Output)
 	}
-	out, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: running})
+	out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: running})
 	require.NoError(t, err, "a running command is never evicted")
 	require.Equal(t, api.StatusRunning, out.Status)
 }
@@ -456,7 +459,7 @@ func TestOnExitAndSetResult(t *testing.T) {
 	require.Equal(t, "ws_1", out.WorkspaceSessionID)
 	require.NotNil(t, out.PublishRejected)
 	require.True(t, *out.PublishRejected)
-	page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: gotID})
+	page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: gotID})
 	require.NoError(t, err)
 	require.Equal(t, "source_conflict", page.PublishRejectClass)
 	c, err := e.Cancel(ctx, api.CancelCommandArgs{CommandSessionID: gotID})
@@ -535,7 +538,7 @@ func TestLargeOutputPaging(t *testing.T) {
 	require.Equal(t, (chars-1+3)/4, out.OriginalTokenCount)
 
 	id := out.CommandSessionID
-	first, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id})
+	first, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
 	require.NoError(t, err)
 	require.Equal(t, 0, first.StartOffset)
 	require.Equal(t, api.DefaultReadLimit, first.EndOffset)
@@ -544,7 +547,7 @@ func TestLargeOutputPaging(t *testing.T) {
 	require.False(t, first.Truncated)
 
 	for off := 0; off < n; off += api.MaxReadLimit * 50 { // a sample of full pages
-		page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: off, Limit: 5000})
+		page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: off, Limit: 5000})
 		require.NoError(t, err)
 		require.Len(t, page.Lines, api.MaxReadLimit, "limit is clamped")
 		for i, l := range page.Lines {
@@ -552,18 +555,18 @@ func TestLargeOutputPaging(t *testing.T) {
 			require.Equal(t, strconv.Itoa(off+i+1), l.Text)
 		}
 	}
-	last, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: n - 10})
+	last, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: n - 10})
 	require.NoError(t, err)
 	require.Equal(t, n-10, last.StartOffset)
 	require.Equal(t, n, last.EndOffset)
 	require.Equal(t, n, last.TotalLines)
 	require.Len(t, last.Lines, 10)
 	require.Equal(t, strconv.Itoa(n), last.Lines[9].Text)
-	beyond, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: n + 5})
+	beyond, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: n + 5})
 	require.NoError(t, err)
 	require.Equal(t, n, beyond.StartOffset)
 	require.Empty(t, beyond.Lines)
-	_, err = e.Read(api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: -1})
+	_, err = e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: -1})
 	requireKind(t, err, api.KindInvalidRequest)
 	require.Less(t, time.Since(begin), 5*time.Second)
 }
@@ -575,7 +578,7 @@ func TestResponsesAreByteCapped(t *testing.T) {
 	require.Equal(t, 50, out.TotalLines)
 	require.Equal(t, 40, out.StartOffset)
 	require.True(t, out.Truncated)
-	page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID, StartOffset: 5})
+	page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID, StartOffset: 5})
 	require.NoError(t, err)
 	require.Equal(t, 5, page.StartOffset)
 	require.Equal(t, 15, page.EndOffset, "the next page starts at end_offset")
@@ -588,7 +591,7 @@ func TestOutputBeyondMaxBytesIsDropped(t *testing.T) {
 	out := run(t, e, h, api.ExecCommandArgs{Cmd: "seq 1 " + strconv.Itoa(n)})
 	require.Equal(t, n, out.TotalLines, "offsets keep counting")
 	require.Equal(t, strconv.Itoa(n), out.Lines[len(out.Lines)-1].Text)
-	page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID, StartOffset: 0})
+	page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID, StartOffset: 0})
 	require.NoError(t, err)
 	require.True(t, page.Truncated)
 	require.Positive(t, page.StartOffset)
@@ -616,7 +619,7 @@ func TestReadsDuringHeavyOutputAreConsistent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ; i++ {
-				page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: (i * 7919 * (g + 1)) % 300000, Limit: 500})
+				page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: (i * 7919 * (g + 1)) % 300000, Limit: 500})
 				if !assertPage(t, page, err) || page.Status != api.StatusRunning {
 					return
 				}
@@ -670,7 +673,7 @@ func TestShutdown(t *testing.T) {
 	require.NoError(t, sctx.Err())
 	require.Less(t, time.Since(begin), 2*time.Second)
 	for _, id := range []string{polite, stubborn} {
-		out, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id})
+		out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
 		require.NoError(t, err)
 		require.Equal(t, api.StatusCancelled, out.Status)
 	}
@@ -722,7 +725,7 @@ func TestStreamingYieldDeliversLinesAsTheyAppear(t *testing.T) {
 	out, err = e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "echo a; read x; echo b", YieldTimeMS: ms(0)}, Meta{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		o, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID})
+		o, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: out.CommandSessionID})
 		require.NoError(t, err)
 		return o.TotalLines == 1
 	}, 5*time.Second, 5*time.Millisecond)

@@ -42,7 +42,7 @@ func TestTTYResize(t *testing.T) {
 	out, err := e.WriteStdin(ctx, api.WriteCommandStdinArgs{CommandSessionID: id, Stdin: "\n", YieldTimeMS: ms(long)})
 	require.NoError(t, err)
 	require.Equal(t, api.StatusOK, out.Status)
-	page, err := e.Read(api.ReadCommandLinesArgs{CommandSessionID: id})
+	page, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
 	require.NoError(t, err)
 	require.Equal(t, "24 80\n40 120", page.Output, "echo is off: the newline is not shown")
 	requireKind(t, e.Resize(api.ResizeCommandArgs{CommandSessionID: id, Rows: 10, Cols: 10}), api.KindOperationFailed)

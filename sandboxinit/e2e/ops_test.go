@@ -1,14 +1,19 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 // TestPublishSteps drives the steps the workflow layer runs: prepare,
-// commit (retried), finalize (retried); a rejected commit is aborted.
+// commit (retried), finalize (retried); a commit that lost to the head is
+// aborted; a prepare the head rejects prepares nothing.
 func TestPublishSteps(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
 	a, b := sb.session(nil), sb.session(nil)
@@ -17,6 +22,8 @@ func TestPublishSteps(t *testing.T) {
 
 	prep := sb.ok("publish_prepare", map[string]any{"workspace_session_id": a, "txid": "tx-a"})
 	require.Equal(t, true, prep["clean"])
+	prepB := sb.ok("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b"})
+	require.Equal(t, true, prepB["clean"], "b's dry run is against the head before a's commit")
 	// Commands wait while a publish is prepared.
 	sb.fail("exec_command", map[string]any{"cmd": "true", "workspace_session_id": a}, "operation_failed")
 	c1 := sb.ok("publish_commit", map[string]any{"txid": "tx-a"})
@@ -30,13 +37,22 @@ func TestPublishSteps(t *testing.T) {
 	require.Equal(t, true, p2["replayed"], "a retried prepare answers as the first did")
 	require.Contains(t, sb.read("", "f.txt"), "LINE THREE\n")
 
-	prep = sb.ok("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b"})
-	require.Equal(t, false, prep["clean"])
 	rej := sb.ok("publish_commit", map[string]any{"txid": "tx-b"})
 	require.Equal(t, false, rej["clean"], "a commit that loses to the head answers with the conflicts")
 	require.NotEmpty(t, rej["conflicts"])
 	sb.ok("publish_abort", map[string]any{"txid": "tx-b"})
 	require.Equal(t, "ok", sb.exec(b, "true")["status"], "the session is back after the abort")
+
+	// Rejected at prepare: nothing is prepared and the session stays
+	// active; the workflow's abort is a no-op that refuses a late prepare.
+	prep = sb.ok("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b1"})
+	require.Equal(t, false, prep["clean"])
+	require.NotEmpty(t, prep["conflicts"])
+	require.Equal(t, "ok", sb.exec(b, "true")["status"], "a rejected prepare leaves the session active")
+	ab := sb.ok("publish_abort", map[string]any{"txid": "tx-b1", "workspace_session_id": b})
+	require.Equal(t, true, ab["not_prepared"])
+	sb.fail("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b1"}, "operation_failed")
+	sb.fail("publish_commit", map[string]any{"txid": "tx-b1"}, "operation_failed")
 
 	// Keep: the session continues on the new head.
 	sb.exec(b, "sed -i 's/^line three$/LINE THREE/; s/^line 7$/line seven/' f.txt")
@@ -113,4 +129,99 @@ func TestPTYCommands(t *testing.T) {
 	require.Equal(t, float64(3), out["exit_code"], "%v", out)
 	all = sb.ok("read_command_lines", map[string]any{"command_session_id": id})
 	require.Contains(t, all["output"], "got-int")
+}
+
+// TestImplicitPublishOutcomeInEveryTerminalResponse: a bare command whose
+// implicit publish is rejected says so in the terminal response of
+// whichever call sees it end, write_command_stdin or read_command_lines.
+func TestImplicitPublishOutcomeInEveryTerminalResponse(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	for _, seenBy := range []string{"write_command_stdin", "read_command_lines"} {
+		t.Run(seenBy, func(t *testing.T) {
+			// The bare command's implicit session starts on this head...
+			out := sb.ok("exec_command", map[string]any{"cmd": "read x; sed -i 's/^line 5$/mine/' f.txt", "yield_time_ms": 100})
+			require.Equal(t, "running", out["status"], "%v", out)
+			id := out["command_session_id"].(string)
+			// ...and a session publishes over the same line meanwhile.
+			ws := sb.session(nil)
+			sb.exec(ws, "sed -i 's/^line 5$/theirs/' f.txt")
+			sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+
+			var end map[string]any
+			if seenBy == "write_command_stdin" {
+				end = sb.ok("write_command_stdin", map[string]any{"command_session_id": id, "stdin": "go\n", "yield_time_ms": 60000})
+			} else {
+				sb.ok("write_command_stdin", map[string]any{"command_session_id": id, "stdin": "go\n", "yield_time_ms": 0})
+				require.Eventually(t, func() bool {
+					end = sb.ok("read_command_lines", map[string]any{"command_session_id": id})
+					return end["status"] != "running"
+				}, 30*time.Second, 5*time.Millisecond)
+			}
+			require.Equal(t, "ok", end["status"], "%v", end)
+			require.Equal(t, true, end["publish_rejected"], "%v", end)
+			require.Equal(t, "source_conflict", end["publish_reject_class"], "%v", end)
+			require.NotEmpty(t, end["publish_conflicts"], "%v", end)
+			again := sb.ok("read_command_lines", map[string]any{"command_session_id": id})
+			require.Equal(t, true, again["publish_rejected"], "every later response says so too")
+			require.Contains(t, sb.read("", "f.txt"), "theirs\n", "the rejected change was discarded")
+			sb.exec("", "sed -i 's/^theirs$/line 5/' f.txt") // the base line again, for the next run
+		})
+	}
+}
+
+// TestPublishSettlesAcrossDaemonRestart: a daemon killed with a prepared,
+// uncommitted publish comes back with the session active and its work
+// intact; one killed with a committed, unfinalized publish comes back with
+// it finalized exactly once. recover_workspace_session ends a publish no
+// workflow ends.
+func TestPublishSettlesAcrossDaemonRestart(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	a, b, r := sb.session(nil), sb.session(nil), sb.session(nil)
+	sb.exec(a, "echo unpublished > wip.txt")
+	sb.exec(b, "echo committed > done.txt")
+	sb.exec(r, "echo stuck > stuck.txt")
+	require.Equal(t, true, sb.ok("publish_prepare", map[string]any{"workspace_session_id": a, "txid": "tx-a"})["clean"])
+	require.Equal(t, true, sb.ok("publish_prepare", map[string]any{"workspace_session_id": b, "txid": "tx-b"})["clean"])
+	sb.ok("publish_commit", map[string]any{"txid": "tx-b"})
+	layers := len(sb.ok("layerstack_history", map[string]any{})["publishes"].([]any))
+
+	h := sb.ok("health", map[string]any{})
+	docker(t, "exec", sb.name, "kill", "-9", fmt.Sprint(h["daemon_pid"]))
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/health", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+sb.token)
+		resp, err := sb.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil && out["daemon_pid"] != h["daemon_pid"]
+	}, 60*time.Second, 50*time.Millisecond, "the daemon came back")
+
+	states := map[string]any{}
+	for _, s := range sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any) {
+		m := s.(map[string]any)
+		states[m["workspace_session_id"].(string)] = m["finalization_state"]
+	}
+	require.Equal(t, "active", states[a], "the uncommitted publish was aborted: %v", states)
+	require.NotContains(t, states, b, "the committed publish was finalized: %v", states)
+	require.Equal(t, "unpublished\n", sb.read(a, "wip.txt"))
+	require.Equal(t, "ok", sb.exec(a, "cat wip.txt")["status"])
+	sb.fail("publish_commit", map[string]any{"txid": "tx-a"}, "operation_failed")
+	require.Equal(t, "committed\n", sb.read("", "done.txt"))
+	fin := sb.ok("publish_finalize", map[string]any{"txid": "tx-b"})
+	require.Equal(t, true, fin["destroyed"])
+	require.Len(t, sb.ok("layerstack_history", map[string]any{})["publishes"].([]any), layers, "committed exactly once")
+
+	// r was active at the restart; a prepare nobody ends leaves it
+	// publishing, and recover_workspace_session brings it back.
+	require.Equal(t, true, sb.ok("publish_prepare", map[string]any{"workspace_session_id": r, "txid": "tx-r"})["clean"])
+	sb.fail("exec_command", map[string]any{"cmd": "true", "workspace_session_id": r}, "operation_failed")
+	rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": r})
+	require.Equal(t, "active", rec["state"], "%v", rec)
+	require.Equal(t, []any{"tx-r"}, rec["aborted_txids"])
+	require.Equal(t, "stuck\n", sb.read(r, "stuck.txt"))
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": r})
+	require.Equal(t, "stuck\n", sb.read("", "stuck.txt"))
 }

@@ -1,0 +1,127 @@
+package sandboxinit
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+// unfinishedPublishes are the prepared publishes neither finalized nor
+// aborted, of session id ("" for every session), oldest txid first.
+func (d *Daemon) unfinishedPublishes(id string) []*preparedPublish {
+	root := filepath.Join(d.cfg.StateDir, "txns")
+	ents, _ := os.ReadDir(root)
+	var out []*preparedPublish
+	for _, e := range ents {
+		var p preparedPublish
+		if readJSON(filepath.Join(root, e.Name(), "prepared.json"), &p) != nil {
+			continue
+		}
+		if p.Finalized == nil && !p.Aborted && (id == "" || p.SessionID == id) {
+			out = append(out, &p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TxID < out[j].TxID })
+	return out
+}
+
+// settlePublish ends one unfinished publish the way its record says it
+// must: committed (by the record, or by the store when the record missed
+// it) is finalized, anything else is aborted. It reports which.
+func (d *Daemon) settlePublish(ctx context.Context, txid string) (finalized bool, err error) {
+	unlock := d.lockTx(txid)
+	defer unlock()
+	_, err = d.abortLocked(ctx, txid, "")
+	var e *api.Error
+	if err == nil {
+		return false, nil
+	} else if !errors.As(err, &e) || e.Details["committed"] != true {
+		return false, err
+	}
+	_, err = d.finalizeLocked(ctx, txid)
+	return true, err
+}
+
+// reconcilePublishes runs at boot, after the sessions are restored: a
+// publish this daemon prepared and did not finish would otherwise hold its
+// session in "publishing" until a workflow that may be gone ends it. A
+// commit on record is finalized (once: finalize is idempotent), anything
+// else aborted; a workflow still running finds the same answer when it
+// retries. Transaction dirs without a record are the freezes of prepares
+// that never finished: no prepare runs at boot, so they go.
+func (d *Daemon) reconcilePublishes(ctx context.Context) {
+	for _, p := range d.unfinishedPublishes("") {
+		finalized, err := d.settlePublish(ctx, p.TxID)
+		if err != nil {
+			d.log.Error("settling an unfinished publish at boot failed", "txid", p.TxID, "workspace_session_id", p.SessionID, "err", err)
+			continue
+		}
+		d.log.Info("settled an unfinished publish at boot", "txid", p.TxID, "workspace_session_id", p.SessionID, "finalized", finalized)
+	}
+	root := filepath.Join(d.cfg.StateDir, "txns")
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join(root, e.Name(), "prepared.json")); os.IsNotExist(err) {
+			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+}
+
+// recoverSession brings a session in any state back to active, keeping
+// its work: an unfinished publish of it is settled (aborted, or finalized
+// when it committed, which ends the session unless the publish kept it),
+// and a session whose runtime is gone (a failed restore or remount) is
+// started again over its upper dir.
+func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.RecoverResult, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.recover", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
+	if a.WorkspaceSessionID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_session_id"}, "workspace_session_id is required")
+	}
+	out := &api.RecoverResult{WorkspaceSessionID: a.WorkspaceSessionID, AbortedTxIDs: []string{}, FinalizedTxIDs: []string{}}
+	if s, err := d.session(a.WorkspaceSessionID); err == nil {
+		out.PreviousState = s.seen().state
+	}
+	pending := d.unfinishedPublishes(a.WorkspaceSessionID)
+	if out.PreviousState == "" && len(pending) == 0 {
+		return nil, errSessionNotFound(a.WorkspaceSessionID)
+	}
+	for _, p := range pending {
+		finalized, err := d.settlePublish(ctx, p.TxID)
+		if err != nil {
+			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": p.TxID},
+				"recover %s: settling publish %s failed: %s", a.WorkspaceSessionID, p.TxID, d.confine(nil, err))
+		}
+		if finalized {
+			out.FinalizedTxIDs = append(out.FinalizedTxIDs, p.TxID)
+		} else {
+			out.AbortedTxIDs = append(out.AbortedTxIDs, p.TxID)
+		}
+	}
+	s, err := d.lockLive(a.WorkspaceSessionID)
+	if err != nil {
+		// Finalizing its committed publish ended it.
+		out.Destroyed, out.State = true, "destroyed"
+		return out, nil
+	}
+	defer s.gate.Unlock()
+	// The runtime is restarted only by a daemon that has one (the
+	// in-process tests run without).
+	if s.rt == nil && d.rt != nil {
+		if err := d.restore(ctx, s); err != nil {
+			s.setState(StateFinalizeFailed)
+			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "session_state": StateFinalizeFailed},
+				"recover %s: restarting the session failed: %s", s.rec.ID, d.confine(s, err))
+		}
+	}
+	s.setState(StateActive)
+	s.act.touch()
+	out.State = StateActive
+	d.event(ctx, "workspace_session.recovered", map[string]any{"workspace_session_id": s.rec.ID, "previous_state": out.PreviousState,
+		"aborted": len(out.AbortedTxIDs), "finalized": len(out.FinalizedTxIDs)})
+	return out, nil
+}
