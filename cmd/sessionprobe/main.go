@@ -163,6 +163,7 @@ func (p *probe) phaseStart() bool {
 	p.checkParallelExec(ctx, a)
 	p.checkRootIsolation(ctx, a, b)
 	p.checkWorkspace(ctx, a, specs[0])
+	p.checkFreeze(ctx, a, specs[0])
 	p.checkPrivileges(ctx, a)
 	p.checkHidden(ctx, a)
 	p.checkLimits(ctx, c)
@@ -381,6 +382,43 @@ func (p *probe) checkWorkspace(ctx context.Context, a *runtime.Session, spec run
 	p.errCheck("workspace_bind", errors.Join(err, err2, err3,
 		want(r.out == "hello\n/workspace\n", "session sees %q", r.out),
 		want(string(back) == "made\n", "host sees %q", back)))
+}
+
+// checkFreeze: while frozen, a busy loop of the session stops counting;
+// freezes nest; after the last thaw it counts again.
+func (p *probe) checkFreeze(ctx context.Context, a *runtime.Session, spec runtime.SessionSpec) {
+	cnt := filepath.Join(spec.Workspace, "freeze-count")
+	r, err := sh(ctx, a, "(i=0; while :; do i=$((i+1)); echo $i > /workspace/freeze-count; done) >/dev/null 2>&1 & echo $!")
+	loop := strings.TrimSpace(r.out)
+	read := func() string { b, _ := os.ReadFile(cnt); return strings.TrimSpace(string(b)) }
+	moving := func() bool {
+		v := read()
+		for i := 0; i < 200; i++ {
+			time.Sleep(10 * time.Millisecond)
+			if w := read(); w != v && w != "" {
+				return true
+			}
+		}
+		return false
+	}
+	errs := []error{err, want(moving(), "the loop never counted")}
+	thaw1, err := a.Freeze()
+	errs = append(errs, err)
+	if err == nil {
+		thaw2, err := a.Freeze()
+		errs = append(errs, err, want(a.Frozen(), "not frozen"))
+		time.Sleep(50 * time.Millisecond)
+		errs = append(errs, want(!moving(), "counting while frozen"))
+		if err == nil {
+			thaw2()
+		}
+		errs = append(errs, want(a.Frozen(), "one thaw of two thawed it"))
+		thaw1()
+		thaw1() // idempotent
+		errs = append(errs, want(!a.Frozen(), "still frozen after the last thaw"), want(moving(), "not counting after the thaw"))
+	}
+	_, kerr := sh(ctx, a, "kill "+loop)
+	p.errCheck("freeze", errors.Join(append(errs, kerr)...))
 }
 
 func (p *probe) checkPrivileges(ctx context.Context, a *runtime.Session) {
