@@ -445,13 +445,21 @@ func (d *Daemon) fileMove(ctx context.Context, rid string, a api.FileMoveArgs) (
 		// A directory from a lower layer (overlay without redirect_dir):
 		// copy it up by hand, by descriptors (the session's processes run
 		// on and may swap what is being copied), then delete the original.
-		if err = copyTreeAt(int(sd.Fd()), sname, int(dd.Fd()), dname); err == nil {
+		var st unix.Stat_t
+		existed := unix.Fstatat(int(dd.Fd()), dname, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+		if err = copyTreeAt(int(sd.Fd()), sname, int(dd.Fd()), dname); err != nil && !existed {
+			// Nothing half-copied stays behind (special files refuse the move).
+			_ = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", dd.Fd(), dname))
+		} else if err == nil {
 			// The parent is pinned by its fd; RemoveAll never follows symlinks.
 			err = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", sd.Fd(), sname))
 		}
 	}
 	if errors.Is(err, unix.EEXIST) {
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
+	}
+	if errors.Is(err, layerstack.ErrNotRegular) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"from": a.From}, "%s holds a FIFO, socket or device, which cannot be moved", a.From)
 	}
 	if err != nil {
 		return nil, fileError(a.From, err)

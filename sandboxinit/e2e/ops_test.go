@@ -63,8 +63,17 @@ func TestFileOperations(t *testing.T) {
 	require.Equal(t, "docs/b.md", found["matches"].([]any)[0].(map[string]any)["path"])
 	glob := sb.ok("file_search", map[string]any{"glob": "*.go", "workspace_session_id": ws})
 	require.Equal(t, "src/main.go", glob["matches"].([]any)[0].(map[string]any)["path"])
-	sb.ok("file_delete", map[string]any{"path": "src", "recursive": true, "workspace_session_id": ws})
+	// A directory from the base cannot be renamed on the overlay: it is
+	// copied by descriptors (symlinks as symlinks), then removed.
+	sb.exec(ws, "ln -s main.go src/link.go")
+	sb.ok("file_move", map[string]any{"from": "src", "to": "moved", "workspace_session_id": ws})
+	require.Equal(t, "package main\n", sb.read(ws, "moved/main.go"))
+	out := sb.exec(ws, "readlink moved/link.go; ls src 2>&1")
+	require.Contains(t, out["output"], "main.go\n")
+	require.Contains(t, out["output"], "No such file")
+	sb.ok("file_delete", map[string]any{"path": "moved", "recursive": true, "workspace_session_id": ws})
 	sb.fail("file_read", map[string]any{"path": "src/main.go", "workspace_session_id": ws}, "not_found")
+	sb.fail("file_read", map[string]any{"path": "moved/main.go", "workspace_session_id": ws}, "not_found")
 	require.Equal(t, "package main\n", sb.read("", "src/main.go"), "the head is untouched")
 
 	// Sessionless: each write is one layer owned by its request.
