@@ -20,6 +20,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
+	"golang.org/x/sys/unix"
 )
 
 // Session states.
@@ -385,13 +386,18 @@ func (d *Daemon) newestLease(owner string) *layerstack.Lease {
 	return best
 }
 
+// dirBytes sums the sizes below dir (an upper dir), by descriptors: a
+// symlink is counted as itself, never followed.
 func dirBytes(dir string) int64 {
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
 	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, de fs.DirEntry, err error) error {
-		if err == nil && !de.IsDir() {
-			if fi, err := de.Info(); err == nil {
-				n += fi.Size()
-			}
+	_ = walkAt(f, "", func(_ string, st *unix.Stat_t) error {
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			n += st.Size
 		}
 		return nil
 	})
