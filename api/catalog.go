@@ -166,7 +166,7 @@ var resCommand = map[string]string{
 	"command_total_time_seconds": "number", "start_offset": "integer", "end_offset": "integer",
 	"total_lines": "integer", "original_token_count": "integer", "output": "string",
 	"command_session_id": "string", "workspace_session_id": "string",
-	"publish_rejected": "boolean", "publish_reject_class": "string",
+	"publish_rejected": "boolean", "publish_reject_class": "string", "output_dropped": "string",
 }
 
 var resSandbox = map[string]string{

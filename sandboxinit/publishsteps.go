@@ -141,6 +141,9 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkPublishSize(s, cs); err != nil {
+		return nil, err
+	}
 	dir := d.txDir(a.TxID)
 	keep := false
 	defer func() {

@@ -152,6 +152,11 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	}
 	ctx, sp := d.span(ctx, "workspace_session.create", map[string]any{"network_profile": a.NetworkProfile, "implicit": implicit, "agent": a.Agent})
 	defer func() { sp.End(retErr) }()
+	release, err := d.admitSession()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
 		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Created: time.Now().UTC()}}
 	if a.Limits != nil {
