@@ -139,10 +139,14 @@ func (d *Daemon) workspaceSnapshot(s *session, latest json.RawMessage) map[strin
 	if latest != nil {
 		resources = latest
 	}
-	return map[string]any{"workspace_id": s.rec.ID, "lifecycle_state": lifecycle, "finalization_state": finalizationState(seen.state),
+	out := map[string]any{"workspace_id": s.rec.ID, "lifecycle_state": lifecycle, "finalization_state": finalizationState(seen.state),
 		"network_profile": s.rec.NetworkProfile, "finalize_policy": policy, "layers": layers, "namespace_fd_count": nsCount,
 		"resources": resources, "active_namespace_executions": execs, "agent": s.rec.Agent, "implicit": s.rec.Implicit,
 		"created": s.rec.Created, "idle_seconds": int64(s.act.since().Seconds())}
+	if e := s.egress(); e != nil {
+		out["egress"] = e
+	}
+	return out
 }
 
 // eventStore describes the observability store (snapshot, daemon, health).

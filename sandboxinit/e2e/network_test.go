@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// serve starts busybox httpd in session ws on port, serving who.txt = name.
+func (sb *sandbox) serve(ws string, port int, name string) {
+	sb.t.Helper()
+	dir := fmt.Sprintf("www-%d", port)
+	sb.exec(ws, fmt.Sprintf("mkdir -p %s && echo %s > %s/who.txt", dir, name, dir))
+	out := sb.ok("exec_command", map[string]any{"cmd": fmt.Sprintf("busybox httpd -f -p %d -h %s", port, dir), "workspace_session_id": ws, "yield_time_ms": 300})
+	require.Equal(sb.t, "running", out["status"], "httpd on %d: %v", port, out)
+}
+
+// fetch runs wget in session ws against addr and returns the body, or ""
+// when the connection failed (after a 2 s timeout).
+func (sb *sandbox) fetch(ws, addr string) string {
+	sb.t.Helper()
+	out := sb.exec(ws, fmt.Sprintf("busybox wget -q -T 2 -O - http://%s/who.txt 2>&1 || echo FAILED", addr))
+	s, _ := out["output"].(string)
+	if s == "" || len(s) >= 6 && s[len(s)-6:] == "FAILED" {
+		return ""
+	}
+	return s
+}
+
+// isolatedSession creates an isolated session with args and returns its id,
+// its address and its gateway (the sandbox's end of its veth).
+func (sb *sandbox) isolatedSession(args map[string]any) (id, ip, gw string, info map[string]any) {
+	sb.t.Helper()
+	args["network_profile"] = "isolated"
+	info = sb.ok("create_workspace_session", args)
+	id, _ = info["workspace_session_id"].(string)
+	ip, _ = info["ip"].(string)
+	a, err := netip.ParseAddr(ip)
+	require.NoError(sb.t, err, "isolated session without an ip: %v", info)
+	return id, ip, a.Prev().String(), info
+}
+
+// Two isolated sessions never reach each other's servers, while each still
+// reaches the sandbox (a shared session's server) through its gateway and
+// the daemon still forwards to both.
+func TestIsolatedSessionsCannotReachEachOther(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	shared := sb.session(nil)
+	sb.serve(shared, 8081, "shared")
+	a, ipA, gwA, _ := sb.isolatedSession(map[string]any{})
+	b, ipB, _, _ := sb.isolatedSession(map[string]any{})
+	sb.serve(a, 8080, "A")
+	sb.serve(b, 8080, "B")
+
+	require.Eventually(t, func() bool { return sb.fetch(a, gwA+":8081") == "shared" }, 10*time.Second, 200*time.Millisecond,
+		"an isolated session reaches the sandbox through its gateway")
+	require.Equal(t, "A", sb.fetch(a, "127.0.0.1:8080"), "its own server")
+	require.Equal(t, "B", sb.fetch(shared, ipB+":8080"), "the sandbox reaches isolated sessions")
+	require.Empty(t, sb.fetch(a, ipB+":8080"), "session A reached session B's server")
+	require.Empty(t, sb.fetch(b, ipA+":8080"), "session B reached session A's server")
+	for ws, want := range map[string]string{a: "A\n", b: "B\n"} {
+		require.Equal(t, want, sb.forward(ws, 8080))
+	}
+}
+
+// egress none blocks everything a session starts; an allow-list lets only
+// its cidr:port through; the policy shows in the session's info and in the
+// snapshot; a shared session cannot have one.
+func TestSessionEgressPolicy(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	shared := sb.session(nil)
+	sb.serve(shared, 8001, "one")
+	sb.serve(shared, 8002, "two")
+
+	open, _, gwOpen, info := sb.isolatedSession(map[string]any{})
+	require.Equal(t, "default", info["egress"])
+	require.Eventually(t, func() bool { return sb.fetch(open, gwOpen+":8001") == "one" }, 10*time.Second, 200*time.Millisecond)
+	require.Equal(t, "two", sb.fetch(open, gwOpen+":8002"))
+
+	none, _, gwNone, info := sb.isolatedSession(map[string]any{"egress": "none"})
+	require.Equal(t, "none", info["egress"])
+	require.Empty(t, sb.fetch(none, gwNone+":8001"), "egress none reached the sandbox")
+	require.Empty(t, sb.fetch(none, gwNone+":8002"), "egress none reached the sandbox")
+	require.Equal(t, "none\n", func() string { sb.serve(none, 8080, "none"); return sb.forward(none, 8080) }(),
+		"egress none still answers connections the sandbox opens")
+
+	some, _, gwSome, info := sb.isolatedSession(map[string]any{"egress": []string{"10.200.0.0/16:8001"}})
+	require.Equal(t, []any{"10.200.0.0/16:8001"}, info["egress"])
+	require.Equal(t, "one", sb.fetch(some, gwSome+":8001"), "the allow-listed port")
+	require.Empty(t, sb.fetch(some, gwSome+":8002"), "a port not on the allow-list")
+
+	snap := sb.ok("get_observability_snapshot", map[string]any{})
+	found := 0
+	for _, w := range snap["workspaces"].([]any) {
+		w := w.(map[string]any)
+		switch w["workspace_id"] {
+		case none:
+			require.Equal(t, "none", w["egress"])
+			found++
+		case some:
+			require.Equal(t, []any{"10.200.0.0/16:8001"}, w["egress"])
+			found++
+		case shared:
+			require.Nil(t, w["egress"])
+		}
+	}
+	require.Equal(t, 2, found, "%v", snap)
+
+	e := sb.fail("create_workspace_session", map[string]any{"egress": "none"}, "invalid_request")
+	require.Contains(t, e["message"], "network_profile isolated")
+	sb.fail("create_workspace_session", map[string]any{"network_profile": "isolated", "egress": []string{"10.0.0.0/8"}}, "invalid_request")
+	sb.fail("create_workspace_session", map[string]any{"network_profile": "isolated", "egress": "everything"}, "invalid_request")
+}
+
+// forward GETs who.txt from port of isolated session ws through the
+// daemon's forward endpoint.
+func (sb *sandbox) forward(ws string, port int) string {
+	sb.t.Helper()
+	var body string
+	require.Eventually(sb.t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/forward/isolated=%s/%d/who.txt", sb.baseURL, ws, port), nil)
+		req.Header.Set("Authorization", "Bearer "+sb.token)
+		resp, err := sb.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 100*time.Millisecond, "forward to %s: %s", ws, body)
+	return body
+}
