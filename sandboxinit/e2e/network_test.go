@@ -3,8 +3,10 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,16 +22,20 @@ func (sb *sandbox) serve(ws string, port int, name string) {
 	require.Equal(sb.t, "running", out["status"], "httpd on %d: %v", port, out)
 }
 
-// fetch runs wget in session ws against addr and returns the body, or ""
-// when the connection failed (after a 2 s timeout).
+// fetch GETs who.txt from addr (host:port) in session ws with busybox nc
+// and returns the body, or "" when the connection failed (refused, or no
+// answer within 2 s).
 func (sb *sandbox) fetch(ws, addr string) string {
 	sb.t.Helper()
-	out := sb.exec(ws, fmt.Sprintf("busybox wget -q -T 2 -O - http://%s/who.txt 2>&1 || echo FAILED", addr))
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(sb.t, err)
+	out := sb.exec(ws, fmt.Sprintf(`r=$(printf 'GET /who.txt HTTP/1.0\r\n\r\n' | busybox nc -w 2 %s %s 2>&1) && echo "$r" | tail -n 1`, host, port))
 	s, _ := out["output"].(string)
-	if s == "" || len(s) >= 6 && s[len(s)-6:] == "FAILED" {
+	sb.t.Logf("GET %s in %s: %q (exit %v)", addr, ws, s, out["exit_code"])
+	if out["exit_code"] != float64(0) {
 		return ""
 	}
-	return s
+	return strings.TrimSpace(s)
 }
 
 // isolatedSession creates an isolated session with args and returns its id,
@@ -94,7 +100,7 @@ func TestSessionEgressPolicy(t *testing.T) {
 	require.Equal(t, "one", sb.fetch(some, gwSome+":8001"), "the allow-listed port")
 	require.Empty(t, sb.fetch(some, gwSome+":8002"), "a port not on the allow-list")
 
-	snap := sb.ok("get_observability_snapshot", map[string]any{})
+	snap := sb.ok("snapshot", map[string]any{"sandbox_id": "eos-e2e"})
 	found := 0
 	for _, w := range snap["workspaces"].([]any) {
 		w := w.(map[string]any)
