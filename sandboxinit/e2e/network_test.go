@@ -142,3 +142,45 @@ func (sb *sandbox) forward(ws string, port int) string {
 	}, 10*time.Second, 100*time.Millisecond, "forward to %s: %s", ws, body)
 	return body
 }
+
+// A session's egress policy and its isolation from other sessions hold
+// after the daemon restarts (Load rewrites the rules) and after the
+// container restarts (the session starts again from its record).
+func TestEgressSurvivesRestarts(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	none, _, gwNone, _ := sb.isolatedSession(map[string]any{"egress": "none"})
+	other, ipOther, _, _ := sb.isolatedSession(map[string]any{})
+	port := 8000
+	check := func(when string) {
+		t.Helper()
+		port++ // servers started before a daemon restart still run
+		shared := sb.session(nil)
+		sb.serve(shared, port, "shared")
+		sb.serve(other, port+100, "other")
+		require.Eventually(t, func() bool { return sb.fetch(other, fmt.Sprintf("127.0.0.1:%d", port+100)) == "other" }, 10*time.Second, 200*time.Millisecond)
+		require.Eventually(t, func() bool { return sb.fetch(shared, fmt.Sprintf("127.0.0.1:%d", port)) == "shared" }, 10*time.Second, 200*time.Millisecond)
+		require.Empty(t, sb.fetch(none, fmt.Sprintf("%s:%d", gwNone, port)), "%s: egress none reached the sandbox", when)
+		require.Empty(t, sb.fetch(none, fmt.Sprintf("%s:%d", ipOther, port+100)), "%s: egress none reached another session", when)
+		info := sb.ok("list_workspace_sessions", map[string]any{})
+		found := false
+		for _, s := range info["workspace_sessions"].([]any) {
+			if s := s.(map[string]any); s["workspace_session_id"] == none {
+				require.Equal(t, "none", s["egress"], "%s", when)
+				found = true
+			}
+		}
+		require.True(t, found, "%s: %v", when, info)
+		sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": shared, "force": true})
+	}
+	check("at start")
+
+	h := sb.ok("health", map[string]any{})
+	docker(t, "exec", sb.name, "kill", "-9", fmt.Sprint(h["daemon_pid"]))
+	time.Sleep(300 * time.Millisecond)
+	sb.connect()
+	check("after a daemon restart")
+
+	docker(t, "restart", "-t", "5", sb.name)
+	sb.connect()
+	check("after a container restart")
+}
