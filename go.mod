@@ -8,6 +8,7 @@ require (
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/docker/go-connections v0.8.2
 	github.com/go-git/go-git/v5 v5.19.3
+	github.com/google/nftables v0.3.0
 	github.com/klauspost/compress v1.20.4
 	github.com/moby/sys/mountinfo v0.7.2
 	github.com/opencontainers/cgroups v0.1.0
@@ -17,6 +18,12 @@ require (
 	github.com/vishvananda/netlink v1.3.1
 	go.temporal.io/sdk v1.37.0
 	golang.org/x/sys v0.50.0
+)
+
+require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
+	github.com/mdlayher/socket v0.5.0 // indirect
 )
 
 require (

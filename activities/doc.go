@@ -21,6 +21,15 @@
 //     any other container of that name is force-removed and recreated (Nomad's
 //     create-or-adopt). StartContainer on a running container, StopContainer on
 //     a stopped or missing one and RemoveSandbox on missing objects succeed.
+//   - Every sandbox container is alone on a bridge network of its own
+//     (network.go, "eos-net-<id>"): CreateContainer creates it with our labels
+//     or adopts ours, refuses one of that name that is not ours, and
+//     RemoveSandbox removes ours with the sandbox. Docker drops traffic
+//     between bridge networks, so sandboxes (and their sessions) cannot reach
+//     each other. It is not internal: Docker publishes no port of a container
+//     that is only on an internal network, and the daemon port must be
+//     published on 127.0.0.1. A container created before this (on the
+//     default bridge) is still adopted as it is.
 //   - Daemon calls carry the workflow's request id (X-Request-Id); operations
 //     with side effects take their own idempotency key in their args (the
 //     publish steps' txid), which the daemon's store honours.

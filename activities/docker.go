@@ -163,6 +163,9 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	if _, err := a.CreateVolume(ctx, spec); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
+	if _, err := a.ensureNetwork(ctx, spec); err != nil {
+		return workflows.ContainerInfo{}, err
+	}
 	name := workflows.ContainerName(spec.SandboxID)
 	info := workflows.ContainerInfo{Name: name, Volume: workflows.VolumeName(spec.SandboxID)}
 	for attempt := 0; ; attempt++ {
@@ -225,7 +228,11 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 		CapDrop:     []string{"ALL"},
 		CapAdd:      append([]string(nil), sandboxCaps...),
 		SecurityOpt: []string{"seccomp=" + seccomp},
-		Sysctls:     map[string]string{"net.ipv4.ip_forward": "1"},
+		// Isolated sessions reach the sandbox's uplink through it; the
+		// daemon's nftables rules keep them from each other.
+		Sysctls: map[string]string{"net.ipv4.ip_forward": "1"},
+		// Alone on its own network: no other sandbox can reach it.
+		NetworkMode: container.NetworkMode(networkName(spec.SandboxID)),
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: workflows.VolumeName(spec.SandboxID), Target: StateDir,
 		}},
@@ -403,6 +410,9 @@ func (a *Activities) RemoveSandbox(ctx context.Context, sandboxID string) error 
 	if err := a.removeContainer(ctx, workflows.ContainerName(sandboxID)); err != nil {
 		return err
 	}
+	if err := a.removeSandboxNetwork(ctx, sandboxID); err != nil {
+		return err
+	}
 	if err := a.removeVolume(ctx, workflows.VolumeName(sandboxID)); err != nil {
 		return err
 	}
@@ -525,7 +535,7 @@ func (a *Activities) ListImages(ctx context.Context) ([]workflows.ImageInfo, err
 	return out, nil
 }
 
-// ListLeftovers lists the containers and volumes labelled as ours (and, when
+// ListLeftovers lists the containers, networks and volumes labelled as ours (and, when
 // a WorkerID is configured, as this worker's: another worker sharing the
 // Docker host keeps its own).
 func (a *Activities) ListLeftovers(ctx context.Context) ([]Leftover, error) {
@@ -555,10 +565,14 @@ func (a *Activities) ListLeftovers(ctx context.Context) ([]Leftover, error) {
 		}
 		out = append(out, Leftover{Kind: "volume", Name: v.Name, SandboxID: v.Labels[LabelSandboxID]})
 	}
-	return out, nil
+	ns, err := a.listNetworkLeftovers(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, ns...), nil
 }
 
-// RemoveLeftovers removes every labelled container and volume (see
+// RemoveLeftovers removes every labelled container, network and volume (see
 // ListLeftovers) whose sandbox keep says nobody owns, containers first, and
 // returns what it removed. It is the worker-start reconciler's tool and runs
 // without Temporal (it is registered like every method, but its predicate
@@ -570,15 +584,18 @@ func (a *Activities) RemoveLeftovers(ctx context.Context, keep func(sandboxID st
 	}
 	removed := []Leftover{}
 	var errs []error
-	for _, kind := range []string{"container", "volume"} {
+	for _, kind := range []string{"container", "network", "volume"} {
 		for _, l := range all {
 			if l.Kind != kind || keep(l.SandboxID) {
 				continue
 			}
 			var err error
-			if kind == "container" {
+			switch kind {
+			case "container":
 				err = a.removeContainer(ctx, l.Name)
-			} else {
+			case "network":
+				err = a.removeNetwork(ctx, l.Name)
+			default:
 				err = a.removeVolume(ctx, l.Name)
 			}
 			if err != nil {

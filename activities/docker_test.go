@@ -108,6 +108,12 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.ElementsMatch(t, sandboxCaps, []string(c.hc.CapAdd))
 	require.Equal(t, []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"}]}`}, c.hc.SecurityOpt)
 	require.Equal(t, map[string]string{"net.ipv4.ip_forward": "1"}, c.hc.Sysctls)
+	// Alone on a bridge network of its own, with our labels.
+	require.Equal(t, "eos-net-sbx1", string(c.hc.NetworkMode))
+	n := d.networks["eos-net-sbx1"]
+	require.Equal(t, "bridge", n.Driver)
+	require.False(t, n.Internal, "Docker publishes no ports of a container only on an internal network")
+	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "network", LabelWorker: "w1", "eos.test": "unit"}, n.Labels)
 	require.Equal(t, []mount.Mount{{Type: mount.TypeVolume, Source: "eos-state-sbx1", Target: "/eos"}}, c.hc.Mounts)
 	pb := c.hc.PortBindings["7001/tcp"]
 	require.Len(t, pb, 1)
@@ -277,6 +283,7 @@ func TestStartStopRemoveInspect(t *testing.T) {
 	require.NoError(t, acts.StopContainer(ctx, "sbx1"), "stopping a missing container is fine")
 	require.Empty(t, d.containers)
 	require.Empty(t, d.volumes)
+	require.Empty(t, d.networks, "the sandbox's network goes with it")
 }
 
 func TestLeftovers(t *testing.T) {
@@ -296,20 +303,22 @@ func TestLeftovers(t *testing.T) {
 
 	left, err := acts.ListLeftovers(ctx)
 	require.NoError(t, err)
-	require.Len(t, left, 7) // 3 containers, 4 volumes
+	require.Len(t, left, 10) // 3 containers, 4 volumes, 3 networks
 	for _, l := range left {
 		require.NotEqual(t, "elsewhere", l.SandboxID)
 	}
 
 	removed, err := acts.RemoveLeftovers(ctx, func(id string) bool { return id == "keep1" })
 	require.NoError(t, err)
-	require.Len(t, removed, 5)
+	require.Len(t, removed, 7)
 	require.Equal(t, "container", removed[0].Kind, "containers go first")
+	require.Equal(t, "volume", removed[len(removed)-1].Kind, "volumes last")
 	left, err = acts.ListLeftovers(ctx)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []Leftover{
 		{Kind: "container", Name: "eos-sbx-keep1", SandboxID: "keep1"},
 		{Kind: "volume", Name: "eos-state-keep1", SandboxID: "keep1"},
+		{Kind: "network", Name: "eos-net-keep1", SandboxID: "keep1"},
 	}, left)
 	ins, err := other.Inspect(ctx, "elsewhere")
 	require.NoError(t, err)

@@ -29,6 +29,7 @@ type fakeDocker struct {
 	images     map[string]string // reference -> image id
 	containers map[string]*container.InspectResponse
 	volumes    map[string]volume.Volume
+	networks   map[string]network.CreateOptions
 	copies     []fakeCopy
 	creates    []fakeCreate
 	removed    []string
@@ -53,6 +54,7 @@ func newFakeDocker() *fakeDocker {
 		images:     map[string]string{"img:1": "sha256:aaaa", "img:2": "sha256:bbbb"},
 		containers: map[string]*container.InspectResponse{},
 		volumes:    map[string]volume.Volume{},
+		networks:   map[string]network.CreateOptions{},
 		files:      map[string]func() []byte{},
 	}
 }
@@ -123,6 +125,54 @@ func (f *fakeDocker) VolumeRemove(ctx context.Context, name string, force bool) 
 	}
 	delete(f.volumes, name)
 	f.removed = append(f.removed, "volume/"+name)
+	return nil
+}
+
+func (f *fakeDocker) NetworkCreate(ctx context.Context, name string, o network.CreateOptions) (network.CreateResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.networks[name]; ok {
+		return network.CreateResponse{}, fmt.Errorf("network with name %s already exists: %w", name, cerrdefs.ErrConflict)
+	}
+	f.networks[name] = o
+	return network.CreateResponse{ID: "net-" + name}, nil
+}
+
+func (f *fakeDocker) NetworkInspect(ctx context.Context, name string, _ network.InspectOptions) (network.Inspect, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.networks[name]
+	if !ok {
+		return network.Inspect{}, errNotFound("no such network")
+	}
+	return network.Inspect{Name: name, ID: "net-" + name, Driver: o.Driver, Internal: o.Internal, Labels: o.Labels, Options: o.Options}, nil
+}
+
+func (f *fakeDocker) NetworkList(ctx context.Context, o network.ListOptions) ([]network.Summary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []network.Summary
+	for name, n := range f.networks {
+		if matchLabels(n.Labels, o.Filters.Get("label")) {
+			out = append(out, network.Summary{Name: name, ID: "net-" + name, Labels: n.Labels})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeDocker) NetworkRemove(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.networks[name]; !ok {
+		return errNotFound("no such network")
+	}
+	for _, c := range f.containers {
+		if c.HostConfig != nil && string(c.HostConfig.NetworkMode) == name {
+			return fmt.Errorf("network %s has active endpoints: %w", name, cerrdefs.ErrConflict)
+		}
+	}
+	delete(f.networks, name)
+	f.removed = append(f.removed, "network/"+name)
 	return nil
 }
 

@@ -276,6 +276,7 @@ func TestSandboxLifecycleOnDocker(t *testing.T) {
 	require.ElementsMatch(t, []Leftover{
 		{Kind: "container", Name: workflows.ContainerName(id), SandboxID: id},
 		{Kind: "volume", Name: workflows.VolumeName(id), SandboxID: id},
+		{Kind: "network", Name: networkName(id), SandboxID: id},
 	}, left)
 
 	require.NoError(t, acts.StopContainer(ctx, id))

@@ -28,7 +28,7 @@ type ContainerStats struct {
 
 // Leftover is a Docker object with our labels.
 type Leftover struct {
-	Kind      string `json:"kind"` // container, volume
+	Kind      string `json:"kind"` // container, network, volume
 	Name      string `json:"name"`
 	SandboxID string `json:"sandbox_id"`
 }

@@ -32,6 +32,9 @@ const (
 	TypeBool   = "bool"
 	TypeObject = "object"
 	TypeArray  = "array"
+	// TypeStringOrList is one of the Enum strings or an array of strings
+	// (egress: "none", "default" or ["cidr:port", ...]).
+	TypeStringOrList = "string_or_list"
 )
 
 // Arg is one typed argument of an operation.
@@ -200,7 +203,7 @@ var resCommand = map[string]string{
 	"command_total_time_seconds": "number", "start_offset": "integer", "end_offset": "integer",
 	"total_lines": "integer", "original_token_count": "integer", "output": "string",
 	"command_session_id": "string", "workspace_session_id": "string",
-	"publish_rejected": "boolean", "publish_reject_class": "string", "publish_conflicts": "array", "publish": "object",
+	"publish_rejected": "boolean", "publish_reject_class": "string", "publish_conflicts": "array", "publish": "object", "output_dropped": "string",
 }
 
 var resSandbox = map[string]string{
@@ -384,8 +387,10 @@ var catalog = []Operation{
 		Description: "A session is a private copy-on-write view of /workspace. Run commands and file ops in it with workspace_session_id, then publish_workspace_session or destroy_workspace_session.",
 		Args: []Arg{{Name: "network_profile", Type: TypeString, Default: "shared", Enum: []string{"shared", "isolated"}, Description: "shared uses the sandbox network; isolated has its own namespace."},
 			str("agent", "Free-form name of the agent owning the session."),
-			{Name: "limits", Type: TypeObject, Description: "cgroup limits {pids_max, memory_bytes, cpus}.", Schema: limitsSchema}},
-		Result: map[string]string{"workspace_session_id": "string", "network_profile": "string", "finalize_policy": "string"}},
+			{Name: "limits", Type: TypeObject, Description: "cgroup limits {pids_max, memory_bytes, cpus}.", Schema: limitsSchema},
+			{Name: "egress", Type: TypeStringOrList, Default: "default", Enum: []string{"default", "none"},
+				Description: "Isolated sessions only: default reaches the sandbox and what it reaches (never other sessions' namespaces); none reaches nothing; a list of \"cidr:port\" (e.g. [\"10.0.0.0/8:443\"]) reaches only those, TCP and UDP."}},
+		Result: map[string]string{"workspace_session_id": "string", "network_profile": "string", "finalize_policy": "string", "egress": "string|array"}},
 	{Name: "destroy_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
 		Summary:     "Discard a workspace session and its changes.",
 		Description: "Refused while commands run (details.active_command_session_ids) unless force.",
@@ -626,6 +631,25 @@ func (a Arg) check(op string, v any) *Error {
 		if _, ok := v.([]any); !ok {
 			return bad("must be an array")
 		}
+	case TypeStringOrList:
+		switch x := v.(type) {
+		case string:
+			for _, e := range a.Enum {
+				if e == x {
+					return nil
+				}
+			}
+			return bad("must be one of %s or an array of strings", strings.Join(a.Enum, ", "))
+		case []any:
+			for _, e := range x {
+				if _, ok := e.(string); !ok {
+					return bad("must be an array of strings")
+				}
+			}
+		case []string:
+		default:
+			return bad("must be one of %s or an array of strings", strings.Join(a.Enum, ", "))
+		}
 	default:
 		return bad("has unknown type %s", a.Type)
 	}
@@ -687,6 +711,12 @@ func (o *Operation) ArgsSchema() map[string]any {
 		}
 		if a.Pattern != "" {
 			p["pattern"] = a.Pattern
+		}
+		if a.Type == TypeStringOrList {
+			delete(p, "type")
+			delete(p, "enum")
+			p["oneOf"] = []any{map[string]any{"type": "string", "enum": a.Enum},
+				map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}
 		}
 		props[a.Name] = p
 		if a.Required {

@@ -8,7 +8,7 @@ import (
 
 func TestCatalogWellFormed(t *testing.T) {
 	seen := map[string]bool{}
-	types := map[string]bool{TypeString: true, TypeInt: true, TypeBool: true, TypeObject: true, TypeArray: true}
+	types := map[string]bool{TypeString: true, TypeInt: true, TypeBool: true, TypeObject: true, TypeArray: true, TypeStringOrList: true}
 	for _, o := range Catalog() {
 		if seen[o.Name] {
 			t.Errorf("duplicate op %s", o.Name)

@@ -92,8 +92,11 @@ type CommandOutput struct {
 	Stderr                  string       `json:"stderr"`
 	Lines                   []OutputLine `json:"lines,omitempty"`
 	Truncated               bool         `json:"truncated,omitempty"`
-	CommandSessionID        string       `json:"command_session_id"`
-	WorkspaceSessionID      string       `json:"workspace_session_id,omitempty"`
+	// OutputDropped says why a finished command has no lines left: the
+	// daemon dropped them to stay within its retained output budget.
+	OutputDropped      string `json:"output_dropped,omitempty"`
+	CommandSessionID   string `json:"command_session_id"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
 	// Implicit sessions: the outcome of the publish after the last command.
 	PublishRejected    *bool          `json:"publish_rejected,omitempty"`
 	PublishRejectClass string         `json:"publish_reject_class,omitempty"`

@@ -23,12 +23,20 @@ const (
 	// progress (the seed's kind for a duplicate command id).
 	KindOperationConflict = "operation_conflict"
 	KindMethodNotAllowed  = "method_not_allowed"
+	// KindResourceExhausted: a per-sandbox budget refused the request (too
+	// many sessions or running commands, a change set larger than the
+	// maximum publish size). details.limit names the budget and
+	// details.max its value. HTTP 429: like server_busy it clears when the
+	// caller frees something (destroys a session, lets commands end, splits
+	// a publish), unlike it a retry of the same request without that fails
+	// again, so clients must not retry it blindly.
+	KindResourceExhausted = "resource_exhausted"
 )
 
 var kinds = map[string]bool{
 	KindInvalidRequest: true, KindOperationFailed: true, KindNotFound: true, KindInternal: true, KindUnknownOp: true,
 	KindUnauthorized: true, KindBadJSON: true, KindRequestTooLarge: true, KindServerBusy: true, KindShuttingDown: true,
-	KindConflict: true, KindOperationConflict: true, KindMethodNotAllowed: true,
+	KindConflict: true, KindOperationConflict: true, KindMethodNotAllowed: true, KindResourceExhausted: true,
 }
 
 // IsKind reports whether k is one of the wire's error kinds.
@@ -76,7 +84,7 @@ func HTTPStatus(kind string) int {
 		return http.StatusNotFound
 	case KindRequestTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case KindServerBusy:
+	case KindServerBusy, KindResourceExhausted:
 		return http.StatusTooManyRequests
 	case KindShuttingDown:
 		return http.StatusServiceUnavailable

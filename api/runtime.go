@@ -13,6 +13,8 @@ type CreateSessionArgs struct {
 	NetworkProfile string         `json:"network_profile,omitempty"` // shared (default) or isolated
 	Agent          string         `json:"agent,omitempty"`
 	Limits         *SessionLimits `json:"limits,omitempty"`
+	// Egress is an isolated session's egress policy (nil = default).
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // SessionLimits are a session's cgroup limits on the wire.
@@ -33,6 +35,7 @@ type SessionInfo struct {
 	Created            string   `json:"created"`
 	ManifestVersion    int64    `json:"base_manifest_version"`
 	IP                 string   `json:"ip,omitempty"`
+	Egress             *Egress  `json:"egress,omitempty"` // isolated sessions
 	ActiveCommands     []string `json:"active_command_session_ids"`
 	IdleSeconds        int64    `json:"idle_seconds"`
 }

@@ -158,6 +158,8 @@ func (v *argValue) Type() string {
 		return "bool"
 	case api.TypeObject, api.TypeArray:
 		return "json"
+	case api.TypeStringOrList:
+		return "string|json"
 	}
 	return "string"
 }
@@ -203,6 +205,14 @@ func parseArg(a api.Arg, s string) (any, error) {
 			return nil, fmt.Errorf("must be a JSON object")
 		}
 		return x, nil
+	case api.TypeStringOrList:
+		if strings.HasPrefix(strings.TrimSpace(s), "[") {
+			var x []any
+			if err := json.Unmarshal([]byte(s), &x); err != nil {
+				return nil, fmt.Errorf("not a valid JSON array: %v", err)
+			}
+			return x, nil
+		}
 	}
 	return s, nil
 }

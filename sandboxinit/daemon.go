@@ -29,6 +29,13 @@ type Config struct {
 	AutoSquashAt    int
 	Logger          *slog.Logger
 
+	// Budgets: past them requests are refused with resource_exhausted (or,
+	// for retained output, the oldest finished commands lose theirs).
+	MaxSessions        int   // live workspace sessions, default 256
+	MaxRunningCommands int   // commands running at once, default 512
+	OutputBudget       int64 // output kept by finished commands, default 256 MiB
+	MaxPublishBytes    int64 // bytes of files in one change set, default 1 GiB
+
 	// Observability (seed-spec §6). SandboxID names the sandbox in the
 	// views when the gateway does not pass sandbox_id.
 	SandboxID       string
@@ -63,6 +70,18 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxRunningCommands <= 0 {
+		c.MaxRunningCommands = command.DefaultMaxRunning
+	}
+	if c.OutputBudget <= 0 {
+		c.OutputBudget = command.DefaultOutputBudget
+	}
+	if c.MaxPublishBytes <= 0 {
+		c.MaxPublishBytes = DefaultMaxPublishBytes
+	}
 }
 
 // hidden are the paths no session may see: the whole state volume (layers,
@@ -92,6 +111,7 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	creating int // sessions admitted by admitSession and not yet in sessions
 	// txs serialises the steps of one publish transaction (prepare,
 	// commit, finalize, abort, and the boot reconcile), never two.
 	txs     txLocks
@@ -122,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, token: tok, store: store, rt: rt,
-		cmds: command.New(command.Options{}), sessions: map[string]*session{}, started: time.Now()}
+		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now()}
 	if err := d.openObservability(); err != nil {
 		store.Close()
 		return nil, err

@@ -40,6 +40,19 @@
 //     terminal response of the command carries the outcome, whichever call
 //     returns it; a clean publish adds no publish_rejected key.
 //   - The state volume and the token are masked in every session.
+//   - Memory and counts are budgeted per sandbox (budget.go, Config):
+//     max_sessions (256) live sessions, max_running_commands (512) running
+//     commands, max_publish_bytes (1 GiB) of files in one change set, each
+//     refused with resource_exhausted (HTTP 429) naming the limit in
+//     details.limit and its value in details.max; a publish is refused
+//     before anything is frozen. Finished commands keep at most
+//     output_budget_bytes (256 MiB) of output together; past it the oldest
+//     lose theirs first and reads say output_dropped.
+//   - An isolated session's egress policy (default, none, or "cidr:port"
+//     entries) is validated here, kept in its record and shown in its info
+//     and the snapshot; the runtime enforces it. A shared session cannot
+//     have one: it uses the sandbox's network.
+//   - Observability (observe.go, telemetry/) is fail-open and bounded: the
 //   - Observability (observe/, telemetry/) is fail-open and bounded: the
 //     views are served under a quiet context and never write or count as
 //     activity; every other request is a daemon.dispatch span, wakes the

@@ -90,7 +90,7 @@ func (s *session) snapshot() observe.Session {
 	seen := s.seen()
 	return observe.Session{ID: s.rec.ID, NetworkProfile: s.rec.NetworkProfile, Agent: s.rec.Agent, Implicit: s.rec.Implicit,
 		Created: s.rec.Created, Idle: s.act.since(), State: seen.state, FinalizationState: finalizationState(seen.state),
-		LeaseID: seen.leaseID, Upper: seen.upper, Runtime: seen.rt}
+		LeaseID: seen.leaseID, Upper: seen.upper, Runtime: seen.rt, Egress: s.egress()}
 }
 
 // finalizationState maps a session state to the seed's finalization_state.

@@ -168,6 +168,9 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	if cs != nil {
 		csp.Set("changes", len(cs.Changes))
 	}
+	if err == nil {
+		err = d.checkPublishSize(s, cs)
+	}
 	csp.End(err)
 	if err != nil {
 		return nil, err

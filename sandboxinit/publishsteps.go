@@ -142,6 +142,9 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 		return nil, err
 	}
 	defer release()
+	if err := d.checkPublishSize(s, cs); err != nil {
+		return nil, err
+	}
 	dir := d.txDir(a.TxID)
 	keep := false
 	defer func() {

@@ -93,6 +93,7 @@ type sessionRecord struct {
 	Upper          string         `json:"upper"` // dir name under the session dir
 	Limits         runtime.Limits `json:"limits"`
 	Addr           string         `json:"addr,omitempty"`
+	Egress         *api.Egress    `json:"egress,omitempty"` // isolated only; nil = default
 	Created        time.Time      `json:"created"`
 	Generation     int            `json:"generation"`
 }
@@ -133,6 +134,7 @@ func (d *Daemon) info(s *session) api.SessionInfo {
 	if seen.rt != nil {
 		inf.IP = seen.rt.IP()
 	}
+	inf.Egress = s.egress()
 	if inf.ActiveCommands == nil {
 		inf.ActiveCommands = []string{}
 	}
@@ -149,13 +151,28 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	default:
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "network_profile must be shared or isolated, not %q", a.NetworkProfile)
 	}
+	if _, err := egressOf(a.Egress); err != nil {
+		return nil, err
+	}
+	if a.Egress != nil && a.Egress.Mode != api.EgressDefault && a.NetworkProfile != "isolated" {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "egress"},
+			"egress applies to isolated sessions: pass network_profile isolated (a shared session uses the sandbox's network)")
+	}
+	if a.Egress != nil && a.Egress.Mode == api.EgressDefault {
+		a.Egress = nil
+	}
 	if len(a.Agent) > 256 {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "agent label is longer than 256 bytes")
 	}
 	ctx, sp := d.span(ctx, "workspace_session.create", map[string]any{"network_profile": a.NetworkProfile, "implicit": implicit, "agent": a.Agent})
 	defer func() { sp.End(retErr) }()
+	release, err := d.admitSession()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
-		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Created: time.Now().UTC()}}
+		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC()}}
 	if a.Limits != nil {
 		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
 	}
@@ -210,11 +227,43 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 }
 
 func (d *Daemon) runtimeSpec(s *session) runtime.SessionSpec {
+	eg, _ := egressOf(s.rec.Egress) // checked when the session was created
 	return runtime.SessionSpec{
 		ID: s.rec.ID, Dir: filepath.Join(s.dir, "rt"), Workspace: s.merged(),
-		Isolated: s.rec.NetworkProfile == "isolated", Addr: s.rec.Addr, Limits: s.rec.Limits,
+		Isolated: s.rec.NetworkProfile == "isolated", Addr: s.rec.Addr, Limits: s.rec.Limits, Egress: eg,
 		Hidden: d.cfg.hidden(), InitPath: d.cfg.SelfPath, InitArgs: []string{"sessinit"},
 	}
+}
+
+// egress is the session's egress policy as the views show it: nil for a
+// shared session, "default" for an isolated one without a policy.
+func (s *session) egress() *api.Egress {
+	if s.rec.NetworkProfile != "isolated" {
+		return nil
+	}
+	if s.rec.Egress == nil {
+		return &api.Egress{Mode: api.EgressDefault}
+	}
+	return s.rec.Egress
+}
+
+// egressOf validates a wire egress policy and converts it for the runtime.
+func egressOf(e *api.Egress) (runtime.Egress, error) {
+	if e == nil {
+		return runtime.Egress{}, nil
+	}
+	rules, err := e.Rules()
+	if err != nil {
+		return runtime.Egress{}, err
+	}
+	out := runtime.Egress{None: e.Mode == api.EgressNone}
+	for _, r := range rules {
+		out.Allow = append(out.Allow, runtime.EgressRule{Prefix: r.Prefix, Port: r.Port})
+	}
+	if e.Mode == api.EgressAllow && len(out.Allow) == 0 {
+		out.None = true // an empty allow-list allows nothing
+	}
+	return out, nil
 }
 
 // stop ends the runtime session and unmounts the workspace (the upper dir

@@ -422,3 +422,26 @@ func TestOnePublishPerSessionAtATime(t *testing.T) {
 	require.Equal(t, api.KindOperationConflict, app.Type())
 	require.Equal(t, []string{"ws-0"}, prepares, "one publish ran")
 }
+
+// The create_workspace_session update passes network_profile and egress to
+// the daemon as the caller gave them (the daemon validates them).
+func TestCreateSessionPassesEgress(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	var sent json.RawMessage
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		if call.Op == "create_workspace_session" {
+			sent = call.Args
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+	e.script(time.Second,
+		step{name: UpdateWaitReady, check: ok(t)},
+		step{name: UpdateCreateSession, args: []any{map[string]any{"network_profile": "isolated", "egress": []string{"10.0.0.0/8:443"}}}, check: ok(t)},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.JSONEq(t, `{"network_profile":"isolated","egress":["10.0.0.0/8:443"]}`, string(sent))
+}

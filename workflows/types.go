@@ -67,6 +67,9 @@ type CreateSessionRequest struct {
 	NetworkProfile string          `json:"network_profile,omitempty"`
 	Agent          string          `json:"agent,omitempty"`
 	Limits         json.RawMessage `json:"limits,omitempty"`
+	// Egress is passed to the daemon as given ("default", "none" or
+	// ["cidr:port", ...]); the daemon validates it.
+	Egress json.RawMessage `json:"egress,omitempty"`
 }
 
 // SessionRequest names a session (destroy, refresh).

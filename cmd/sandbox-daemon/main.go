@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
@@ -52,6 +53,10 @@ func serve(args []string) int {
 	fs.Int64Var(&cfg.EventBudget, "observability-max-bytes", 4<<20, "disk budget of the span and event log (1-16 MiB)")
 	fs.Int64Var(&cfg.SampleBudget, "samples-max-bytes", 1<<20, "disk budget of the resource samples (128 KiB-4 MiB)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", 2*time.Second, "resource sampling interval while the sandbox is active (250ms-10m)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", sandboxinit.DefaultMaxSessions, "workspace sessions the sandbox may have at once; more are refused with resource_exhausted")
+	fs.IntVar(&cfg.MaxRunningCommands, "max-running-commands", command.DefaultMaxRunning, "commands that may run at once; more are refused with resource_exhausted")
+	fs.Int64Var(&cfg.OutputBudget, "output-budget-bytes", command.DefaultOutputBudget, "output kept by finished commands together; past it the oldest lose theirs (reads say output_dropped)")
+	fs.Int64Var(&cfg.MaxPublishBytes, "max-publish-bytes", sandboxinit.DefaultMaxPublishBytes, "bytes of files in one published change set; larger ones are refused with resource_exhausted")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return 2

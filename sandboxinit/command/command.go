@@ -43,6 +43,9 @@ type command struct {
 	ended    time.Time
 	cursor   int // the next line a yield returns
 	results  []func(*api.CommandOutput)
+	// dropped is set when the engine dropped the finished command's output
+	// to stay within its output budget (the budget, for the marker).
+	dropped int64
 }
 
 func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
@@ -192,6 +195,7 @@ func (c *command) finish(code int, waitErr error) {
 		}
 	}
 	results := append([]func(*api.CommandOutput){}, c.results...)
+	kept := c.out.lines.used()
 	c.mu.Unlock()
 
 	if waitErr != nil {
@@ -199,7 +203,7 @@ func (c *command) finish(code int, waitErr error) {
 	}
 	c.closeStdin()
 	_ = c.stdinR.Close()
-	c.e.retire(c)
+	c.e.retire(c, kept)
 	if c.meta.OnExit != nil {
 		for _, f := range results {
 			f(final)
@@ -249,6 +253,27 @@ func (c *command) settle(ctx context.Context) bool {
 	case <-ctx.Done():
 		return isClosed(c.finalized)
 	}
+}
+
+// keptBytes is what the finished command's output costs in the budget.
+func (c *command) keptBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.lines.used()
+}
+
+// dropOutput discards the finished command's retained lines (offsets and
+// counts stay) and returns the bytes freed; budget is named in the marker
+// that reads show from now on.
+func (c *command) dropOutput(budget int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.out.lines.used()
+	if n > 0 {
+		c.out.lines.dropAll()
+		c.dropped = budget
+	}
+	return n
 }
 
 func (c *command) running() bool {

@@ -42,7 +42,14 @@
 //     lines says truncated. Array growth makes the real footprint up to about
 //     twice that while a command runs; spare capacity is released when it
 //     ends. At most Retained finished commands are kept; the oldest finished
-//     one is evicted first and running ones never are.
+//     one is evicted first and running ones never are. All finished
+//     commands together keep at most OutputBudget of output: past it the
+//     oldest finished ones lose their lines first (status, exit code and
+//     counts stay; reads say truncated and output_dropped, naming the
+//     budget); a running command's output is never dropped by the budget.
+//   - At most MaxRunning commands run at once; Start refuses one more with
+//     resource_exhausted (details.limit "max_running_commands"). A start
+//     that fails gives its slot back.
 //   - Yields (Start, WriteStdin, Cancel) wait up to the yield time for the
 //     command to end. A running yield returns the lines since the command's
 //     cursor and moves the cursor past them; a terminal one returns the

@@ -24,6 +24,8 @@ const (
 	DefaultMaxResponseBytes = 256 << 10
 	DefaultRows             = 24
 	DefaultCols             = 80
+	DefaultMaxRunning       = 512
+	DefaultOutputBudget     = 256 << 20
 )
 
 // yieldLines caps the lines one yield returns (the tail; the rest is paged
@@ -46,7 +48,14 @@ type Options struct {
 	// MaxResponseBytes caps the line text in one response (default 256 KiB);
 	// at least one line is always returned.
 	MaxResponseBytes int
-	Log              *slog.Logger
+	// MaxRunning caps the commands running at once (default 512); one more
+	// is refused with resource_exhausted.
+	MaxRunning int
+	// OutputBudget caps the output all finished commands keep together
+	// (default 256 MiB, counted like MaxBytes). Past it the oldest finished
+	// commands lose their output first; reading one says output_dropped.
+	OutputBudget int64
+	Log          *slog.Logger
 }
 
 // Meta is what the caller attaches to a command.
@@ -73,6 +82,8 @@ type Engine struct {
 	mu        sync.Mutex
 	cmds      map[string]*command
 	finished  []string // terminal commands, oldest first
+	running   int      // admitted and not yet retired
+	retained  int64    // output bytes the finished commands keep
 	closed    bool
 	lingering map[*os.File]struct{} // output pipes still held by background children
 	wg        sync.WaitGroup        // commands not yet finalized
@@ -101,6 +112,12 @@ func New(opts Options) *Engine {
 	}
 	if opts.MaxResponseBytes <= 0 {
 		opts.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if opts.MaxRunning <= 0 {
+		opts.MaxRunning = DefaultMaxRunning
+	}
+	if opts.OutputBudget <= 0 {
+		opts.OutputBudget = DefaultOutputBudget
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -131,12 +148,18 @@ func (e *Engine) Start(ctx context.Context, start Starter, args api.ExecCommandA
 		e.mu.Unlock()
 		return nil, api.Errorf(api.KindShuttingDown, nil, "command engine is shutting down")
 	}
+	if e.running >= e.opts.MaxRunning {
+		e.mu.Unlock()
+		return nil, api.Errorf(api.KindResourceExhausted, map[string]any{"limit": "max_running_commands", "max": e.opts.MaxRunning},
+			"the sandbox already runs %d commands (max_running_commands); wait for some to end or cancel them", e.opts.MaxRunning)
+	}
+	e.running++
 	e.wg.Add(1)
 	e.mu.Unlock()
 
 	c, err := newCommand(e, newID(), args.TTY, meta)
 	if err != nil {
-		e.wg.Done()
+		e.unadmit()
 		return nil, fmt.Errorf("start command: %w", err)
 	}
 	spec := c.spec(args, env)
@@ -144,7 +167,7 @@ func (e *Engine) Start(ctx context.Context, start Starter, args api.ExecCommandA
 	proc, err := start(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		c.closePipes()
-		e.wg.Done()
+		e.unadmit()
 		e.opts.Log.Warn("command start failed", "command_session_id", c.id, "workspace_session_id", meta.WorkspaceSessionID, "error", err)
 		return nil, fmt.Errorf("start command: %w", err)
 	}
@@ -237,15 +260,38 @@ func (e *Engine) lookup(id string) (*command, error) {
 	return nil, api.Errorf(api.KindNotFound, map[string]any{"command_session_id": id}, "command not found: %s", id)
 }
 
-// retire records that c reached its terminal state and evicts the oldest
-// finished commands beyond the retention limit.
-func (e *Engine) retire(c *command) {
+// unadmit undoes Start's admission of a command that never ran.
+func (e *Engine) unadmit() {
+	e.mu.Lock()
+	e.running--
+	e.mu.Unlock()
+	e.wg.Done()
+}
+
+// retire records that c reached its terminal state with bytes of output,
+// evicts the oldest finished commands beyond the retention limit, and drops
+// the output of the oldest finished ones while the finished commands keep
+// more than the output budget (c's own last: it is the newest).
+func (e *Engine) retire(c *command, bytes int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.running--
 	e.finished = append(e.finished, c.id)
+	e.retained += bytes
 	for len(e.finished) > e.opts.Retained {
+		if old := e.cmds[e.finished[0]]; old != nil {
+			e.retained -= old.keptBytes()
+		}
 		delete(e.cmds, e.finished[0])
 		e.finished = e.finished[1:]
+	}
+	for _, id := range e.finished {
+		if e.retained <= e.opts.OutputBudget {
+			break
+		}
+		if old := e.cmds[id]; old != nil {
+			e.retained -= old.dropOutput(e.opts.OutputBudget)
+		}
 	}
 }
 

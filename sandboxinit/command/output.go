@@ -84,6 +84,14 @@ func (s *lineStore) add(b []byte, st stream) {
 	}
 }
 
+// dropAll drops every retained line; offsets and counts stay.
+func (s *lineStore) dropAll() {
+	s.dropped = s.total()
+	s.base += int64(len(s.text))
+	s.first = s.base
+	s.text, s.ends, s.head = nil, nil, 0
+}
+
 // compact moves the retained part to the front of the arrays once the
 // dropped part is at least as large, so dropping is amortized O(1) and the
 // arrays never grow past twice the budget.

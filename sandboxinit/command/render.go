@@ -1,6 +1,7 @@
 package command
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -98,6 +99,10 @@ func (c *command) render(w window, wall time.Duration) *api.CommandOutput {
 	if !running {
 		code := c.exitCode
 		out.ExitCode = &code
+	}
+	if c.dropped > 0 {
+		out.OutputDropped = fmt.Sprintf("the output of this finished command (%d lines) was dropped to keep the sandbox's retained command output "+
+			"within its budget of %d bytes; the oldest finished commands lose their output first", total, c.dropped)
 	}
 
 	type piece struct {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
@@ -40,6 +41,7 @@ type Session struct {
 	LeaseID           string           // the session's lease on the layer stack
 	Upper             string           // the upper dir's path
 	Runtime           *runtime.Session // nil while the session is not running
+	Egress            *api.Egress      // an isolated session's egress policy (nil otherwise)
 }
 
 // Config is what the views show of the daemon's configuration, and the

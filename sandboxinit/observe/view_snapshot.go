@@ -129,10 +129,14 @@ func (o *Observer) workspaceSnapshot(s Session, latest json.RawMessage) map[stri
 	if latest != nil {
 		resources = latest
 	}
-	return map[string]any{"workspace_id": s.ID, "lifecycle_state": lifecycle, "finalization_state": s.FinalizationState,
+	out := map[string]any{"workspace_id": s.ID, "lifecycle_state": lifecycle, "finalization_state": s.FinalizationState,
 		"network_profile": s.NetworkProfile, "finalize_policy": policy, "layers": layers, "namespace_fd_count": nsCount,
 		"resources": resources, "active_namespace_executions": execs, "agent": s.Agent, "implicit": s.Implicit,
 		"created": s.Created, "idle_seconds": int64(s.Idle.Seconds())}
+	if s.Egress != nil {
+		out["egress"] = s.Egress
+	}
+	return out
 }
 
 // eventStore describes the observability store (snapshot, daemon, health).

@@ -15,8 +15,8 @@
 //
 // and the sandbox container needs the capabilities New names in its error,
 // sandboxinit/runtime/seccomp.json as its seccomp profile, a volume for the
-// state, and net.ipv4.ip_forward=1 if isolated sessions should reach each
-// other. The binary must be built with cgo and the "seccomp" tag against
+// state, net.ipv4.ip_forward=1 for isolated sessions to reach beyond the
+// sandbox, and nf_tables in the kernel for isolated sessions at all. The binary must be built with cgo and the "seccomp" tag against
 // libseccomp (statically: CGO_ENABLED=1 go build -tags 'seccomp osusergo
 // netgo' -ldflags '-linkmode external -extldflags -static'; libseccomp-dev
 // from scripts/ensure-build-deps.sh); without it New refuses.
@@ -68,6 +68,21 @@
 //     SessionSpec to Load after a daemon restart.
 //   - Destroy is idempotent and never removes SessionSpec.Dir's upper dir:
 //     the caller owns the session's data.
+//   - Isolated sessions never reach each other: New writes the sandbox's
+//     nftables table "eos" (firewall.go, through github.com/google/nftables)
+//     whose forward chain drops every packet between two sessions' veths,
+//     and masquerades the session pool out of the sandbox. Where that
+//     table cannot be written (no nf_tables, no NET_ADMIN) Start refuses
+//     isolated sessions (ErrUnsupported wrapping ErrNoNftables) instead of
+//     starting them unisolated; shared sessions are unaffected. They still
+//     reach the sandbox itself through their gateway (so the daemon and
+//     shared sessions' servers), and the sandbox reaches them.
+//   - An isolated session's SessionSpec.Egress other than the default is a
+//     table "eos_s_<id>" of its own (input and forward, before "eos"):
+//     replies to connections the sandbox opened pass, then the allow-list
+//     (TCP and UDP to cidr:port), then everything else from its veth is
+//     dropped. It is written before the session's init starts, rewritten
+//     by Load and removed by Destroy; each change is one atomic batch.
 //
 // The daemon as PID 1 must not reap with wait4(-1) blindly: libcontainer
 // execs and libcontainer's helper processes are its direct children and this

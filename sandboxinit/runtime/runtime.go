@@ -17,6 +17,7 @@ type Runtime struct {
 	cgroups  cgroupSetup
 	seccomp  seccompSetup
 	netAdmin bool
+	fwErr    error // why the sandbox's nftables rules could not be written (isolated sessions are refused)
 	log      *slog.Logger
 
 	mu       sync.Mutex
@@ -50,6 +51,12 @@ func New(stateRoot string) (*Runtime, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("session runtime preflight: %w", err)
+	}
+	r.fwErr = fmt.Errorf("%w: the sandbox has no NET_ADMIN", ErrNoNftables)
+	if r.netAdmin {
+		if r.fwErr = ensureFirewall(); r.fwErr != nil {
+			r.log.Warn("isolated sessions are unavailable: the sandbox's nftables rules could not be written", "err", r.fwErr)
+		}
 	}
 	r.log.Info("session runtime ready", "state_root", r.root, "cgroup_v2", r.cgroups.v2,
 		"swap_accounting", r.cgroups.swap, "net_admin", r.netAdmin, "no_new_keyring", r.seccomp.noNewKeyring,
@@ -107,6 +114,10 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	}
 	if spec.Isolated && !r.netAdmin {
 		return nil, fmt.Errorf("start %s: %w: isolated sessions need NET_ADMIN in the sandbox", spec.ID, ErrUnsupported)
+	}
+	if spec.Isolated && r.fwErr != nil {
+		// Without the rules isolated sessions would reach each other.
+		return nil, fmt.Errorf("start %s: %w: isolated sessions need nf_tables in the sandbox's kernel: %w", spec.ID, ErrUnsupported, r.fwErr)
 	}
 	release, err := r.claim(spec.ID)
 	if err != nil {
@@ -175,7 +186,16 @@ func (r *Runtime) createNet(spec SessionSpec) (*netSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return createVeth(spec.ID, sn)
+	ns, err := createVeth(spec.ID, sn)
+	if err != nil {
+		return nil, err
+	}
+	// Before the session's init runs: it never sends a packet unfiltered.
+	if err := applyEgress(spec.ID, spec.Egress); err != nil {
+		_ = deleteVeth(spec.ID)
+		return nil, err
+	}
+	return ns, nil
 }
 
 // Load re-attaches to session id after the daemon restarted (the sandbox
@@ -196,6 +216,11 @@ func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
 		s.c = c
 		if spec.Isolated {
 			if s.ip, err = vethAddr(id); err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+			// The rules live in the sandbox's namespace and survive a
+			// daemon restart; rewrite them anyway (an older daemon had none).
+			if err := applyEgress(id, spec.Egress); err != nil {
 				return nil, fmt.Errorf("load %s: %w", id, err)
 			}
 		}

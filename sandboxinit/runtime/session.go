@@ -76,9 +76,9 @@ func (s *Session) Frozen() bool {
 func (s *Session) ID() string { return s.spec.ID }
 
 // IP returns the address an isolated session is reachable on from the
-// sandbox (the daemon, shared-network sessions) and, with
-// net.ipv4.ip_forward=1 in the sandbox, from other isolated sessions.
-// It is "" for a session that shares the sandbox's network.
+// sandbox (the daemon, shared-network sessions); other isolated sessions
+// never reach it (firewall.go). It is "" for a session that shares the
+// sandbox's network.
 func (s *Session) IP() string { return s.ip }
 
 // InitPid returns the pid of the session's init in the sandbox's pid
@@ -221,6 +221,11 @@ func (s *Session) teardown(ctx context.Context) error {
 	if s.spec.Isolated {
 		if err := deleteVeth(s.spec.ID); err != nil {
 			errs = append(errs, err)
+		}
+		if s.r.fwErr == nil {
+			if err := deleteEgress(s.spec.ID); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := os.Remove(execSocketPath(s.spec.Dir)); err != nil && !errors.Is(err, os.ErrNotExist) {

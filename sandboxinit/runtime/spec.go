@@ -42,6 +42,7 @@ type SessionSpec struct {
 	Workspace string   // host path of an already-mounted directory that becomes /workspace (bind, rec-private)
 	Isolated  bool     // own network namespace: loopback plus eth0, a veth to the sandbox; false = share the sandbox's network
 	Addr      string   // isolated only, optional: the session's IPv4 address (as IP() returned it) to keep it stable across restarts
+	Egress    Egress   // isolated only: what the session may reach (zero = the sandbox and beyond, never other sessions)
 	Limits    Limits   // cgroup limits
 	Hidden    []string // host paths masked inside the session: dirs by a read-only mode-000 tmpfs, files by /dev/null
 	InitPath  string   // path, valid inside the session, of the session's PID 1 (usually the daemon binary in sessinit mode)
@@ -91,6 +92,17 @@ func (s *SessionSpec) validate() error {
 		}
 		if _, err := subnetOf(s.Addr); err != nil {
 			return bad("addr: %v", err)
+		}
+	}
+	if !s.Egress.isDefault() && !s.Isolated {
+		return bad("an egress policy needs an isolated session (a shared one uses the sandbox's network)")
+	}
+	if s.Egress.None && len(s.Egress.Allow) > 0 {
+		return bad("egress none with an allow-list")
+	}
+	for _, r := range s.Egress.Allow {
+		if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() || r.Port == 0 {
+			return bad("egress rule %v: want an IPv4 prefix and a port", r)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -39,6 +40,20 @@ func TestSessionSpecValidate(t *testing.T) {
 		{"addr without isolation", func(s *SessionSpec) { s.Addr = "10.200.0.6" }, "shared-network"},
 		{"addr outside pool", func(s *SessionSpec) { s.Isolated, s.Addr = true, "10.201.0.6" }, "not in"},
 		{"addr is a gateway", func(s *SessionSpec) { s.Isolated, s.Addr = true, "10.200.0.5" }, "session address"},
+		{"egress none isolated", func(s *SessionSpec) { s.Isolated, s.Egress = true, Egress{None: true} }, ""},
+		{"egress allow isolated", func(s *SessionSpec) {
+			s.Isolated, s.Egress = true, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Port: 443}}}
+		}, ""},
+		{"egress on a shared session", func(s *SessionSpec) { s.Egress = Egress{None: true} }, "needs an isolated session"},
+		{"egress none and allow", func(s *SessionSpec) {
+			s.Isolated, s.Egress = true, Egress{None: true, Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Port: 443}}}
+		}, "none with an allow-list"},
+		{"egress port 0", func(s *SessionSpec) {
+			s.Isolated, s.Egress = true, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}
+		}, "want an IPv4 prefix and a port"},
+		{"egress ipv6", func(s *SessionSpec) {
+			s.Isolated, s.Egress = true, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("::/0"), Port: 1}}}
+		}, "want an IPv4 prefix and a port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,93 @@
+package command
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+func TestMaxRunningRefusesWithResourceExhausted(t *testing.T) {
+	e, h := newTestEngine(t, Options{MaxRunning: 2})
+	ctx := context.Background()
+	var ids []string
+	for range 2 {
+		out := run(t, e, h, api.ExecCommandArgs{Cmd: "sleep 30", YieldTimeMS: ms(0)})
+		require.Equal(t, api.StatusRunning, out.Status)
+		ids = append(ids, out.CommandSessionID)
+	}
+	_, err := e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "echo no", YieldTimeMS: ms(long)}, Meta{})
+	ae := requireKind(t, err, api.KindResourceExhausted)
+	require.Equal(t, "max_running_commands", ae.Details["limit"])
+	require.Equal(t, 2, ae.Details["max"])
+	require.Equal(t, 429, api.HTTPStatus(ae.Kind))
+
+	// An ended command frees its slot.
+	_, err = e.Cancel(ctx, api.CancelCommandArgs{CommandSessionID: ids[0]})
+	require.NoError(t, err)
+	out := run(t, e, h, api.ExecCommandArgs{Cmd: "echo yes"})
+	require.Equal(t, "yes", out.Output)
+}
+
+func TestMaxRunningCountsFailedStarts(t *testing.T) {
+	e, h := newTestEngine(t, Options{MaxRunning: 1})
+	for range 3 { // a start that fails gives its slot back
+		_, err := e.Start(context.Background(), h.start, api.ExecCommandArgs{Cmd: "true", Cwd: "/does/not/exist", YieldTimeMS: ms(long)}, Meta{})
+		require.Error(t, err)
+	}
+	require.Equal(t, "ok", run(t, e, h, api.ExecCommandArgs{Cmd: "echo ok"}).Output)
+}
+
+func TestOutputBudgetDropsOldestFinishedOutput(t *testing.T) {
+	// Each command prints 100 lines of 1000 bytes (about 100 KB); the budget
+	// holds two of them.
+	const budget = 250_000
+	e, h := newTestEngine(t, Options{OutputBudget: budget})
+	ctx := context.Background()
+	print := "for i in $(seq 100); do printf '%01000d\\n' $i; done"
+	var ids []string
+	for range 4 {
+		out := run(t, e, h, api.ExecCommandArgs{Cmd: print})
+		require.Equal(t, api.StatusOK, out.Status)
+		ids = append(ids, idOf(t, e, out))
+	}
+	for i, id := range ids {
+		out, err := e.Read(ctx, api.ReadCommandLinesArgs{CommandSessionID: id, Limit: 10})
+		require.NoError(t, err, "a command whose output was dropped is still known")
+		require.Equal(t, api.StatusOK, out.Status)
+		require.Equal(t, 100, out.TotalLines, "counts stay")
+		if i < 2 {
+			require.Empty(t, out.Lines, "command %d: the oldest output goes first", i)
+			require.True(t, out.Truncated)
+			require.Contains(t, out.OutputDropped, "budget of 250000 bytes")
+			continue
+		}
+		require.Empty(t, out.OutputDropped, "command %d", i)
+		require.Len(t, out.Lines, 10)
+		require.Equal(t, strings.Repeat("0", 999)+"1", out.Lines[0].Text)
+	}
+	e.mu.Lock()
+	retained := e.retained
+	e.mu.Unlock()
+	require.LessOrEqual(t, retained, int64(budget))
+	require.Greater(t, retained, int64(2*100_000))
+}
+
+func TestOutputBudgetNeverDropsRunningOutput(t *testing.T) {
+	e, h := newTestEngine(t, Options{OutputBudget: 1000})
+	ctx := context.Background()
+	out := run(t, e, h, api.ExecCommandArgs{Cmd: "printf '%02000d\\n' 1; sleep 30", YieldTimeMS: ms(0)})
+	id := out.CommandSessionID
+	waitOutput(t, e, id, func(o *api.CommandOutput) bool { return len(o.Lines) == 1 && len(o.Lines[0].Text) == 2000 })
+	for range 3 {
+		run(t, e, h, api.ExecCommandArgs{Cmd: "printf '%02000d\\n' 2"})
+	}
+	got, err := e.Read(ctx, api.ReadCommandLinesArgs{CommandSessionID: id})
+	require.NoError(t, err)
+	require.Equal(t, api.StatusRunning, got.Status)
+	require.Len(t, got.Lines, 1, "a running command keeps its output whatever the budget")
+	require.Empty(t, got.OutputDropped)
+}

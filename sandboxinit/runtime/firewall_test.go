@@ -1,0 +1,70 @@
+package runtime
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netns"
+)
+
+// inNetns runs f on a thread inside a fresh named network namespace and
+// returns a function that prints that namespace's nftables ruleset.
+func inNetns(t *testing.T, f func()) (ruleset func() string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test needs root (it creates a network namespace): run it as root, as make test does")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("this test reads the ruleset with nft: apt-get install nftables")
+	}
+	name := fmt.Sprintf("eos-fwtest-%d", os.Getpid())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		ns, err := netns.NewNamed(name)
+		require.NoError(t, err)
+		defer ns.Close()
+		f()
+	}()
+	<-done
+	t.Cleanup(func() { _ = netns.DeleteNamed(name) })
+	return func() string {
+		out, err := exec.Command("ip", "netns", "exec", name, "nft", "list", "ruleset").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+}
+
+// The rules as the kernel holds them: written again (a daemon restart)
+// they are replaced, not duplicated; a session's table goes with Destroy.
+func TestFirewallRules(t *testing.T) {
+	id := "ws-abc123"
+	host, _ := linkNames(id)
+	rules := inNetns(t, func() {
+		for range 2 {
+			require.NoError(t, ensureFirewall())
+			require.NoError(t, applyEgress(id, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Port: 443}}}))
+		}
+		require.NoError(t, applyEgress("ws-none", Egress{None: true}))
+		require.NoError(t, deleteEgress("ws-none"))
+		require.NoError(t, deleteEgress("ws-never-had-one"))
+		require.NoError(t, applyEgress("ws-default", Egress{}))
+	})()
+	t.Log(rules)
+	require.Equal(t, 1, strings.Count(rules, `iifname "eos-*" oifname "eos-*" drop`), "sessions never reach each other")
+	require.Equal(t, 1, strings.Count(rules, `ip saddr 10.200.0.0/16 oifname != "eos-*" masquerade`))
+	require.Contains(t, rules, "table inet eos_s_"+id)
+	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" ct state established,related accept`, host)), "input and forward")
+	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.1.0.0/16 tcp dport 443 accept`, host)))
+	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.1.0.0/16 udp dport 443 accept`, host)))
+	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" drop`, host)))
+	require.NotContains(t, rules, "eos_s_ws-none")
+	require.NotContains(t, rules, "eos_s_ws-default", "the default policy has no table")
+}
