@@ -22,6 +22,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 )
 
 // Paths inside the sandbox container. The daemon's defaults match them
@@ -86,7 +88,11 @@ type Config struct {
 	SeccompProfile string // JSON text of the sandbox seccomp profile (the caller reads the file)
 	Secret         []byte // gateway secret; daemon tokens are derived from it (DaemonToken)
 	WorkerID       string // value of the eos.worker label
-	Logger         *slog.Logger
+	// HostPaths is the rule for the host paths a caller names (the
+	// workspace copied in, an export's destination); nil = the invoking
+	// user's home and the current directory (hostpath.DefaultRoots).
+	HostPaths *hostpath.Policy
+	Logger    *slog.Logger
 }
 
 // Activities holds what the activities share: the Docker client, the
@@ -112,6 +118,14 @@ func New(cfg Config, docker Docker) *Activities {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // per call, through the context
 		DisableCompression:    true,
+	}
+	if cfg.HostPaths == nil {
+		// A policy without valid roots refuses every path: safe.
+		if p, err := hostpath.New(hostpath.DefaultRoots()); err == nil {
+			cfg.HostPaths = p
+		} else {
+			cfg.HostPaths, _ = hostpath.New(nil)
+		}
 	}
 	return &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities"), http: &http.Client{Transport: tr}}
 }
@@ -167,6 +181,11 @@ func keepHeartbeating(ctx context.Context, every time.Duration, progress func() 
 }
 
 // Non-retryable failures.
+
+// hostPathError is a refused host path as a non-retryable ErrInvalidArgument.
+func hostPathError(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidArgument, err)
+}
 
 func invalidArgument(format string, a ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, a...), ErrInvalidArgument, nil)
