@@ -120,12 +120,7 @@ func New(cfg Config, docker Docker) *Activities {
 		DisableCompression:    true,
 	}
 	if cfg.HostPaths == nil {
-		// A policy without valid roots refuses every path: safe.
-		if p, err := hostpath.New(hostpath.DefaultRoots()); err == nil {
-			cfg.HostPaths = p
-		} else {
-			cfg.HostPaths, _ = hostpath.New(nil)
-		}
+		cfg.HostPaths = hostpath.Default()
 	}
 	return &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities"), http: &http.Client{Transport: tr}}
 }

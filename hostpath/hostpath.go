@@ -195,3 +195,13 @@ func noSymlink(arg, path, clean string) error {
 func within(p, d string) bool {
 	return p == d || strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/")
 }
+
+// Default is the policy of DefaultRoots with nothing protected: what a
+// caller that configured none gets. When the roots cannot be resolved it
+// refuses every path.
+func Default() *Policy {
+	if p, err := New(DefaultRoots()); err == nil {
+		return p
+	}
+	return &Policy{}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -44,6 +45,10 @@ type TemporalBackend struct {
 	Timeout   time.Duration          // per lifecycle update (default 10 minutes)
 	Namespace string                 // Temporal namespace, for UI links ("" = default)
 	UIAddress string                 // Temporal UI host:port, for links ("" = no links)
+	// HostPaths is the rule for workspace_root and export dests, checked
+	// before a workflow starts (nil = hostpath.Default()). The activities
+	// check again with their own.
+	HostPaths *hostpath.Policy
 	// FleetConcurrency and FleetTimeout bound the system-wide views'
 	// fan-out to the sandboxes (defaults 8 and 1.5 s per sandbox).
 	FleetConcurrency int
@@ -282,6 +287,10 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		if err := decodeArgs(args, &r); err != nil {
 			return nil, err
 		}
+		isDir := r.Format == "" || strings.EqualFold(r.Format, "dir")
+		if _, err := b.hostPaths().Dest("dest", r.Dest, isDir); err != nil {
+			return nil, hostPathRefused(err)
+		}
 		if async {
 			return b.submit(ctx, sandboxID, workflows.UpdateExport, r)
 		}
@@ -298,6 +307,23 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 	return nil, api.Errorf(api.KindInternal, map[string]any{"op": op}, "no lifecycle handler for %s", op)
 }
 
+func (b *TemporalBackend) hostPaths() *hostpath.Policy {
+	if b.HostPaths == nil {
+		return hostpath.Default()
+	}
+	return b.HostPaths
+}
+
+// hostPathRefused is a refused host path as invalid_request, naming the
+// argument and the rule it broke.
+func hostPathRefused(err error) error {
+	var he *hostpath.Error
+	if errors.As(err, &he) {
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"arg": he.Arg, "path": he.Path, "rule": he.Rule}, "%s", he.Error())
+	}
+	return api.Errorf(api.KindInvalidRequest, nil, "%v", err)
+}
+
 // LifecycleOps are the operations LifecycleProgress handles; a test keeps
 // this list equal to the catalog's lifecycle operations.
 var LifecycleOps = []string{
@@ -311,11 +337,9 @@ var LifecycleOps = []string{
 func (b *TemporalBackend) createSandboxes(ctx context.Context, args map[string]any, async bool, progress func(string)) (any, error) {
 	image, _ := args["image"].(string)
 	root, _ := args["workspace_root"].(string)
-	if !filepath.IsAbs(root) {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root must be an absolute host path")
-	}
-	if st, err := os.Stat(root); err != nil || !st.IsDir() {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root is not a directory: %s", root)
+	root, err := b.hostPaths().Workspace("workspace_root", root)
+	if err != nil {
+		return nil, hostPathRefused(err)
 	}
 	count := 1
 	if n, ok := args["count"]; ok {

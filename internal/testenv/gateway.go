@@ -104,7 +104,7 @@ func StartGateway(t testing.TB) *Gateway {
 		"--host-queue", fmt.Sprintf("eos-host-test-%d", time.Now().UnixNano()),
 		"--daemon-binary", daemon,
 		"--seccomp-profile", filepath.Join(RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
-		"--reconcile=false")
+		"--reconcile=false", "--allow-root", TempRoot(t))
 	cmd.Env = append(os.Environ(), "HOME="+g.Home)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {
