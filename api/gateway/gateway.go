@@ -68,6 +68,7 @@ type Server struct {
 	tokenSum [32]byte
 	engine   *gin.Engine
 	sem      chan struct{}
+	lineHook func(*jsonl.Request) // tests: runs before a JSON-lines dispatch
 }
 
 // New builds a server.

@@ -69,7 +69,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold.Close()
-	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n"))
+	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n"))
 	time.Sleep(100 * time.Millisecond)
 
 	c2, err := net.Dial("tcp", addr)
@@ -77,7 +77,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	c2.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	c2.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n"))
 	got := make(chan int, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(c2), nil)

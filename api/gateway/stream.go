@@ -82,8 +82,22 @@ func (s *sse) event(name string, data []byte) {
 		b.WriteString("data: " + l + "\n")
 	}
 	b.WriteString("\n")
-	_, _ = s.w.WriteString(b.String())
-	s.w.Flush()
+	s.write(b.String())
+}
+
+// write sends one frame under StreamWriteTimeout; a client that does not
+// take it is dropped (the stream is closed, the connection fails and the
+// request's context ends).
+func (s *sse) write(frame string) {
+	rc := http.NewResponseController(s.w)
+	_ = rc.SetWriteDeadline(time.Now().Add(StreamWriteTimeout))
+	if _, err := s.w.WriteString(frame); err != nil {
+		s.closed = true
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		s.closed = true
+	}
 }
 
 func (s *sse) comment(text string) {
@@ -92,13 +106,14 @@ func (s *sse) comment(text string) {
 	if s.closed {
 		return
 	}
-	_, _ = s.w.WriteString(": " + text + "\n\n")
-	s.w.Flush()
+	s.write(": " + text + "\n\n")
 }
 
 func (s *sse) close() {
 	s.mu.Lock()
 	s.closed = true
+	// The connection may serve another request: lift the frame deadline.
+	_ = http.NewResponseController(s.w).SetWriteDeadline(time.Time{})
 	s.mu.Unlock()
 }
 
