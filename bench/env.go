@@ -34,9 +34,9 @@ import (
 
 // StackOptions say how to run the product for a benchmark.
 type StackOptions struct {
-	DaemonBinary string // the static sandbox-daemon (make daemon: bin/sandbox-daemon)
-	Seccomp      string // profile path ("" = found next to the daemon or in the tree)
-	StateDir     string // embedded Temporal's SQLite and the secret
+	DaemonBinary string   // the static sandbox-daemon (make daemon: bin/sandbox-daemon)
+	Seccomp      string   // profile path ("" = found next to the daemon or in the tree)
+	StateDir     string   // embedded Temporal's SQLite and the secret
 	AllowRoots   []string // where workspaces and exports may be (--allow-root; none = home and cwd)
 	Log          *slog.Logger
 }
