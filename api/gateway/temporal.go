@@ -239,7 +239,7 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, op, sandboxID s
 		return map[string]any{"images": imgs}, nil
 	case "list_workspace_directories":
 		p, _ := args["path"].(string)
-		return listDirectories(p)
+		return listDirectories(b.hostPaths(), p)
 	case "create_workspace_session":
 		var r workflows.CreateSessionRequest
 		if err := decodeArgs(args, &r); err != nil {
@@ -452,14 +452,15 @@ func (b *TemporalBackend) listSandboxes(ctx context.Context) (any, error) {
 	return map[string]any{"sandboxes": recs}, nil
 }
 
-func listDirectories(p string) (any, error) {
+// listDirectories lists the directories of p; without p, the allowed
+// roots (the only places a workspace_root may be).
+func listDirectories(pol *hostpath.Policy, p string) (any, error) {
 	if p == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return nil, api.Errorf(api.KindOperationFailed, nil, "no home directory: %v", err)
+		dirs := []map[string]any{}
+		for _, r := range pol.Roots() {
+			dirs = append(dirs, map[string]any{"name": filepath.Base(r), "path": r})
 		}
-		return map[string]any{"path": "", "parent": nil, "truncated": false,
-			"directories": []map[string]any{{"name": filepath.Base(home), "path": home}}}, nil
+		return map[string]any{"path": "", "parent": nil, "truncated": false, "directories": dirs}, nil
 	}
 	if !filepath.IsAbs(p) {
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "path must be absolute")
