@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/temporalio/cli/temporalcli/devserver"
+	"go.temporal.io/server/temporal"
 	"google.golang.org/grpc"
 )
 
@@ -31,7 +32,7 @@ type DevServerOptions struct {
 
 // DevServer is a running embedded Temporal.
 type DevServer struct {
-	srv     *devserver.Server
+	srv     temporal.Server
 	ui      *temporalUI
 	Address string
 	// HTTPAddress is the frontend's HTTP API (the same token guards it).
@@ -44,7 +45,9 @@ type DevServer struct {
 
 // StartDevServer starts Temporal's dev server in this process: SQLite in
 // the state dir (WAL, synchronous=normal) and the settings that remove the
-// dev server's 50 ms hand-offs (see the temporal probe's findings).
+// dev server's 50 ms hand-offs (see the temporal probe's findings); its
+// frontend answers only the deployment's token, its internal services only
+// internode mTLS (embedded.go).
 func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error) {
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -91,8 +94,15 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	opts.FrontendHTTPPort = devserver.MustGetFreePort(host)
 	ds := &DevServer{Address: net.JoinHostPort(host, strconv.Itoa(port)), Namespace: o.Namespace,
 		HTTPAddress: net.JoinHostPort(host, strconv.Itoa(opts.FrontendHTTPPort))}
-	srv, err := devserver.Start(opts)
+	tlsConf, err := internodeTLS()
 	if err != nil {
+		return nil, fmt.Errorf("embedded temporal: %w", err)
+	}
+	srv, err := newEmbeddedServer(opts, tlsConf)
+	if err != nil {
+		return nil, fmt.Errorf("embedded temporal: %w", err)
+	}
+	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start embedded temporal: %w", err)
 	}
 	ds.srv = srv

@@ -20,10 +20,11 @@ import (
 // deployment share the secret, so they derive the same token; nothing else
 // on the machine knows it.
 //
-// The dev server (temporalio/cli v1.5.1) builds its own authorizer from an
-// empty config and takes no server options, but it does chain the unary
-// interceptors of StartOptions.GRPCInterceptors into the frontend: that is
-// where the check sits. Temporal's own system worker (scanner, scheduler,
+// The check is a unary interceptor chained into the frontend
+// (temporal.WithChainedFrontendGrpcInterceptors, which devserver's
+// StartOptions.GRPCInterceptors feed); the HTTP API runs the same chain.
+// Behind the frontend, the history and matching services accept only
+// internode mutual TLS (internodetls.go). Temporal's own system worker (scanner, scheduler,
 // batcher) runs in this process and dials the frontend without any token;
 // its calls are admitted because their connection is this process's own
 // socket (the client end of the loopback connection is a file descriptor

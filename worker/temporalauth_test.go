@@ -3,6 +3,7 @@ package worker
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +22,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -58,9 +61,32 @@ func TestEmbeddedTemporalRefusesStrangers(t *testing.T) {
 
 	// No UI by default: nothing this process listens on serves it.
 	require.Empty(t, dev.UIAddress)
-	for _, addr := range listeningAddrs(t) {
+	addrs := listeningAddrs(t)
+	for _, addr := range addrs {
 		require.False(t, servesUI(addr), "%s serves the Temporal UI, which is off by default", addr)
 	}
+
+	// The internal services (history, matching) answer only their
+	// own mutual-TLS peers: neither a plain gRPC client nor a TLS client
+	// without the in-memory CA's certificate gets an answer.
+	internal := 0
+	for _, addr := range addrs {
+		if addr == dev.Address || addr == dev.HTTPAddress {
+			continue
+		}
+		internal++
+		for _, creds := range []credentials.TransportCredentials{insecure.NewCredentials(),
+			credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})} {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			conn.Close()
+			require.Error(t, err, "internal service at %s answered a stranger", addr)
+		}
+	}
+	require.GreaterOrEqual(t, internal, 2, "history and matching listen: %v", addrs)
 }
 
 const strangerEnv = "EOS_TEST_TEMPORAL_STRANGER"
