@@ -107,3 +107,33 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatalf("%v", out)
 	}
 }
+
+// TestHandoffHasADeadline: an HTTP connection the server cannot take (every
+// slot busy with an unfinished request) is closed after SniffTimeout
+// instead of waiting forever.
+func TestHandoffHasADeadline(t *testing.T) {
+	addr := startWith(t, &fakeBackend{}, func(s *Server) { s.MaxHTTPConns = 1; s.SniffTimeout = 300 * time.Millisecond })
+	hold, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n")) // unfinished: holds the slot
+	time.Sleep(100 * time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection over the cap was answered")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection waiting for a slot was never closed")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("closed after %v", d)
+	}
+}

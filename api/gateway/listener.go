@@ -116,7 +116,11 @@ func (m *muxListener) acceptLoop() {
 // through the handoff: the HTTP server sets its own deadlines once it owns
 // the connection, serveLine sets the JSON-lines ones.
 func (m *muxListener) sniff(c net.Conn) {
-	deadline := time.Now().Add(SniffTimeout)
+	wait := m.s.SniffTimeout
+	if wait <= 0 {
+		wait = SniffTimeout
+	}
+	deadline := time.Now().Add(wait)
 	_ = c.SetReadDeadline(deadline)
 	br := bufio.NewReaderSize(c, 64<<10)
 	b, err := br.Peek(1)
