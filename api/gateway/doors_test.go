@@ -188,3 +188,35 @@ func TestAcceptErrorsAreRetried(t *testing.T) {
 	default:
 	}
 }
+
+// TestStalledReaderIsDropped: a stream to a client that stopped reading
+// fails its writes after the write timeout instead of blocking forever.
+func TestStalledReaderIsDropped(t *testing.T) {
+	failed := make(chan error, 1)
+	h := writeDeadlines(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				failed <- err
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}), 300*time.Millisecond)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", l.Addr())
+	require.NoError(t, err)
+	select { // the client never reads
+	case err := <-failed:
+		require.Error(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler is still blocked writing to a client that does not read")
+	}
+}

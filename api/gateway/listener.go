@@ -40,7 +40,7 @@ const (
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	ml := &muxListener{Listener: l, s: s, conns: make(chan net.Conn), done: make(chan struct{})}
 	go ml.acceptLoop()
-	var h http.Handler = s.Handler()
+	var h http.Handler = writeDeadlines(s.Handler(), StreamWriteTimeout)
 	if l.Addr().Network() == "tcp" {
 		h = hostcheck.For(l.Addr().String()).Handler(h)
 	}
@@ -356,3 +356,36 @@ func watchHangup(ctx context.Context, c net.Conn, cancel func()) {
 		}
 	}
 }
+
+// writeDeadlines gives every write and flush of a response
+// StreamWriteTimeout to complete, renewed each time: a stream (SSE, MCP's
+// streamable HTTP) to a client that stopped reading fails instead of
+// blocking its handler, while a stream that keeps moving may last. The
+// deadline is lifted when the handler returns, for the next request on a
+// keep-alive connection.
+func writeDeadlines(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: timeout}
+		defer func() { _ = dw.rc.SetWriteDeadline(time.Time{}) }()
+		next.ServeHTTP(dw, r)
+	})
+}
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.ResponseWriter.Write(b)
+}
+
+func (d *deadlineWriter) Flush() {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	_ = d.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }

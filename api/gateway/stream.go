@@ -85,19 +85,14 @@ func (s *sse) event(name string, data []byte) {
 	s.write(b.String())
 }
 
-// write sends one frame under StreamWriteTimeout; a client that does not
-// take it is dropped (the stream is closed, the connection fails and the
-// request's context ends).
+// write sends one frame; each write has StreamWriteTimeout
+// (writeDeadlines), and a frame the client did not take closes the stream.
 func (s *sse) write(frame string) {
-	rc := http.NewResponseController(s.w)
-	_ = rc.SetWriteDeadline(time.Now().Add(StreamWriteTimeout))
 	if _, err := s.w.WriteString(frame); err != nil {
 		s.closed = true
 		return
 	}
-	if err := rc.Flush(); err != nil {
-		s.closed = true
-	}
+	s.w.Flush()
 }
 
 func (s *sse) comment(text string) {
@@ -112,8 +107,6 @@ func (s *sse) comment(text string) {
 func (s *sse) close() {
 	s.mu.Lock()
 	s.closed = true
-	// The connection may serve another request: lift the frame deadline.
-	_ = http.NewResponseController(s.w).SetWriteDeadline(time.Time{})
 	s.mu.Unlock()
 }
 
