@@ -46,8 +46,9 @@ type DevServer struct {
 // StartDevServer starts Temporal's dev server in this process: SQLite in
 // the state dir (WAL, synchronous=normal) and the settings that remove the
 // dev server's 50 ms hand-offs (see the temporal probe's findings); its
-// frontend answers only the deployment's token, its internal services only
-// internode mTLS (embedded.go).
+// frontend answers only the deployment's token, its internal services
+// (and the internal frontend of Temporal's system worker) only internode
+// mTLS (embedded.go).
 func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error) {
 	if o.Namespace == "" {
 		o.Namespace = "default"

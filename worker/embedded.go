@@ -7,8 +7,9 @@ package worker
 // construction (adapted from devserver/server.go and log.go, MIT licensed,
 // Copyright (c) 2022 Temporal Technologies Inc.) with what the product
 // needs added: internode mutual TLS with a CA made in memory at each start,
-// so only this process's own services can talk to each other, and the
-// frontend token check (temporalauth.go).
+// so only this process's own services can talk to each other; an internal
+// frontend behind that TLS for Temporal's system worker; and the token
+// check on the public frontend (temporalauth.go).
 
 import (
 	"context"
@@ -49,12 +50,13 @@ func newEmbeddedServer(s devserver.StartOptions, tlsConf config.RootTLS) (tempor
 	}
 	opts := []temporal.ServerOption{
 		temporal.WithConfig(conf),
-		temporal.ForServices(temporal.DefaultServices),
+		temporal.ForServices(append([]string{string(primitives.InternalFrontendService)}, temporal.DefaultServices...)),
 		temporal.WithStaticHosts(map[primitives.ServiceName]static.Hosts{
-			primitives.FrontendService: hostOf(primitives.FrontendService),
-			primitives.MatchingService: hostOf(primitives.MatchingService),
-			primitives.HistoryService:  hostOf(primitives.HistoryService),
-			primitives.WorkerService:   hostOf(primitives.WorkerService),
+			primitives.FrontendService:         hostOf(primitives.FrontendService),
+			primitives.InternalFrontendService: hostOf(primitives.InternalFrontendService),
+			primitives.MatchingService:         hostOf(primitives.MatchingService),
+			primitives.HistoryService:          hostOf(primitives.HistoryService),
+			primitives.WorkerService:           hostOf(primitives.WorkerService),
 		}),
 		temporal.WithLogger(logger),
 	}
@@ -116,14 +118,19 @@ func embeddedConfig(s devserver.StartOptions) (*config.Config, error) {
 		}
 		return c
 	}
+	// Temporal's own system worker reaches the frontend API through the
+	// internal frontend, over internode mTLS: the public frontend then
+	// admits nothing but the token.
+	internal := service(false)
+	internal.RPC.HTTPPort = devserver.MustGetFreePort(s.FrontendIP)
 	conf.Services = map[string]config.Service{
-		"frontend": service(true), "history": service(false), "matching": service(false), "worker": service(false),
+		"frontend": service(true), "internal-frontend": internal,
+		"history": service(false), "matching": service(false), "worker": service(false),
 	}
 	conf.Archival.History.State = "disabled"
 	conf.Archival.Visibility.State = "disabled"
 	conf.NamespaceDefaults.Archival.History.State = "disabled"
 	conf.NamespaceDefaults.Archival.Visibility.State = "disabled"
-	conf.PublicClient.HostPort = frontend
 	return &conf, nil
 }
 

@@ -9,7 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -20,15 +22,14 @@ import (
 // deployment share the secret, so they derive the same token; nothing else
 // on the machine knows it.
 //
-// The check is a unary interceptor chained into the frontend
-// (temporal.WithChainedFrontendGrpcInterceptors, which devserver's
-// StartOptions.GRPCInterceptors feed); the HTTP API runs the same chain.
-// Behind the frontend, the history and matching services accept only
-// internode mutual TLS (internodetls.go). Temporal's own system worker (scanner, scheduler,
-// batcher) runs in this process and dials the frontend without any token;
-// its calls are admitted because their connection is this process's own
-// socket (the client end of the loopback connection is a file descriptor
-// of this process, which no other process can forge).
+// The check is a unary interceptor chained into the frontends
+// (temporal.WithChainedFrontendGrpcInterceptors); the HTTP API runs the
+// same chain. Temporal's own system worker has no token: it calls the
+// internal frontend, which like history and matching accepts only internode
+// mutual TLS with a certificate made in memory at this start
+// (internodetls.go); a call whose connection presented that certificate is
+// admitted. The public frontend is plain TCP, so there it is the token or
+// nothing.
 
 // FrontendToken is hex(HMAC-SHA256(secret, "temporal-frontend")).
 func FrontendToken(secret []byte) string { return derive(secret, "temporal-frontend") }
@@ -52,11 +53,23 @@ func frontendAuth(token string) grpc.UnaryServerInterceptor {
 			got := sha256.Sum256([]byte(v))
 			ok = ok || subtle.ConstantTimeCompare(got[:], want[:]) == 1
 		}
-		if !ok && !fromThisProcess(ctx) {
+		if !ok && !internodePeer(ctx) {
 			return nil, status.Error(codes.Unauthenticated, "this Temporal serves only the sandbox gateway and its workers (authorization token missing or wrong)")
 		}
 		return handler(ctx, req)
 	}
+}
+
+// internodePeer: the call came over TLS with a client certificate that
+// verified against the server's client CAs (only the internal frontend
+// asks for one, and only this process holds a certificate of that CA).
+func internodePeer(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0
 }
 
 // tokenHeaders is the SDK client's HeadersProvider presenting the token.

@@ -42,8 +42,7 @@ func startAuthDevServer(t *testing.T, ui string) (*DevServer, []byte) {
 // TestEmbeddedTemporalRefusesStrangers: a client in another process
 // without the deployment secret's token gets Unauthenticated from the
 // embedded frontend, over gRPC and its HTTP API; with the token it works.
-// (A client in this process would be admitted as Temporal's own system
-// worker is, so the stranger runs as a child process.)
+// The stranger runs as a child process: another program on the machine.
 func TestEmbeddedTemporalRefusesStrangers(t *testing.T) {
 	dev, secret := startAuthDevServer(t, "")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStrangerChild$", "-test.count=1", "-test.v")
@@ -178,6 +177,21 @@ func TestTemporalUIBehindLogin(t *testing.T) {
 		return do("", "/api/v1/namespaces/"+dev.Namespace+"/workflows", UIToken(secret)).StatusCode == http.StatusOK
 	}, 20*time.Second, 100*time.Millisecond, "the UI's API reaches the frontend with the token")
 	require.Equal(t, http.StatusMisdirectedRequest, do("evil.example:"+strings.Split(dev.UIAddress, ":")[1], "/", UIToken(secret)).StatusCode)
+
+	// The UI server behind the front holds no credential: reached
+	// directly, its API gets nothing from the frontend.
+	inner := 0
+	for _, addr := range listeningAddrs(t) {
+		if addr == dev.UIAddress || !servesUI(addr) {
+			continue
+		}
+		inner++
+		resp, err := noRedirect.Get("http://" + addr + "/api/v1/namespaces/" + dev.Namespace + "/workflows")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.NotEqual(t, http.StatusOK, resp.StatusCode, "the inner UI server at %s lists workflows for a stranger", addr)
+	}
+	require.Equal(t, 1, inner, "one inner UI server")
 }
 
 // listeningAddrs are the loopback TCP addresses this process listens on.
