@@ -27,7 +27,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Address, "temporal-address", "", "Temporal frontend host:port (default $TEMPORAL_ADDRESS, else an embedded dev server)")
 	fs.StringVar(&f.Namespace, "namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
 	fs.StringVar(&f.Embedded, "temporal-embedded-address", "", "embedded Temporal frontend address (default 127.0.0.1:7233)")
-	fs.StringVar(&f.UI, "temporal-ui", "off", "embedded Temporal UI address, e.g. 127.0.0.1:8233 (default off; when on it needs the gateway token, see README)")
+	fs.StringVar(&f.UI, "temporal-ui", "off", "embedded Temporal UI address, e.g. 127.0.0.1:8233 (default off; when on, behind a Host check and the login URL printed at start)")
 	fs.StringVar(&f.HostQueue, "host-queue", "", "this host's activity task queue (default eos-host-<hostname>)")
 	fs.StringVar(&f.DaemonBin, "daemon-binary", "", "static sandbox-daemon to copy into sandboxes")
 	fs.StringVar(&f.Seccomp, "seccomp-profile", "", "sandbox seccomp profile (default: next to the daemon binary, or sandboxinit/runtime/seccomp.json)")
