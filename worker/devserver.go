@@ -69,6 +69,10 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	if err != nil {
 		return nil, fmt.Errorf("temporal address %q: %w", o.Address, err)
 	}
+	// Temporal's frontend panics when its port is taken: say so first.
+	if err := devserver.CheckPortFree(host, port); err != nil {
+		return nil, fmt.Errorf("embedded temporal address %s: %w (pass --temporal-embedded-address)", net.JoinHostPort(host, strconv.Itoa(port)), err)
+	}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	opts := devserver.StartOptions{
