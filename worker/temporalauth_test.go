@@ -65,7 +65,7 @@ func TestEmbeddedTemporalRefusesStrangers(t *testing.T) {
 		require.False(t, servesUI(addr), "%s serves the Temporal UI, which is off by default", addr)
 	}
 
-	// The internal services (history, matching) answer only their
+	// The internal services (history, matching, internal frontend) answer only their
 	// own mutual-TLS peers: neither a plain gRPC client nor a TLS client
 	// without the in-memory CA's certificate gets an answer.
 	internal := 0
@@ -84,8 +84,13 @@ func TestEmbeddedTemporalRefusesStrangers(t *testing.T) {
 			conn.Close()
 			require.Error(t, err, "internal service at %s answered a stranger", addr)
 		}
+		// The internal frontend's HTTP API runs the token check too.
+		if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/api/v1/namespaces/" + dev.Namespace + "/workflows"); err == nil {
+			resp.Body.Close()
+			require.NotEqual(t, http.StatusOK, resp.StatusCode, "%s lists workflows for a stranger", addr)
+		}
 	}
-	require.GreaterOrEqual(t, internal, 2, "history and matching listen: %v", addrs)
+	require.GreaterOrEqual(t, internal, 3, "history, matching and the internal frontend listen: %v", addrs)
 }
 
 const strangerEnv = "EOS_TEST_TEMPORAL_STRANGER"
