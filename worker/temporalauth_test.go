@@ -65,9 +65,9 @@ func TestEmbeddedTemporalRefusesStrangers(t *testing.T) {
 		require.False(t, servesUI(addr), "%s serves the Temporal UI, which is off by default", addr)
 	}
 
-	// The internal services (history, matching, internal frontend) answer only their
-	// own mutual-TLS peers: neither a plain gRPC client nor a TLS client
-	// without the in-memory CA's certificate gets an answer.
+	// The internal services (history, matching, the internal frontend)
+	// answer only their own mutual-TLS peers: neither a plain gRPC client
+	// nor a TLS client without the in-memory CA's certificate gets one.
 	internal := 0
 	for _, addr := range addrs {
 		if addr == dev.Address || addr == dev.HTTPAddress {
