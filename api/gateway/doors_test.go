@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -218,5 +219,27 @@ func TestStalledReaderIsDropped(t *testing.T) {
 		require.Error(t, err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler is still blocked writing to a client that does not read")
+	}
+}
+
+// TestUnixSocketServesAnyHost: a unix socket is out of a browser's reach,
+// so its clients (curl --unix-socket, the CLIs) may send any Host.
+func TestUnixSocketServesAnyHost(t *testing.T) {
+	s := New(&fakeBackend{}, testToken, nil)
+	sock := filepath.Join(t.TempDir(), "gw.sock")
+	l, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx, l); close(done) }()
+	t.Cleanup(func() { cancel(); l.Close(); <-done })
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+	for _, host := range []string{"localhost", "evil.example"} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/healthz", nil)
+		resp, err := cl.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.NotEqual(t, http.StatusMisdirectedRequest, resp.StatusCode, host)
 	}
 }
