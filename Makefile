@@ -99,11 +99,11 @@ binaries: daemon
 
 # The service on its embedded defaults: the gateway on 127.0.0.1:7878 with
 # Temporal's dev server and the workers in process (SQLite under
-# ~/.ephemeral-sandbox, Temporal UI on 127.0.0.1:8233).
+# ~/.ephemeral-sandbox; no Temporal UI unless RUN_FLAGS='--temporal-ui 127.0.0.1:8233').
 run: binaries
 	bash scripts/ensure-docker.sh
 	bash scripts/build-test-images.sh
-	$(BIN)/sandbox-gateway --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json
+	$(BIN)/sandbox-gateway --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json $(RUN_FLAGS)
 
 install: binaries
 	install -d /usr/local/lib/eos

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
@@ -89,7 +90,11 @@ type Config struct {
 	SeccompProfile string // JSON text of the sandbox seccomp profile (the caller reads the file)
 	Secret         []byte // gateway secret; daemon tokens are derived from it (DaemonToken)
 	WorkerID       string // value of the eos.worker label
-	Logger         *slog.Logger
+	// HostPaths is the rule for the host paths a caller names (the
+	// workspace copied in, an export's destination); nil = the invoking
+	// user's home and the current directory (hostpath.DefaultRoots).
+	HostPaths *hostpath.Policy
+	Logger    *slog.Logger
 }
 
 // Activities holds what the activities share: the Docker client, the
@@ -127,6 +132,9 @@ func New(cfg Config, docker Docker) *Activities {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HostPaths == nil {
+		cfg.HostPaths = hostpath.Default()
 	}
 	a := &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities")}
 	a.daemon = daemonclient.New(cfg.Secret, a.resolveDaemon)
@@ -177,6 +185,10 @@ func keepHeartbeating(ctx context.Context, every time.Duration, progress func() 
 }
 
 // Non-retryable failures.
+
+// hostPathError is a refused host path: a non-retryable invalid_request
+// naming the rule.
+func hostPathError(err error) error { return apperr.New(hostpath.Refusal(err)) }
 
 func invalidArgument(format string, a ...any) error {
 	return apperr.Newf(api.KindInvalidRequest, nil, format, a...)

@@ -80,17 +80,11 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSp
 	if sb := spec.SharedBase; sb != nil && !sb.Leader {
 		return workflows.CopyReport{}, nil // the group's leader imported the base
 	}
-	root := spec.WorkspaceRoot
-	if !filepath.IsAbs(root) {
-		return workflows.CopyReport{}, invalidArgument("workspace_root must be an absolute host path, got %q", root)
-	}
-	root = filepath.Clean(root)
-	fi, err := os.Stat(root) // the root itself may be reached through a symlink
+	// A stranger may have sent the spec through Temporal: the gateway's
+	// check is not trusted.
+	root, err := a.cfg.HostPaths.Workspace("workspace_root", spec.WorkspaceRoot)
 	if err != nil {
-		return workflows.CopyReport{}, invalidArgument("workspace_root: %v", err)
-	}
-	if !fi.IsDir() {
-		return workflows.CopyReport{}, invalidArgument("workspace_root %s is not a directory", root)
+		return workflows.CopyReport{}, hostPathError(err)
 	}
 	c, err := a.inspectContainer(ctx, spec.SandboxID)
 	if err != nil {

@@ -54,6 +54,16 @@
 // first starts. It is never in Docker labels, env, argv or logs, nor in any
 // activity's input or output, so it never reaches workflow history.
 //
+// # Inputs from strangers
+//
+// An activity's input may come from anyone who reached Temporal, not only
+// from the gateway, so it is checked again here: the workspace_root copied
+// in and an export's dest must pass Config.HostPaths (hostpath: absolute,
+// no symlink, inside the allowed roots, never a system dir or the state
+// dir), and a shared base volume must be named eos-base-<id> and, when it
+// exists, carry our labels. A refusal is a non-retryable
+// ErrInvalidArgument before anything is read or written.
+//
 // # Errors and retries
 //
 // Failures that a retry cannot fix are non-retryable ApplicationErrors that

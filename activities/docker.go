@@ -101,6 +101,32 @@ func (a *Activities) inspectImage(ctx context.Context, img string) (image.Inspec
 	return info, nil
 }
 
+// checkBaseVolume refuses a shared base volume that is not ours: its name
+// must be BaseVolumeName of a valid sandbox id, and an existing one must
+// carry our labels for that leader (a caller must not get any volume of
+// the Docker host mounted into a sandbox). With mustExist a missing volume
+// is refused too (a follower mounts the leader's).
+func (a *Activities) checkBaseVolume(ctx context.Context, name string, mustExist bool) error {
+	leader, ok := strings.CutPrefix(name, workflows.BaseVolumeName(""))
+	if !ok || checkSandboxID(leader) != nil {
+		return invalidArgument("shared base volume %q is not one of ours (eos-base-<sandbox id>)", name)
+	}
+	v, err := a.docker.VolumeInspect(ctx, name)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		if mustExist {
+			return invalidArgument("shared base volume %s does not exist", name)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("inspect volume %s: %w", name, err)
+	}
+	if !isOurs(v.Labels, leader) || v.Labels[LabelRole] != "base" {
+		return invalidArgument("volume %s is not a shared base volume of ours (labels %v)", name, v.Labels)
+	}
+	return nil
+}
+
 // CreateVolume creates the sandbox's state volume, or returns the one an
 // earlier attempt created. A volume of that name without our labels is a
 // non-retryable ErrConflict: it may hold someone's data.
@@ -109,6 +135,12 @@ func (a *Activities) CreateVolume(ctx context.Context, spec workflows.SandboxSpe
 		return "", err
 	}
 	if sb := spec.SharedBase; sb != nil && sb.Leader {
+		if sb.Volume != workflows.BaseVolumeName(spec.SandboxID) {
+			return "", invalidArgument("the leader of a group creates its own base volume %s, not %q", workflows.BaseVolumeName(spec.SandboxID), sb.Volume)
+		}
+		if err := a.checkBaseVolume(ctx, sb.Volume, false); err != nil {
+			return "", err
+		}
 		if _, err := a.docker.VolumeInspect(ctx, sb.Volume); cerrdefs.IsNotFound(err) {
 			if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: sb.Volume, Labels: a.labels(spec.SandboxID, "base", spec.Labels)}); err != nil {
 				return "", fmt.Errorf("create shared base volume %s: %w", sb.Volume, err)
@@ -162,6 +194,11 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	// Docker would create a missing volume silently and without our labels.
 	if _, err := a.CreateVolume(ctx, spec); err != nil {
 		return workflows.ContainerInfo{}, err
+	}
+	if sb := spec.SharedBase; sb != nil {
+		if err := a.checkBaseVolume(ctx, sb.Volume, true); err != nil {
+			return workflows.ContainerInfo{}, err
+		}
 	}
 	if _, err := a.ensureNetwork(ctx, spec); err != nil {
 		return workflows.ContainerInfo{}, err

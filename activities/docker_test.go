@@ -18,6 +18,8 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -36,7 +38,17 @@ func newTestActivities(t *testing.T, d Docker) *Activities {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sandbox-daemon")
 	require.NoError(t, os.WriteFile(bin, []byte("#!daemon binary"), 0o755))
-	return New(Config{DaemonBinary: bin, SeccompProfile: testSeccomp, Secret: testSecret, WorkerID: "w1"}, d)
+	return New(Config{DaemonBinary: bin, SeccompProfile: testSeccomp, Secret: testSecret, WorkerID: "w1", HostPaths: testHostPaths(t)}, d)
+}
+
+// testHostPaths allows the temp dir every t.TempDir lives under.
+func testHostPaths(t *testing.T) *hostpath.Policy {
+	t.Helper()
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	require.NoError(t, err)
+	p, err := hostpath.New([]string{tmp})
+	require.NoError(t, err)
+	return p
 }
 
 func testSpec(id string) workflows.SandboxSpec {

@@ -87,10 +87,11 @@ func (a *Activities) ExportChanges(ctx context.Context, spec workflows.ExportSpe
 	if !ok {
 		return nil, invalidArgument("unknown export format %q (dir, tar, tar-zst, patch)", spec.Format)
 	}
-	if !filepath.IsAbs(spec.Dest) {
-		return nil, invalidArgument("dest must be an absolute host path, got %q", spec.Dest)
+	// Checked here again, as if a stranger sent the spec through Temporal.
+	dest, err := a.cfg.HostPaths.Dest("dest", spec.Dest, format == FormatDir)
+	if err != nil {
+		return nil, hostPathError(err)
 	}
-	dest := filepath.Clean(spec.Dest)
 	if format != FormatDir {
 		if _, err := os.Lstat(dest); err == nil {
 			return nil, conflict("export destination %s already exists; refusing to overwrite it", dest)

@@ -18,11 +18,12 @@ const maxListedDirectories = 500
 // reads names only, never contents.
 func (a *Activities) ListDirectories(ctx context.Context, p string) (workflows.DirectoryListing, error) {
 	if p == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return workflows.DirectoryListing{}, apperr.Newf(api.KindOperationFailed, nil, "this host has no home directory: %v", err)
+		// The allowed roots: the only places a workspace_root may be.
+		out := workflows.DirectoryListing{Directories: []workflows.DirectoryEntry{}}
+		for _, r := range a.cfg.HostPaths.Roots() {
+			out.Directories = append(out.Directories, workflows.DirectoryEntry{Name: filepath.Base(r), Path: r})
 		}
-		return workflows.DirectoryListing{Directories: []workflows.DirectoryEntry{{Name: filepath.Base(home), Path: home}}}, nil
+		return out, nil
 	}
 	if !filepath.IsAbs(p) {
 		return workflows.DirectoryListing{}, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "path must be absolute")

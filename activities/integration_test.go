@@ -116,6 +116,7 @@ func newDockerActivities(t *testing.T) (*Activities, *client.Client, workflows.S
 		SeccompProfile: string(seccomp),
 		Secret:         []byte(randHex(32)),
 		WorkerID:       "acttest-worker-" + id, // ListLeftovers sees only this test's objects
+		HostPaths:      testHostPaths(t),
 	}, cli)
 	spec := workflows.SandboxSpec{SandboxID: id, Image: testImage, Labels: map[string]string{"eos.test": "activities"},
 		Profile: workflows.ResourceProfile{MemoryBytes: 1 << 30, CPUs: 2, PidsLimit: 4096}}

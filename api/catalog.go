@@ -220,7 +220,7 @@ var catalog = []Operation{
 		Description: "Starts a sandbox container from image, imports workspace_root (an absolute host path) as the base layer, and waits until the sandbox is ready. Returns the sandbox record; use its id as sandbox_id / --sandbox-id for runtime operations. With count > 1 returns {sandboxes:[...]}.",
 		Args: []Arg{
 			reqStr("image", "Docker image already on the host (nothing is pulled; list_docker_images lists them), e.g. ubuntu:24.04."),
-			{Name: "workspace_root", Type: TypeString, Required: true, Aliases: []string{"workspace-bind-root"}, Description: "Absolute host path imported as the sandbox's /workspace base."},
+			{Name: "workspace_root", Type: TypeString, Required: true, Aliases: []string{"workspace-bind-root"}, Description: "Absolute host path imported as the sandbox's /workspace base: inside an allowed root of the gateway (--allow-root; default its user's home and start directory), with no symlink component, never /, a system directory or the gateway's state dir."},
 			intArg("count", int64(1), i64(1), i64(16), "How many identical sandboxes to create."),
 		},
 		Result: resSandbox},
@@ -278,7 +278,7 @@ var catalog = []Operation{
 		Result:      map[string]string{"images": "array"}},
 	{Name: "list_workspace_directories", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteHost,
 		Summary:     "List host directories that can serve as workspace_root.",
-		Description: "Without path lists the picker roots; with path lists up to 500 immediate subdirectories.",
+		Description: "Without path lists the allowed roots (the gateway's --allow-root directories); with path lists up to 500 immediate subdirectories.",
 		Args:        []Arg{str("path", "Absolute host directory to list.")},
 		Result:      map[string]string{"path": "string", "parent": "string", "truncated": "boolean", "directories": "array"}},
 	{Name: "squash_layerstacks", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Progress: true,
@@ -290,7 +290,7 @@ var catalog = []Operation{
 		Summary:     "Export all published changes of a sandbox to the host.",
 		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts.",
 		Args: []Arg{argSandboxID,
-			reqStr("dest", "Absolute host path (directory for dir, file for tar formats)."),
+			reqStr("dest", "Absolute host path (directory for dir, file for tar formats), under the same rule as workspace_root: inside an allowed root, no symlink component."),
 			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst", "patch"}, Description: "Export encoding: a directory, a tar or tar.zst of the layers (OCI whiteouts), or a git-style patch of the published changes against the base."}},
 		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer"}},
 

@@ -28,15 +28,17 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api/client"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
 	"github.com/ephemeral-sandbox/sandbox/gateway"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // StackOptions say how to run the product for a benchmark.
 type StackOptions struct {
-	DaemonBinary string // the static sandbox-daemon (make daemon: bin/sandbox-daemon)
-	Seccomp      string // profile path ("" = found next to the daemon or in the tree)
-	StateDir     string // embedded Temporal's SQLite and the secret
+	DaemonBinary string   // the static sandbox-daemon (make daemon: bin/sandbox-daemon)
+	Seccomp      string   // profile path ("" = found next to the daemon or in the tree)
+	StateDir     string   // embedded Temporal's SQLite and the secret
+	AllowRoots   []string // where workspaces and exports may be (--allow-root; none = home and cwd)
 	Log          *slog.Logger
 }
 
@@ -61,7 +63,15 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-	acts, err := worker.BuildActivities(secret, o.DaemonBinary, o.Seccomp, o.Log)
+	roots := o.AllowRoots
+	if len(roots) == 0 {
+		roots = hostpath.DefaultRoots()
+	}
+	hostPaths, err := hostpath.New(roots, o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	acts, err := worker.BuildActivities(secret, o.DaemonBinary, o.Seccomp, hostPaths, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -72,14 +82,14 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	metrics := gateway.NewMetrics()
 	svc, err := worker.Start(ctx, worker.Options{StateDir: o.StateDir, EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
-		Activities: acts, HostQueue: fmt.Sprintf("eos-bench-%d", time.Now().UnixNano()), Logger: o.Log,
+		Activities: acts, Secret: secret, HostQueue: fmt.Sprintf("eos-bench-%d", time.Now().UnixNano()), Logger: o.Log,
 		ClientInterceptors: []grpc.UnaryClientInterceptor{metrics.TemporalInterceptor()}})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	token := hexToken()
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: hostPaths}
 	srv := gateway.New(backend, token, o.Log)
 	srv.SetMetrics(metrics)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -140,6 +140,9 @@ func Run(ctx context.Context, o Options) (*Suite, error) {
 	}
 	s := &Suite{o: o, Rec: &Recorder{}, Machine: machine(ctx)}
 	o.Stack.StateDir = filepath.Join(o.WorkDir, "state")
+	if len(o.Stack.AllowRoots) == 0 {
+		o.Stack.AllowRoots = []string{o.WorkDir} // the repositories and worktrees live here
+	}
 	o.Stack.Log = o.Log
 	st, err := StartStack(ctx, o.Stack)
 	if err != nil {

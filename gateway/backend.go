@@ -12,6 +12,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 )
@@ -28,7 +29,11 @@ type TemporalBackend struct {
 	Secret    []byte        // the deployment secret daemon tokens derive from
 	Timeout   time.Duration // per lifecycle update (default 10 minutes)
 	Namespace string        // Temporal namespace, for UI links ("" = default)
-	UIAddress string        // Temporal UI host:port, for links ("" = no links)
+	UIAddress string        // Temporal UI host:port or base URL, for links ("" = no links)
+	// HostPaths is the rule for workspace_root and export dests, checked
+	// before a workflow starts (nil = hostpath.Default()). The activities
+	// check again with their own.
+	HostPaths *hostpath.Policy
 	// FleetConcurrency and FleetTimeout bound the system-wide views'
 	// fan-out to the sandboxes (defaults 8 and 1.5 s per sandbox).
 	FleetConcurrency int
@@ -127,4 +132,11 @@ func withArg(args map[string]any, k string, v any) map[string]any {
 	}
 	out[k] = v
 	return out
+}
+
+func (b *TemporalBackend) hostPaths() *hostpath.Policy {
+	if b.HostPaths == nil {
+		return hostpath.Default()
+	}
+	return b.HostPaths
 }

@@ -65,6 +65,9 @@ type Server struct {
 	// StreamHeartbeat is the interval of SSE heartbeat comments (default
 	// DefaultStreamHeartbeat).
 	StreamHeartbeat time.Duration
+	// SniffTimeout bounds a new connection's wait for its first byte and
+	// for the HTTP server to take it (default SniffTimeout).
+	SniffTimeout time.Duration
 	// Metrics are served at /metrics. New sets fresh ones; a caller that
 	// dialled Temporal with Metrics.TemporalInterceptor sets its own.
 	Metrics *Metrics
@@ -72,6 +75,7 @@ type Server struct {
 	tokenSum [32]byte
 	engine   *gin.Engine
 	sem      chan struct{}
+	lineHook func(*jsonl.Request) // tests: runs before a JSON-lines dispatch
 }
 
 // New builds a server.

@@ -4,13 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -86,6 +85,15 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, name, sandboxID
 // sends none.
 func (b *TemporalBackend) updateOp(ctx context.Context, op *api.Operation, sandboxID string, args map[string]any, async bool, progress func(string)) (any, error) {
 	delete(args, "sandbox_id")
+	if op.Name == "export_changes" {
+		// A destination outside the allowed roots is refused before any
+		// work (the export activity checks again).
+		dest, _ := args["dest"].(string)
+		format, _ := args["format"].(string)
+		if _, err := b.hostPaths().Dest("dest", dest, format == "" || strings.EqualFold(format, "dir")); err != nil {
+			return nil, hostpath.Refusal(err)
+		}
+	}
 	name, req := op.Name, any(args)
 	if op.AmendWhenSessionless {
 		raw, err := json.Marshal(args)
@@ -190,11 +198,9 @@ func (b *TemporalBackend) destroySandbox(ctx context.Context, sandboxID string, 
 func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args map[string]any, async bool, progress func(string)) (any, error) {
 	image, _ := args["image"].(string)
 	root, _ := args["workspace_root"].(string)
-	if !filepath.IsAbs(root) {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root must be an absolute host path")
-	}
-	if st, err := os.Stat(root); err != nil || !st.IsDir() {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "workspace_root is not a directory: %s", root)
+	root, err := b.hostPaths().Workspace("workspace_root", root)
+	if err != nil {
+		return nil, hostpath.Refusal(err)
 	}
 	count := 1
 	if n, ok := args["count"]; ok {

@@ -69,7 +69,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold.Close()
-	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n"))
+	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n"))
 	time.Sleep(100 * time.Millisecond)
 
 	c2, err := net.Dial("tcp", addr)
@@ -77,7 +77,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	c2.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	c2.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n\r\n"))
 	got := make(chan int, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(c2), nil)
@@ -105,5 +105,35 @@ func TestHTTPConnectionCap(t *testing.T) {
 	// JSON lines do not count against the HTTP cap.
 	if out := rawLine(t, addr, []byte(`{"op":"list_sandboxes","scope":{"kind":"system"},"args":{},"_sandbox_gateway_auth_token":"`+testToken+`"}`+"\n")); out["op"] != "list_sandboxes" {
 		t.Fatalf("%v", out)
+	}
+}
+
+// TestHandoffHasADeadline: an HTTP connection the server cannot take (every
+// slot busy with an unfinished request) is closed after SniffTimeout
+// instead of waiting forever.
+func TestHandoffHasADeadline(t *testing.T) {
+	addr := startWith(t, &fakeBackend{}, func(s *Server) { s.MaxHTTPConns = 1; s.SniffTimeout = 300 * time.Millisecond })
+	hold, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n")) // unfinished: holds the slot
+	time.Sleep(100 * time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection over the cap was answered")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection waiting for a slot was never closed")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("closed after %v", d)
 	}
 }

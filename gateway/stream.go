@@ -74,7 +74,16 @@ func (s *sse) event(name string, data []byte) {
 		b.WriteString("data: " + l + "\n")
 	}
 	b.WriteString("\n")
-	_, _ = s.w.WriteString(b.String())
+	s.write(b.String())
+}
+
+// write sends one frame; each write has StreamWriteTimeout
+// (writeDeadlines), and a frame the client did not take closes the stream.
+func (s *sse) write(frame string) {
+	if _, err := s.w.WriteString(frame); err != nil {
+		s.closed = true
+		return
+	}
 	s.w.Flush()
 }
 
@@ -84,8 +93,7 @@ func (s *sse) comment(text string) {
 	if s.closed {
 		return
 	}
-	_, _ = s.w.WriteString(": " + text + "\n\n")
-	s.w.Flush()
+	s.write(": " + text + "\n\n")
 }
 
 func (s *sse) close() {

@@ -87,6 +87,7 @@ func rpc(t testing.TB, h http.Handler, rid, op string, args any) (int, map[strin
 	body, err := json.Marshal(args)
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodPost, "/rpc/"+op, bytes.NewReader(body))
+	req.Host = "127.0.0.1:32768" // the gateway reaches the daemon at its published loopback port
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	if rid != "" {
 		req.Header.Set("X-Request-Id", rid)

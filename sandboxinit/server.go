@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/hostcheck"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/telemetry"
 )
 
@@ -58,7 +59,10 @@ func NewServer(d *Daemon) *Server {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.KindNotFound, nil, "not found"))
 	})
-	s.http = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// The daemon is reached at 127.0.0.1:<the port Docker published>: any
+	// loopback Host is ours, a name such as evil.example (DNS rebinding) is
+	// refused, and no CORS grant leaves (not even one a forwarded app sets).
+	s.http = &http.Server{Handler: hostcheck.Loopback().Handler(s.guard(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	return s
 }
 

@@ -50,13 +50,14 @@ func TestWorkerChild(t *testing.T) {
 	require.NoError(t, err)
 	dc, err := activities.NewDockerClient()
 	require.NoError(t, err)
-	acts := activities.New(activities.Config{DaemonBinary: os.Getenv(childDaemon), SeccompProfile: string(profile), Secret: secret, WorkerID: "crash-test"}, dc)
+	acts := activities.New(activities.Config{DaemonBinary: os.Getenv(childDaemon), SeccompProfile: string(profile), Secret: secret, WorkerID: "crash-test",
+		HostPaths: testenv.HostPaths(t)}, dc)
 	var ics []interceptor.WorkerInterceptor
 	if fp := FailpointInterceptor(); fp != nil {
 		ics = append(ics, fp)
 	}
 	svc, err := Start(context.Background(), Options{TemporalAddress: os.Getenv("TEMPORAL_ADDRESS"), HostQueue: os.Getenv(childQueue),
-		Activities: acts, Interceptors: ics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Secret: secret, Activities: acts, Interceptors: ics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	defer svc.Stop()
 	select {} // until the parent (or a failpoint) kills us
@@ -75,14 +76,14 @@ type crashRig struct {
 
 func newCrashRig(t *testing.T) *crashRig {
 	testenv.RequireDocker(t)
+	secret := []byte(randHex(32))
 	dev, err := StartDevServer(context.Background(), DevServerOptions{StateDir: t.TempDir(), Address: "127.0.0.1:0", UIAddress: "off",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Secret: secret, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	t.Cleanup(dev.Stop)
-	c, err := client.Dial(client.Options{HostPort: dev.Address, Logger: quietLogger{}})
+	c, err := client.Dial(client.Options{HostPort: dev.Address, Logger: quietLogger{}, HeadersProvider: Headers(secret)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	secret := []byte(randHex(32))
 	seccomp := filepath.Join(testenv.RepoRoot(), "sandboxinit", "runtime", "seccomp.json")
 	r := &crashRig{t: t, dev: dev, c: c, queue: "eos-host-crash-" + randHex(4), secret: secret}
 	r.env = append(os.Environ(), childEnv+"=1", "TEMPORAL_ADDRESS="+dev.Address, childQueue+"="+r.queue,
@@ -147,7 +148,7 @@ func (r *crashRig) startSandbox(id, workspace string) {
 func (r *crashRig) acts() *activities.Activities {
 	dc, err := activities.NewDockerClient()
 	require.NoError(r.t, err)
-	return activities.New(activities.Config{Secret: r.secret}, dc)
+	return activities.New(activities.Config{Secret: r.secret, HostPaths: testenv.HostPaths(r.t)}, dc)
 }
 
 func TestWorkerCrashDuringPublish(t *testing.T) {

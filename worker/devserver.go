@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/temporalio/cli/temporalcli/devserver"
+	"go.temporal.io/server/temporal"
+	"google.golang.org/grpc"
 )
 
 // DevServerOptions configure the embedded Temporal dev server.
@@ -20,21 +23,32 @@ type DevServerOptions struct {
 	StateDir  string // the SQLite file lives here (temporal.db)
 	Namespace string // default "default"
 	Address   string // frontend host:port, default 127.0.0.1:7233 (":0" picks a free port)
-	UIAddress string // default 127.0.0.1:8233; "off" disables the UI
-	Logger    *slog.Logger
+	UIAddress string // "" or "off" = no UI (the default); else host:port of the UI behind a login
+	// Secret is the deployment secret: the frontend answers only RPCs
+	// carrying FrontendToken(Secret), the UI only UIToken(Secret). Required.
+	Secret []byte
+	Logger *slog.Logger
 }
 
 // DevServer is a running embedded Temporal.
 type DevServer struct {
-	srv       *devserver.Server
-	Address   string
-	UIAddress string
+	srv     temporal.Server
+	ui      *temporalUI
+	Address string
+	// HTTPAddress is the frontend's HTTP API (the same token guards it).
+	HTTPAddress string
+	UIAddress   string // "" when the UI is off
+	// UILogin is the URL that logs a browser in to the UI ("" when off).
+	UILogin   string
 	Namespace string
 }
 
 // StartDevServer starts Temporal's dev server in this process: SQLite in
 // the state dir (WAL, synchronous=normal) and the settings that remove the
-// dev server's 50 ms hand-offs (see the temporal probe's findings).
+// dev server's 50 ms hand-offs (see the temporal probe's findings); its
+// frontend answers only the deployment's token, its internal services
+// (and the internal frontend of Temporal's system worker) only internode
+// mTLS (embedded.go).
 func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error) {
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -42,8 +56,8 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	if o.Address == "" {
 		o.Address = "127.0.0.1:7233"
 	}
-	if o.UIAddress == "" {
-		o.UIAddress = "127.0.0.1:8233"
+	if len(o.Secret) == 0 {
+		return nil, errors.New("embedded temporal: a deployment secret is required (its token is the only way in)")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -55,14 +69,19 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	if err != nil {
 		return nil, fmt.Errorf("temporal address %q: %w", o.Address, err)
 	}
+	// Temporal's frontend panics when its port is taken: say so first.
+	if err := devserver.CheckPortFree(host, port); err != nil {
+		return nil, fmt.Errorf("embedded temporal address %s: %w (pass --temporal-embedded-address)", net.JoinHostPort(host, strconv.Itoa(port)), err)
+	}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	opts := devserver.StartOptions{
 		FrontendIP: host, FrontendPort: port, Namespaces: []string{o.Namespace},
 		ClusterID: hex.EncodeToString(rb[:]), MasterClusterName: "active", CurrentClusterName: "active",
 		InitialFailoverVersion: 1, Logger: o.Logger, LogLevel: slog.LevelError,
-		DatabaseFile:  filepath.Join(o.StateDir, "temporal.db"),
-		SqlitePragmas: map[string]string{"journal_mode": "wal", "synchronous": "normal"},
+		GRPCInterceptors: []grpc.UnaryServerInterceptor{frontendAuth(FrontendToken(o.Secret))},
+		DatabaseFile:     filepath.Join(o.StateDir, "temporal.db"),
+		SqlitePragmas:    map[string]string{"journal_mode": "wal", "synchronous": "normal"},
 		DynamicConfigValues: map[string]any{
 			"system.forceSearchAttributesCacheRefreshOnRead": true,
 			"frontend.persistenceMaxQPS":                     10000,
@@ -77,25 +96,40 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 			"history.maxInFlightUpdates": 1000,
 		},
 	}
-	ds := &DevServer{Address: net.JoinHostPort(host, strconv.Itoa(port)), Namespace: o.Namespace}
-	if o.UIAddress != "off" {
-		uh, up, err := hostPort(o.UIAddress)
-		if err != nil {
-			return nil, fmt.Errorf("temporal UI address %q: %w", o.UIAddress, err)
-		}
-		opts.UIIP, opts.UIPort = uh, up
-		ds.UIAddress = net.JoinHostPort(uh, strconv.Itoa(up))
-	}
-	srv, err := devserver.Start(opts)
+	opts.FrontendHTTPPort = devserver.MustGetFreePort(host)
+	ds := &DevServer{Address: net.JoinHostPort(host, strconv.Itoa(port)), Namespace: o.Namespace,
+		HTTPAddress: net.JoinHostPort(host, strconv.Itoa(opts.FrontendHTTPPort))}
+	tlsConf, err := internodeTLS()
 	if err != nil {
+		return nil, fmt.Errorf("embedded temporal: %w", err)
+	}
+	srv, err := newEmbeddedServer(opts, tlsConf)
+	if err != nil {
+		return nil, fmt.Errorf("embedded temporal: %w", err)
+	}
+	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start embedded temporal: %w", err)
 	}
 	ds.srv = srv
+	if o.UIAddress != "" && o.UIAddress != "off" {
+		ui, err := startUI(o.UIAddress, ds.Address, FrontendToken(o.Secret), UIToken(o.Secret), o.Logger)
+		if err != nil {
+			srv.Stop()
+			return nil, err
+		}
+		ds.ui, ds.UIAddress = ui, ui.Addr
+		ds.UILogin = "http://" + ui.Addr + "/?login=" + UIToken(o.Secret)
+	}
 	return ds, nil
 }
 
 // Stop stops the server.
-func (d *DevServer) Stop() { d.srv.Stop() }
+func (d *DevServer) Stop() {
+	if d.ui != nil {
+		d.ui.Stop()
+	}
+	d.srv.Stop()
+}
 
 func hostPort(addr string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)

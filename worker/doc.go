@@ -8,4 +8,11 @@
 // (registration aliasing is off); sandbox activities run on the task queue
 // of the host that owns the sandbox; the reconciler removes only objects
 // carrying our labels whose sandbox workflow is not running.
+//
+// Only the product talks to the embedded Temporal: its frontend refuses
+// every RPC that lacks FrontendToken(secret), and every client built here
+// presents the token; its internal services (history, matching, and the
+// internal frontend of Temporal's system worker) accept only internode
+// mTLS with a certificate made in memory at each start. The UI is off
+// unless asked for, and then sits behind a Host check and a login (ui.go).
 package worker

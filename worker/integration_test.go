@@ -54,10 +54,10 @@ func startStackFor(tb testing.TB) *stack {
 	dc, err := activities.NewDockerClient()
 	require.NoError(tb, err)
 	acts := activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(tb), SeccompProfile: testenv.SeccompProfile(tb),
-		Secret: secret, WorkerID: "test"}, dc)
+		Secret: secret, WorkerID: "test", HostPaths: testenv.HostPaths(tb)}, dc)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := Start(context.Background(), Options{StateDir: tb.TempDir(), EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
-		Activities: acts, HostQueue: "eos-host-test-" + randHex(4), Logger: log})
+		Secret: secret, Activities: acts, HostQueue: "eos-host-test-" + randHex(4), Logger: log})
 	require.NoError(tb, err)
 	tb.Cleanup(svc.Stop)
 	return &stack{svc: svc, acts: acts, secret: secret, docker: dc}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/internal/secretfile"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 )
 
 // DefaultStateDir is ~/.ephemeral-sandbox.
@@ -71,8 +72,9 @@ func FindDaemonBinary(given string) (string, error) {
 // BuildActivities assembles the activities of a worker process: the static
 // daemon binary (FindDaemonBinary), the sandbox seccomp profile (the given
 // path, else seccomp.json beside the daemon binary or in the source tree),
-// the Docker client, and the gateway secret every daemon token derives from.
-func BuildActivities(secret []byte, daemonBin, seccomp string, log *slog.Logger) (*activities.Activities, error) {
+// the Docker client, the gateway secret every daemon token derives from,
+// and the host path policy (nil = hostpath.Default()).
+func BuildActivities(secret []byte, daemonBin, seccomp string, hostPaths *hostpath.Policy, log *slog.Logger) (*activities.Activities, error) {
 	bin, err := FindDaemonBinary(daemonBin)
 	if err != nil {
 		return nil, err
@@ -94,5 +96,5 @@ func BuildActivities(secret []byte, daemonBin, seccomp string, log *slog.Logger)
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	return activities.New(activities.Config{DaemonBinary: bin, SeccompProfile: string(profile), Secret: secret, WorkerID: host, Logger: log}, dc), nil
+	return activities.New(activities.Config{DaemonBinary: bin, SeccompProfile: string(profile), Secret: secret, WorkerID: host, HostPaths: hostPaths, Logger: log}, dc), nil
 }

@@ -25,10 +25,15 @@ import (
 
 // Options configure the lifecycle service.
 type Options struct {
-	StateDir         string // ~/.ephemeral-sandbox by default; the embedded server's SQLite lives here
-	TemporalAddress  string // "" = TEMPORAL_ADDRESS, else the embedded dev server
-	Namespace        string // "" = TEMPORAL_NAMESPACE, else "default"
-	UIAddress        string // embedded UI, default 127.0.0.1:8233 ("off" disables it)
+	StateDir        string // ~/.ephemeral-sandbox by default; the embedded server's SQLite lives here
+	TemporalAddress string // "" = TEMPORAL_ADDRESS, else the embedded dev server
+	Namespace       string // "" = TEMPORAL_NAMESPACE, else "default"
+	UIAddress       string // embedded UI host:port behind a login; "" or "off" (the default) = no UI
+	// Secret is the deployment secret. The embedded Temporal answers only
+	// clients presenting FrontendToken(Secret), and this client presents it
+	// (to an external cluster too, unless TEMPORAL_TLS* configures mTLS,
+	// which then authenticates instead). Required for the embedded server.
+	Secret           []byte
 	EmbeddedAddress  string // embedded frontend, default 127.0.0.1:7233
 	HostQueue        string // this worker's own task queue, default "eos-host-<hostname>"
 	Activities       *activities.Activities
@@ -76,7 +81,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	addr := o.TemporalAddress
 	if addr == "" {
 		dev, err := StartDevServer(ctx, DevServerOptions{StateDir: o.StateDir, Namespace: o.Namespace,
-			Address: o.EmbeddedAddress, UIAddress: o.UIAddress, Logger: o.Logger.With("component", "temporal")})
+			Address: o.EmbeddedAddress, UIAddress: o.UIAddress, Secret: o.Secret, Logger: o.Logger.With("component", "temporal")})
 		if err != nil {
 			return nil, err
 		}
@@ -88,8 +93,10 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		svc.Stop()
 		return nil, err
 	}
-	if tlsCfg != nil {
+	if tlsCfg != nil && svc.Dev == nil {
 		copts.ConnectionOptions.TLS = tlsCfg
+	} else if len(o.Secret) > 0 {
+		copts.HeadersProvider = Headers(o.Secret)
 	}
 	if len(o.ClientInterceptors) > 0 {
 		copts.ConnectionOptions.DialOptions = append(copts.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(o.ClientInterceptors...))

@@ -37,18 +37,18 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	acts := activities.New(activities.Config{DaemonBinary: testenv.DaemonBinary(t), SeccompProfile: testenv.SeccompProfile(t),
-		Secret: secret, WorkerID: "gateway-e2e"}, dc)
+		Secret: secret, WorkerID: "gateway-e2e", HostPaths: testenv.HostPaths(t)}, dc)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	svc, err := worker.Start(ctx, worker.Options{StateDir: t.TempDir(), EmbeddedAddress: "127.0.0.1:0", UIAddress: "off",
-		Activities: acts, HostQueue: "eos-host-gw-e2e-" + client.NewRequestID()[:8], Logger: log})
+		Secret: secret, Activities: acts, HostQueue: "eos-host-gw-e2e-" + client.NewRequestID()[:8], Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
 	const token = "e2e-token"
-	srv := gateway.New(&gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret}, token, log)
+	srv := gateway.New(&gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: testenv.HostPaths(t)}, token, log)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

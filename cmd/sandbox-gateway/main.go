@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
@@ -46,16 +48,23 @@ func run() int {
 		log.Error("gateway secret", "err", err)
 		return 1
 	}
+	// The token file and the state dir are never a workspace nor an
+	// export destination, nor inside or above one.
+	hostPaths, err := wf.HostPaths(filepath.Dir(*tokenFile))
+	if err != nil {
+		log.Error("allowed roots (--allow-root)", "err", err)
+		return 1
+	}
 	var acts *activities.Activities
 	if !*noWorkers {
-		if acts, err = worker.BuildActivities(secret, wf.DaemonBin, wf.Seccomp, log); err != nil {
+		if acts, err = worker.BuildActivities(secret, wf.DaemonBin, wf.Seccomp, hostPaths, log); err != nil {
 			log.Error("worker setup", "err", err)
 			return 1
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	opts := wf.Options(acts, log)
+	opts := wf.Options(secret, acts, log)
 	opts.NoWorkers = *noWorkers
 	metrics := gateway.NewMetrics()
 	opts.ClientInterceptors = append(opts.ClientInterceptors, metrics.TemporalInterceptor())
@@ -76,7 +85,7 @@ func run() int {
 	if *noWorkers && wf.HostQueue == "" {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace, HostPaths: hostPaths}
 	if svc.Dev != nil {
 		backend.UIAddress = svc.Dev.UIAddress
 	}
@@ -109,12 +118,13 @@ func run() int {
 	}
 	fmt.Fprintf(os.Stderr, "  token file: %s\n", *tokenFile)
 	if svc.Dev != nil {
-		ui := "off"
-		if svc.Dev.UIAddress != "" {
-			ui = "http://" + svc.Dev.UIAddress
+		ui := "off (--temporal-ui 127.0.0.1:8233 turns it on)"
+		if svc.Dev.UILogin != "" {
+			ui = "log in at " + svc.Dev.UILogin
 		}
-		fmt.Fprintf(os.Stderr, "  embedded Temporal at %s, UI %s\n", svc.Dev.Address, ui)
+		fmt.Fprintf(os.Stderr, "  embedded Temporal at %s (only for clients holding the deployment secret), UI %s\n", svc.Dev.Address, ui)
 	}
+	fmt.Fprintf(os.Stderr, "  allowed roots (workspaces, exports): %s\n", strings.Join(hostPaths.Roots(), ", "))
 	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json; MCP: http://%s/mcp/{management,runtime,observability}; metrics: /metrics; health: /healthz\n", l.Addr(), l.Addr())
 	fmt.Fprintf(os.Stderr, "  try: sandbox-manager-cli --gateway-endpoint %s create_sandbox --image eos-test-busybox:1 --workspace-root \"$PWD\"   (any local image; none is pulled)\n", l.Addr())
 	fmt.Fprintf(os.Stderr, "   or: curl -s -H \"Authorization: Bearer $(cat %s)\" -d '{}' http://%s/v1/ops/list_sandboxes\n", *tokenFile, l.Addr())

@@ -27,14 +27,19 @@ func run() int {
 		log.Error("worker setup", "err", err)
 		return 1
 	}
-	acts, err := worker.BuildActivities(secret, wf.DaemonBin, wf.Seccomp, log)
+	hostPaths, err := wf.HostPaths()
+	if err != nil {
+		log.Error("allowed roots (--allow-root)", "err", err)
+		return 1
+	}
+	acts, err := worker.BuildActivities(secret, wf.DaemonBin, wf.Seccomp, hostPaths, log)
 	if err != nil {
 		log.Error("worker setup", "err", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	opts := wf.Options(acts, log)
+	opts := wf.Options(secret, acts, log)
 	opts.NoWorkflowWorker = *onlyHost
 	svc, err := worker.Start(ctx, opts)
 	if err != nil {
@@ -51,7 +56,10 @@ func run() int {
 	}
 	log.Info("worker running", "host_queue", svc.HostQueue, "namespace", svc.Namespace)
 	if svc.Dev != nil {
-		fmt.Fprintf(os.Stderr, "embedded Temporal at %s, UI http://%s\n", svc.Dev.Address, svc.Dev.UIAddress)
+		fmt.Fprintf(os.Stderr, "embedded Temporal at %s\n", svc.Dev.Address)
+		if svc.Dev.UILogin != "" {
+			fmt.Fprintf(os.Stderr, "Temporal UI: log in at %s\n", svc.Dev.UILogin)
+		}
 	}
 	<-ctx.Done()
 	return 0

@@ -137,7 +137,7 @@ func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
 		"--host-queue", o.HostQueue,
 		"--daemon-binary", daemon,
 		"--seccomp-profile", filepath.Join(RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
-		fmt.Sprintf("--reconcile=%v", o.Reconcile))
+		fmt.Sprintf("--reconcile=%v", o.Reconcile), "--allow-root", TempRoot(t))
 	cmd.Env = append(os.Environ(), "HOME="+g.Home)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {

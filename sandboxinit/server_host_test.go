@@ -1,0 +1,46 @@
+package sandboxinit
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDaemonRefusesForeignHost: over a real listener, the daemon answers
+// a loopback Host (whatever the port) and refuses a name such as
+// evil.example (DNS rebinding) before authentication, with no CORS grant.
+func TestDaemonRefusesForeignHost(t *testing.T) {
+	d := newViewDaemon(t, map[string]string{"a": "a\n"})
+	srv := NewServer(d)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.http.Close() })
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	cl := &http.Client{Timeout: 10 * time.Second}
+	for host, want := range map[string]int{
+		"127.0.0.1:" + port:    http.StatusOK,
+		"127.0.0.1:49153":      http.StatusOK, // the port Docker published, not the one inside
+		"localhost:7001":       http.StatusOK,
+		"[::1]:7001":           http.StatusOK,
+		"evil.example":         http.StatusMisdirectedRequest,
+		"evil.example:" + port: http.StatusMisdirectedRequest,
+		"10.0.0.5:" + port:     http.StatusMisdirectedRequest,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/health", l.Addr()), nil)
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Origin", "http://evil.example")
+		resp, err := cl.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, host)
+		require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), host)
+	}
+}
