@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
-	"github.com/ephemeral-sandbox/sandbox/internal/secretfile"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
+	"github.com/ephemeral-sandbox/sandbox/internal/secretfile"
 )
 
 // DefaultStateDir is ~/.ephemeral-sandbox.
