@@ -31,7 +31,8 @@
 //     leaves a prepared record (record first, then the state); aborting a
 //     txid never prepared is a no-op that refuses a late prepare of it; at
 //     boot every unfinished publish is finalized when its commit is recorded
-//     (by the daemon or the store) and aborted otherwise; and
+//     (by the daemon or the store) and aborted otherwise (aborted_by
+//     daemon_restart, so its workflow may start it over); and
 //     recover_workspace_session settles a session's publishes and brings it
 //     back to active over its upper dir.
 //   - A call on a session destroyed meanwhile answers not_found; error

@@ -39,6 +39,10 @@ type preparedPublish struct {
 	// Finalized is finalize's answer, kept so a retried finalize returns it.
 	Finalized *api.PublishFinalResult `json:"finalized,omitempty"`
 	Aborted   bool                    `json:"aborted,omitempty"`
+	// AbortedBy says who aborted it: its workflow, recover_workspace_session,
+	// or the boot reconcile of a daemon that restarted before the commit
+	// (whose workflow may start the publish over).
+	AbortedBy string `json:"aborted_by,omitempty"`
 
 	conflict *layerstack.ConflictError // the dry run's rejection, for the publish history
 }
@@ -201,7 +205,7 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 // restarted before the publish committed.
 func errAborted(p *preparedPublish) error {
 	return api.Errorf(api.KindOperationFailed, map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID, "aborted": true,
-		"session_retained": true, "stage": "publish"},
+		"aborted_by": p.AbortedBy, "session_retained": true, "stage": "publish"},
 		"publish %s was aborted before it committed (its daemon restarted, or the session was recovered): nothing was committed and the session keeps its changes; publish it again", p.TxID)
 }
 
@@ -370,11 +374,18 @@ func (d *Daemon) publishAbort(ctx context.Context, a api.PublishStepArgs) (_ *ap
 	}
 	unlockTx := d.lockTx(a.TxID)
 	defer unlockTx()
-	return d.abortLocked(ctx, a.TxID, a.WorkspaceSessionID)
+	return d.abortLocked(ctx, a.TxID, a.WorkspaceSessionID, AbortedByWorkflow)
 }
 
+// Who aborted a publish (preparedPublish.AbortedBy, details.aborted_by).
+const (
+	AbortedByWorkflow = "workflow"
+	AbortedByRecover  = "recover"
+	AbortedByRestart  = "daemon_restart"
+)
+
 // abortLocked is publishAbort with the transaction's lock held.
-func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID string) (*api.PublishAbortResult, error) {
+func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID, by string) (*api.PublishAbortResult, error) {
 	p, err := d.loadPrepared(txid)
 	if err != nil {
 		// The record that refuses a late prepare is best effort: an abort
@@ -382,7 +393,7 @@ func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID string) (*api.
 		_ = os.RemoveAll(filepath.Join(d.txDir(txid), "files")) // a prepare that died freezing
 		err := os.MkdirAll(d.txDir(txid), 0o700)
 		if err == nil {
-			err = d.savePrepared(&preparedPublish{TxID: txid, SessionID: sessionID, Aborted: true})
+			err = d.savePrepared(&preparedPublish{TxID: txid, SessionID: sessionID, Aborted: true, AbortedBy: by})
 		}
 		if err != nil {
 			d.log.Warn("publish abort: recording the abort of an unprepared txid failed", "txid", txid, "err", err)
@@ -415,7 +426,7 @@ func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID string) (*api.
 		}
 		s.gate.Unlock()
 	}
-	p.Aborted = true
+	p.Aborted, p.AbortedBy = true, by
 	_ = os.RemoveAll(filepath.Join(d.txDir(p.TxID), "files"))
 	p.Sources = nil
 	if err := d.savePrepared(p); err != nil {

@@ -32,10 +32,10 @@ func (d *Daemon) unfinishedPublishes(id string) []*preparedPublish {
 // settlePublish ends one unfinished publish the way its record says it
 // must: committed (by the record, or by the store when the record missed
 // it) is finalized, anything else is aborted. It reports which.
-func (d *Daemon) settlePublish(ctx context.Context, txid string) (finalized bool, err error) {
+func (d *Daemon) settlePublish(ctx context.Context, txid, by string) (finalized bool, err error) {
 	unlock := d.lockTx(txid)
 	defer unlock()
-	_, err = d.abortLocked(ctx, txid, "")
+	_, err = d.abortLocked(ctx, txid, "", by)
 	var e *api.Error
 	if err == nil {
 		return false, nil
@@ -55,7 +55,7 @@ func (d *Daemon) settlePublish(ctx context.Context, txid string) (finalized bool
 // that never finished: no prepare runs at boot, so they go.
 func (d *Daemon) reconcilePublishes(ctx context.Context) {
 	for _, p := range d.unfinishedPublishes("") {
-		finalized, err := d.settlePublish(ctx, p.TxID)
+		finalized, err := d.settlePublish(ctx, p.TxID, AbortedByRestart)
 		if err != nil {
 			d.log.Error("settling an unfinished publish at boot failed", "txid", p.TxID, "workspace_session_id", p.SessionID, "err", err)
 			continue
@@ -91,7 +91,7 @@ func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return nil, errSessionNotFound(a.WorkspaceSessionID)
 	}
 	for _, p := range pending {
-		finalized, err := d.settlePublish(ctx, p.TxID)
+		finalized, err := d.settlePublish(ctx, p.TxID, AbortedByRecover)
 		if err != nil {
 			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": p.TxID},
 				"recover %s: settling publish %s failed: %s", a.WorkspaceSessionID, p.TxID, d.confine(nil, err))

@@ -239,7 +239,8 @@ func TestRestartSettlesUnfinishedPublishes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "unpublished\n", string(b), "its work is intact")
 		_, err = d.publishCommit(ctx, step("tx-a", "ws-a"))
-		requireKind(t, err, api.KindOperationFailed) // the workflow's retried commit: aborted
+		e := requireKind(t, err, api.KindOperationFailed) // the workflow's retried commit: aborted
+		require.Equal(t, AbortedByRestart, e.Details["aborted_by"], "its workflow may start the publish over")
 		require.Empty(t, headFile(t, d, "wip.txt"), "nothing was committed")
 		out, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-a"})
 		require.NoError(t, err, "the session publishes again")
@@ -308,6 +309,8 @@ func TestRecoverWorkspaceSession(t *testing.T) {
 	require.Equal(t, "publishing", out["previous_state"])
 	require.Equal(t, "active", out["state"])
 	require.Equal(t, []any{"tx-p"}, out["aborted_txids"])
+	_, err = d.publishCommit(ctx, step("tx-p", "ws-p"))
+	require.Equal(t, AbortedByRecover, requireKind(t, err, api.KindOperationFailed).Details["aborted_by"], "aborted on purpose: not started over")
 	require.Equal(t, StateActive, stateOf(t, d, "ws-p"))
 	s, _ := d.session("ws-p")
 	b, err := os.ReadFile(filepath.Join(s.upper(), "wip.txt"))

@@ -21,7 +21,10 @@
 //     that id, so retries and worker crashes at any step converge. A
 //     publish that did not commit always ends with abort (also after a
 //     failed prepare), and abort and finalize retry on a disconnected
-//     context until the daemon answers (versionPublishSettles).
+//     context until the daemon answers (versionPublishSettles). A daemon
+//     that restarted between prepare and commit aborts the publish at boot;
+//     the workflow then starts over under a derived txid (at most
+//     maxPublishRestarts times), so the publish still commits exactly once.
 //   - Activity inputs and outputs never carry the daemon token: activities
 //     derive it from the gateway secret and the sandbox id.
 //   - Failures are the one wire error, *api.Error, raised with apperr and

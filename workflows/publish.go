@@ -82,11 +82,12 @@ type publication struct {
 	run, settle workflow.Context
 }
 
-// abortedByDaemon: a step was refused because the daemon had aborted the
-// publish itself.
+// abortedByDaemon: a step was refused because the daemon, restarted
+// between prepare and commit, aborted the publish at boot (not because
+// recover_workspace_session ended it on purpose).
 func abortedByDaemon(err error) bool {
 	e, ok := apperr.From(err)
-	return ok && e.Details["aborted"] == true && e.Details["abort_failed"] == nil
+	return ok && e.Details["aborted"] == true && e.Details["aborted_by"] == "daemon_restart" && e.Details["abort_failed"] == nil
 }
 
 func (p *publication) step(sctx workflow.Context, in PublishInput, op string, out any) error {

@@ -156,13 +156,20 @@ func TestPublishAbortRefusedIsReported(t *testing.T) {
 // publish at boot: the workflow starts over under a new txid and commits
 // once; it gives up after maxPublishRestarts.
 func TestPublishStartsOverAfterTheDaemonAbortedIt(t *testing.T) {
-	aborted := apperr.New(api.Errorf(api.KindOperationFailed, map[string]any{"aborted": true, "session_retained": true}, "publish was aborted before it committed"))
 	for _, tc := range []struct {
 		name     string
-		restarts int // commits refused as aborted
+		by       string // details.aborted_by of the refused commits
+		restarts int    // commits refused as aborted
+		commits  int    // commit attempts (txids)
 		ok       bool
-	}{{"once", 1, true}, {"every time", maxPublishRestarts + 1, false}} {
+	}{
+		{"once", "daemon_restart", 1, 2, true},
+		{"every time", "daemon_restart", maxPublishRestarts + 1, maxPublishRestarts + 1, false},
+		{"aborted on purpose by recover_workspace_session", "recover", 1, 1, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
+			aborted := apperr.New(api.Errorf(api.KindOperationFailed, map[string]any{"aborted": true, "aborted_by": tc.by, "session_retained": true},
+				"publish was aborted before it committed"))
 			e := newEnv(t)
 			var txids []string
 			e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
@@ -178,11 +185,11 @@ func TestPublishStartsOverAfterTheDaemonAbortedIt(t *testing.T) {
 			})
 			e.ExecuteWorkflow(PublishWorkflowName, publishIn)
 			require.True(t, e.IsWorkflowCompleted())
+			require.Len(t, txids, tc.commits)
 			if !tc.ok {
 				e, ok := apperr.From(e.GetWorkflowError())
 				require.True(t, ok)
 				require.Equal(t, true, e.Details["aborted"])
-				require.Len(t, txids, maxPublishRestarts+1)
 				return
 			}
 			require.NoError(t, e.GetWorkflowError())
