@@ -120,7 +120,7 @@ func TestRecoveryDrills(t *testing.T) {
 	// bulk makes a session's publish take long enough (~1000 files) for an
 	// event to land in its middle.
 	bulk := func(d *drill, ws, prefix string) {
-		out := d.must("exec_command", map[string]any{"workspace_session_id": ws,
+		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "yield_time_ms": 120000,
 			"cmd": "mkdir -p bulk && for i in $(seq 1 1000); do echo " + prefix + "$i > bulk/$i; done"})
 		require.Equal(d.t, "ok", out["status"], "%v", out)
 	}
@@ -189,7 +189,7 @@ func TestRecoveryDrills(t *testing.T) {
 	t.Run("prepare fails: the state volume is full", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "too-big")
-		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "head -c 1048576 /dev/zero | tr '\\0' a > big.txt"})
+		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "yield_time_ms": 120000, "cmd": "head -c 1048576 /dev/zero | tr '\\0' a > big.txt"})
 		require.Equal(t, "ok", out["status"], "%v", out)
 		pid := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.State.Pid}}", d.container()))
 		// A 16 KiB tmpfs over the publish records: the frozen copy of the
@@ -207,7 +207,7 @@ func TestRecoveryDrills(t *testing.T) {
 		require.NotContains(t, perr.Message, "/eos/", "no internal path: %s", perr.Message)
 		require.Equal(t, v, d.manifestVersion(), "nothing committed")
 		// The session is not stuck: it runs commands and publishes.
-		out = d.must("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "wc -c < big.txt"})
+		out = d.must("exec_command", map[string]any{"workspace_session_id": ws, "yield_time_ms": 120000, "cmd": "wc -c < big.txt"})
 		require.Contains(t, fmt.Sprint(out["output"]), "1048576")
 		d.must("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 		require.Equal(t, v+1, d.manifestVersion())
