@@ -2,11 +2,13 @@ package sandboxinit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
 // capture reads a session's upper dir as a change set with the session's
@@ -51,6 +53,9 @@ func (d *Daemon) freeze(ctx context.Context, s *session) func() {
 		return func() {}
 	}
 	thaw, err := rt.Freeze()
+	if errors.Is(err, runtime.ErrFreezeUnkillable) {
+		return func() {} // cgroup v1: reads by descriptors only
+	}
 	if err != nil {
 		d.log.WarnContext(ctx, "session not frozen for capture; reading it by descriptors only", "workspace_session_id", s.rec.ID, "err", err)
 		return func() {}

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opencontainers/cgroups"
+
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
@@ -402,6 +404,14 @@ func (p *probe) checkFreeze(ctx context.Context, a *runtime.Session, spec runtim
 		return false
 	}
 	errs := []error{err, want(moving(), "the loop never counted")}
+	if !cgroups.IsCgroup2UnifiedMode() {
+		// v1's freezer holds tasks even against SIGKILL: refused.
+		_, ferr := a.Freeze()
+		errs = append(errs, want(errors.Is(ferr, runtime.ErrFreezeUnkillable), "cgroup v1: Freeze answered %v", ferr), want(moving(), "counting stopped"))
+		_, kerr := sh(ctx, a, "kill "+loop)
+		p.errCheck("freeze", errors.Join(append(errs, kerr)...))
+		return
+	}
 	thaw1, err := a.Freeze()
 	errs = append(errs, err)
 	if err == nil {

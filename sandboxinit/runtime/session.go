@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,12 +30,24 @@ type Session struct {
 	frozen    int // nested Freeze calls not thawed yet
 }
 
-// Freeze pauses every process of the session (libcontainer's Pause: the
-// freezer cgroup on v1, cgroup.freeze on v2) until the returned thaw runs,
-// so they cannot change the upper dir while the daemon captures it. Freezes
-// nest: the session thaws when the last thaw has run. thaw is idempotent;
-// run it on every path (defer). Destroy thaws first.
+// ErrFreezeUnkillable: freezing is refused on cgroup v1. The v1 freezer
+// holds frozen tasks even against SIGKILL, so a sandbox container killed
+// (docker kill, an OOM of its daemon) while a session is frozen could not
+// exit until someone thawed it by hand; v2's cgroup.freeze lets fatal
+// signals through. Captures stay safe without it: every read of a session's
+// files goes by descriptors beneath its upper dir.
+var ErrFreezeUnkillable = errors.New("freezing a session is not done on cgroup v1: its frozen tasks could not be killed")
+
+// Freeze pauses every process of the session (libcontainer's Pause:
+// cgroup.freeze on cgroup v2; refused with ErrFreezeUnkillable on v1)
+// until the returned thaw runs, so they cannot change the upper dir while
+// the daemon captures it. Freezes nest: the session thaws when the last
+// thaw has run. thaw is idempotent; run it on every path (defer). Destroy
+// thaws first.
 func (s *Session) Freeze() (thaw func(), err error) {
+	if !cgroups.IsCgroup2UnifiedMode() {
+		return nil, ErrFreezeUnkillable
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed || s.c == nil {
