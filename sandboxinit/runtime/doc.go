@@ -23,7 +23,7 @@
 //
 // Invariants:
 //
-//   - runc's libcontainer (pinned to v1.5.3) is used only from libcontainer.go.
+//   - runc's libcontainer (pinned to v1.5.3) is used only from libcontainer_linux.go.
 //     It re-executes /proc/self/exe as "init" for every session start and
 //     every libcontainer exec; that process must become "runc init" before
 //     doing anything else.
@@ -44,7 +44,7 @@
 //     no_new_privs.
 //   - Every session process runs under the session's own seccomp filter,
 //     stacked on the sandbox's: Docker's default profile as Docker resolves
-//     it for a container with the session's capabilities (seccomp.go derives
+//     it for a container with the session's capabilities (seccomp_linux.go derives
 //     it from the embedded seccomp.json, whose rules for the sandbox's extra
 //     needs are conditioned on CAP_SYS_ADMIN). So unshare, setns, mount,
 //     umount2, pivot_root, clone with namespace flags, keyctl, add_key,
