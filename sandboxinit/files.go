@@ -131,8 +131,11 @@ func (d *Daemon) fileRead(a api.FileReadArgs) (*api.FileReadResult, error) {
 	if a.Offset-1 < len(lines) {
 		end := min(len(lines), a.Offset-1+a.Limit)
 		win := lines[a.Offset-1 : end]
+		// The seed's content: the selected lines joined by "\n", no final
+		// newline. keep_final_newline keeps the one that ends the last
+		// selected line, so consecutive windows concatenate to the text.
 		res.Content = strings.Join(win, "\n")
-		if len(win) > 0 && (end < len(lines) || strings.HasSuffix(text, "\n")) {
+		if a.KeepFinalNewline && len(win) > 0 && (end < len(lines) || strings.HasSuffix(text, "\n")) {
 			res.Content += "\n"
 		}
 		res.NumLines = len(win)

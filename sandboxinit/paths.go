@@ -133,6 +133,8 @@ func fileError(p string, err error) error {
 		return api.Errorf(api.KindInvalidRequest, d, "%s resolves through a link that leaves the workspace", p)
 	case errors.Is(err, layerstack.ErrSymlinkInPath):
 		return api.Errorf(api.KindInvalidRequest, d, "a parent of %s is a symlink", p)
+	case errors.Is(err, layerstack.ErrNotUTF8):
+		return api.Errorf(api.KindInvalidRequest, d, "file is not valid UTF-8: %s", p)
 	}
 	var tl *layerstack.TooLargeError
 	if errors.As(err, &tl) {
