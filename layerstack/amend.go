@@ -140,12 +140,12 @@ func (s *Store) amendContent(p string, req AmendRequest, res *AmendResult) ([]by
 		return nil, 0, err
 	}
 	if exists && e.Kind != KindFile {
-		return nil, 0, fmt.Errorf("%s is a %s, not a file", p, e.Kind)
+		return nil, 0, &NotFileError{Path: p, Kind: e.Kind}
 	}
 	for _, a := range ancestors(p) {
 		ae, err := v.Stat(a)
 		if err == nil && ae.Kind != KindDirectory {
-			return nil, 0, fmt.Errorf("parent %s of %s is a %s", a, p, ae.Kind)
+			return nil, 0, &NotFileError{Path: p, Kind: ae.Kind, Parent: a}
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, 0, err

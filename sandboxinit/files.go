@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -288,6 +289,13 @@ func amendPublish(r *layerstack.AmendResult) *layerstack.PublishResult {
 func amendError(err error) error {
 	var pe *layerstack.PathError
 	if errors.As(err, &pe) {
+		if pe.Reason == layerstack.ReasonProtectedPath {
+			// A publish the store refuses, as the seed reports it: the
+			// operation failed with its publish_rejection.
+			rej := &api.PublishRejection{Path: pe.Path, Reason: pe.Reason, Message: pe.Detail,
+				ProtectedDrop: &api.ProtectedDrop{Path: pe.Path, Reason: pe.Reason}}
+			return api.Errorf(api.KindOperationFailed, map[string]any{"path": pe.Path, "reason": pe.Reason, "publish_rejection": rej}, "publish rejected: %s", pe.Error())
+		}
 		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": pe.Path, "reason": pe.Reason}, "%s", pe.Error())
 	}
 	return err
@@ -633,7 +641,16 @@ func (d *Daemon) fileBlame(p string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Audit records are keyed by path as written: "./a" is "a", but a path
+	// that climbs ("a/../a") names no record (the seed's key resolution).
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return nil, api.Errorf(api.KindNotFound, map[string]any{"path": p}, "no auditability record for path: %s", p)
+	}
 	ranges, err := d.store.Blame(rel)
+	var na *layerstack.NoAuditError
+	if errors.As(err, &na) {
+		return nil, api.Errorf(api.KindNotFound, map[string]any{"path": p}, "no auditability record for path: %s", rel)
+	}
 	if err != nil {
 		return nil, fileError(p, err)
 	}
