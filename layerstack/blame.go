@@ -81,8 +81,8 @@ func (s *Store) Blame(p string) ([]BlameRange, error) {
 // lastRecord is the blame of a path the head does not have: the ranges of
 // the newest layer that wrote it (a delete records nothing).
 func (s *Store) lastRecord(m *Manifest, p string) ([]BlameRange, error) {
-	for i := len(m.Layers) - 1; i >= 0; i-- {
-		meta, err := s.meta(m.Layers[i].ID)
+	for _, l := range m.Layers { // newest first
+		meta, err := s.meta(l.ID)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -637,14 +637,14 @@ func walkDir(dir string, fn func(full string, fi fs.FileInfo) error) error {
 }
 
 func (d *Daemon) fileBlame(p string) (map[string]any, error) {
-	rel, err := workspacePath(p)
-	if err != nil {
-		return nil, err
-	}
 	// Audit records are keyed by path as written: "./a" is "a", but a path
 	// that climbs ("a/../a") names no record (the seed's key resolution).
 	if slices.Contains(strings.Split(p, "/"), "..") {
 		return nil, api.Errorf(api.KindNotFound, map[string]any{"path": p}, "no auditability record for path: %s", p)
+	}
+	rel, err := workspacePath(p)
+	if err != nil {
+		return nil, err
 	}
 	ranges, err := d.store.Blame(rel)
 	var na *layerstack.NoAuditError

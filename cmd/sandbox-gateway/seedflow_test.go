@@ -317,9 +317,11 @@ func TestSeedFlowCLI(t *testing.T) {
 	if v := dockerList(t, "volume", id); len(v) != 0 {
 		t.Errorf("volumes left after destroy: %v", v)
 	}
-	if r := runCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", "eos-00000000-0000-0000-0000-000000000000"); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
-		!strings.Contains(fmt.Sprint(r.errEnv["message"]), "sandbox not found") {
-		t.Errorf("unknown sandbox: exit %d %v", r.code, r.errEnv)
+	for _, unknown := range []string{"eos-00000000-0000-0000-0000-000000000000", id} { // never created; destroyed
+		if r := runCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", unknown); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
+			r.errEnv["message"] != "sandbox not found: "+unknown {
+			t.Errorf("unknown sandbox %s: exit %d %v", unknown, r.code, r.errEnv)
+		}
 	}
 }
 
