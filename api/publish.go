@@ -224,5 +224,5 @@ type ExportResult struct {
 	SkippedUnchanged      *int     `json:"skipped_unchanged,omitempty"`
 	WhiteoutsEmitted      *int     `json:"whiteouts_emitted,omitempty"`
 	FilesChanged          *int     `json:"files_changed,omitempty"`
-	LiveWorkspaceSessions int      `json:"live_workspace_sessions,omitempty"`
+	LiveWorkspaceSessions []string `json:"live_workspace_sessions,omitempty"` // ids of the sessions alive at export (the seed's list)
 }
