@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
@@ -118,39 +117,7 @@ func (d *Daemon) fileRead(a api.FileReadArgs) (*api.FileReadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	total := int64(len(b))
-	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
-	if !utf8.Valid(b) {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "file is not valid UTF-8")
-	}
-	text := strings.ReplaceAll(string(b), "\r\n", "\n")
-	lines := strings.Split(text, "\n")
-	if strings.HasSuffix(text, "\n") {
-		lines = lines[:len(lines)-1]
-	}
-	res := &api.FileReadResult{Path: a.Path, StartLine: a.Offset, TotalLines: len(lines), TotalBytes: total}
-	if a.Offset-1 < len(lines) {
-		end := min(len(lines), a.Offset-1+a.Limit)
-		win := lines[a.Offset-1 : end]
-		// The seed's content: the selected lines joined by "\n", no final
-		// newline. keep_final_newline keeps the one that ends the last
-		// selected line, so consecutive windows concatenate to the text.
-		res.Content = strings.Join(win, "\n")
-		if a.KeepFinalNewline && len(win) > 0 && (end < len(lines) || strings.HasSuffix(text, "\n")) {
-			res.Content += "\n"
-		}
-		res.NumLines = len(win)
-		if end < len(lines) {
-			next := end + 1
-			res.NextOffset, res.Truncated = &next, true
-		}
-	}
-	if len(res.Content) > MaxReadOutputBytes {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path, "limit_bytes": MaxReadOutputBytes, "selected_bytes": len(res.Content)},
-			"selected read output exceeds the maximum of %d bytes; read a smaller window with offset and limit", MaxReadOutputBytes)
-	}
-	res.BytesRead = len(res.Content)
-	return res, nil
+	return readWindow(b, a)
 }
 
 func (d *Daemon) fileWrite(ctx context.Context, rid string, a api.FileWriteArgs) (map[string]any, error) {
