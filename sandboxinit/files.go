@@ -624,7 +624,7 @@ func (d *Daemon) fileBlame(p string) (map[string]any, error) {
 	if ranges == nil {
 		ranges = []layerstack.BlameRange{}
 	}
-	return map[string]any{"path": p, "ranges": ranges}, nil
+	return map[string]any{"path": rel, "ranges": ranges}, nil // the record's key: "./a" answers as "a"
 }
 
 func storeEdits(es []api.Edit) []layerstack.Edit {
