@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build binaries daemon test test-deps fuzz bench bench-inner bench-baseline bench-detail lint run install clean
+.PHONY: all build binaries daemon test test-deps fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
 
 all: build
 
@@ -104,6 +104,29 @@ run: binaries
 	bash scripts/ensure-docker.sh
 	bash scripts/build-test-images.sh
 	$(BIN)/sandbox-gateway --daemon-binary $(BIN)/sandbox-daemon --seccomp-profile $(BIN)/seccomp.json $(RUN_FLAGS)
+
+# The seed's own pytest E2E suite (ephemeral-sandbox-test, e2e/) against
+# freshly built binaries, through the shared runner. SEED_TEST_GIT_DIR is
+# the suite's bare git dir (the fetch tool's mirror). The runner starts our
+# gateway (own state dir and Temporal port, so a `make run` elsewhere is not
+# touched) and, because SEED_PASS_CONFIG_YAML and SEED_GATEWAY_RESTART are
+# set, restarts it on the YAML the suite asks for (its runtime family turns
+# autosquash off that way), then stops it. Nothing may answer on
+# 127.0.0.1:7878 beforehand, or the runner reuses that gateway as it is.
+# The last line is "seed suite: P passed, F failed, S skipped, E errors";
+# junit.xml and the logs are in SEED_OUT. README "Seed suite" has the result.
+SEED_TEST_GIT_DIR ?=
+SEED_RUNNER       ?= /work/shared/tools/run-seed-suite.sh
+SEED_OUT          ?= $(TESTTMP)/seed-suite-out
+SEED_STATE        ?= $(TESTTMP)/seed-suite-state
+SEED_TEMPORAL     ?= 127.0.0.1:17233
+SEED_IMAGE        ?= eos-test-debian:1
+seed-suite: binaries
+	@test -n "$(SEED_TEST_GIT_DIR)" || { echo "set SEED_TEST_GIT_DIR to the bare git dir of ephemeral-sandbox-test"; exit 2; }
+	@! ss -ltn 2>/dev/null | grep -q '127.0.0.1:7878 ' || { echo "something answers on 127.0.0.1:7878: stop it first (the runner would reuse it)"; exit 2; }
+	E2E_IMAGE=$(SEED_IMAGE) SEED_PASS_CONFIG_YAML=1 SEED_GATEWAY_RESTART=1 \
+	SEED_GATEWAY_CMD='$(CURDIR)/$(BIN)/sandbox-gateway --daemon-binary $(CURDIR)/$(BIN)/sandbox-daemon --seccomp-profile $(CURDIR)/$(BIN)/seccomp.json --state-dir $(SEED_STATE) --temporal-embedded-address $(SEED_TEMPORAL) --temporal-ui off' \
+	bash $(SEED_RUNNER) $(CURDIR)/$(BIN) $(SEED_TEST_GIT_DIR) $(SEED_OUT) $(SEED_ARGS)
 
 install: binaries
 	install -d /usr/local/lib/eos

@@ -106,6 +106,8 @@ type Activities struct {
 	log    *slog.Logger
 	daemon *daemonclient.Client
 
+	daemonArgs []string // SetDaemonArgs
+
 	ownerMu sync.RWMutex
 	cluster string // the Temporal cluster id (SetOwner)
 	ns      string // the Temporal namespace

@@ -258,6 +258,7 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 	cfg := &container.Config{
 		Image:        spec.Image,
 		Entrypoint:   []string{DaemonPath},
+		Cmd:          a.daemonArgs,
 		Labels:       a.labels(spec.SandboxID, roleSandbox, withAdoptLabels(spec)),
 		ExposedPorts: nat.PortSet{daemonPort: struct{}{}},
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/archive"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -160,12 +161,31 @@ func (a *Activities) exportOnce(ctx context.Context, spec workflows.ExportSpec, 
 		}
 		res := &api.ExportResult{FilesWritten: &rep.FilesWritten, SymlinksWritten: &rep.SymlinksWritten, DeletesApplied: &rep.DeletesApplied,
 			OpaqueClears: &rep.OpaqueClears, SkippedUnchanged: &rep.SkippedUnchanged, BytesWritten: rep.BytesWritten}
-		if h, err := a.daemon.Health(ctx, spec.SandboxID, spec.Daemon); err == nil && h.Sessions > 0 {
-			res.LiveWorkspaceSessions = h.Sessions
-		}
+		res.LiveWorkspaceSessions = a.liveSessions(ctx, spec)
 		return res, nil
 	}
 	return a.writeExportFile(stream, format, dest)
+}
+
+// liveSessions lists the ids of the sandbox's workspace sessions (the
+// seed's live_workspace_sessions: their work is not in the export); nil
+// when there are none or the daemon does not say.
+func (a *Activities) liveSessions(ctx context.Context, spec workflows.ExportSpec) []string {
+	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: spec.SandboxID, Endpoint: spec.Daemon, Op: "list_workspace_sessions"})
+	if err != nil {
+		return nil
+	}
+	var list struct {
+		Sessions []api.SessionInfo `json:"workspace_sessions"`
+	}
+	if json.Unmarshal(out, &list) != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range list.Sessions {
+		ids = append(ids, s.WorkspaceSessionID)
+	}
+	return ids
 }
 
 // writeExportFile writes the stream to a temp file next to dest, counting

@@ -75,8 +75,8 @@ func newExportFixture(t *testing.T) *exportFixture {
 	}
 	layer := layerTar(t)
 	fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			_, _ = w.Write([]byte(`{"status":"ok","sessions":2}`))
+		if r.URL.Path == "/rpc/list_workspace_sessions" {
+			_, _ = w.Write([]byte(`{"workspace_sessions":[{"workspace_session_id":"ws-a"},{"workspace_session_id":"ws-b"}],"archived_sessions":[]}`))
 			return
 		}
 		require.Equal(t, "/rpc/export_layerstack", r.URL.Path)
@@ -120,7 +120,7 @@ func TestExportDir(t *testing.T) {
 	require.Equal(t, &api.ExportResult{
 		ManifestVersion: 3, Format: "dir", LayersExported: []string{"L3", "L1"},
 		FilesWritten: ptr(1), SymlinksWritten: ptr(1), DeletesApplied: ptr(1), OpaqueClears: ptr(1),
-		SkippedUnchanged: ptr(0), BytesWritten: 4, LiveWorkspaceSessions: 2,
+		SkippedUnchanged: ptr(0), BytesWritten: 4, LiveWorkspaceSessions: []string{"ws-a", "ws-b"},
 	}, res)
 	b, err := os.ReadFile(filepath.Join(dest, "dir", "new.txt"))
 	require.NoError(t, err)
@@ -135,6 +135,8 @@ func TestExportDir(t *testing.T) {
 	res, err = fx.acts.ExportChanges(context.Background(), workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: "dir"})
 	require.NoError(t, err)
 	require.Equal(t, 1, *res.SkippedUnchanged)
+	require.Equal(t, 0, *res.FilesWritten, "an unchanged head writes no content again")
+	require.Equal(t, int64(0), res.BytesWritten)
 }
 
 func TestExportRedoneWhenTheStackMoves(t *testing.T) {

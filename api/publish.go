@@ -227,7 +227,7 @@ type ExportResult struct {
 	SkippedUnchanged      *int     `json:"skipped_unchanged,omitempty"`
 	WhiteoutsEmitted      *int     `json:"whiteouts_emitted,omitempty"`
 	FilesChanged          *int     `json:"files_changed,omitempty"`
-	LiveWorkspaceSessions int      `json:"live_workspace_sessions,omitempty"`
+	LiveWorkspaceSessions []string `json:"live_workspace_sessions,omitempty"` // ids of the sessions alive at export (the seed's list)
 }
 
 // RecoverResult is recover_workspace_session's answer: the publishes it

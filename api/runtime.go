@@ -70,6 +70,7 @@ type FileReadArgs struct {
 	Offset             int    `json:"offset,omitempty"` // 1-based first line
 	Limit              int    `json:"limit,omitempty"`
 	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	KeepFinalNewline   bool   `json:"keep_final_newline,omitempty"`
 }
 
 // FileReadResult is file_read's result.

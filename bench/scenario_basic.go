@@ -173,7 +173,7 @@ func runFiles(ctx context.Context, s *Suite) (Section, error) {
 		return Section{}, err
 	}
 	rw := Load(s.Rec, "c", "ours", "read", 1, s.n(300), func(w, i int) error {
-		m, err := s.st.Call(ctx, "file_read", id, map[string]any{"path": "f4k.txt", "workspace_session_id": ws})
+		m, err := s.st.Call(ctx, "file_read", id, map[string]any{"path": "f4k.txt", "workspace_session_id": ws, "keep_final_newline": true})
 		if err == nil && m["content"] != content4k {
 			err = fmt.Errorf("file_read returned %d bytes", len(fmt.Sprint(m["content"])))
 		}

@@ -34,6 +34,11 @@ var recordHandlers = map[string]recordHandler{
 		if err != nil {
 			return nil, err
 		}
+		if st.Phase == workflows.PhaseStopped {
+			// A destroyed sandbox is unknown everywhere, as in the seed (its
+			// workflow history still answers the query).
+			return nil, notFoundSandbox(id)
+		}
 		return b.record(ctx, st), nil
 	},
 	"list_sandboxes": func(b *TemporalBackend, ctx context.Context, _ string, _ map[string]any, _ bool, _ func(string)) (any, error) {

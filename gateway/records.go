@@ -66,6 +66,11 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 		// /files/list, /forward/...) on the same port.
 		rec["daemon"], rec["daemon_http"] = st.Container.Daemon, st.Container.Daemon
 	}
+	if st.SharedRootHash != "" {
+		// The seed's shared_base: one read-only base under every sandbox
+		// of a group created together, one root_hash.
+		rec["shared_base"] = map[string]any{"source": memo["workspace_root"], "target": "/workspace", "root_hash": st.SharedRootHash, "readonly": true}
+	}
 	if st.Error != "" {
 		rec["error"] = st.Error
 	}

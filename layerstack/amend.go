@@ -66,7 +66,7 @@ func (s *Store) Amend(ctx context.Context, req AmendRequest) (*AmendResult, erro
 	pr := PublishRequest{TxID: req.TxID, Owner: req.Owner, Agent: req.Agent, Message: req.Message,
 		Changes: &ChangeSet{Changes: []Change{{Path: p, Kind: ChangeWrite, Mode: mode, Data: content}}}}
 	res.BytesWritten = int64(len(content))
-	pres, err := s.commitOnHead(ctx, head, pr)
+	pres, err := s.commitOnHead(ctx, head, pr, true)
 	if err != nil {
 		return nil, err
 	}
@@ -94,16 +94,19 @@ func (s *Store) CommitOnHead(ctx context.Context, req PublishRequest) (*PublishR
 	if head == nil {
 		return nil, ErrNoManifest
 	}
-	return s.commitOnHead(ctx, head, req)
+	return s.commitOnHead(ctx, head, req, false)
 }
 
-// commitOnHead runs with commitMu held.
-func (s *Store) commitOnHead(ctx context.Context, head *Manifest, pr PublishRequest) (*PublishResult, error) {
+// commitOnHead runs with commitMu held. rewriteBelowHead commits a write
+// identical to the head's file unless that file is in the newest layer (the
+// seed's rule for sessionless writes: only a repeat at the head is a no-op).
+func (s *Store) commitOnHead(ctx context.Context, head *Manifest, pr PublishRequest, rewriteBelowHead bool) (*PublishResult, error) {
 	tx, err := s.newTxn(ctx, pr)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.cleanup()
+	tx.rewriteBelowHead = rewriteBelowHead
 	s.gcMu.RLock()
 	plan, sum, err := tx.plan(head.Layers, head)
 	if err != nil {
@@ -140,12 +143,12 @@ func (s *Store) amendContent(p string, req AmendRequest, res *AmendResult) ([]by
 		return nil, 0, err
 	}
 	if exists && e.Kind != KindFile {
-		return nil, 0, fmt.Errorf("%s is a %s, not a file", p, e.Kind)
+		return nil, 0, &NotFileError{Path: p, Kind: e.Kind}
 	}
 	for _, a := range ancestors(p) {
 		ae, err := v.Stat(a)
 		if err == nil && ae.Kind != KindDirectory {
-			return nil, 0, fmt.Errorf("parent %s of %s is a %s", a, p, ae.Kind)
+			return nil, 0, &NotFileError{Path: p, Kind: ae.Kind, Parent: a}
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, 0, err
@@ -181,4 +184,10 @@ func (s *Store) amendContent(p string, req AmendRequest, res *AmendResult) ([]by
 	}
 	res.Replacements, res.EditsApplied = n, len(req.Edits)
 	return out, mode, nil
+}
+
+// belowHead: the head's version of p comes from a layer under the newest.
+func belowHead(head stack, p string) bool {
+	e, err := lookup(head, p)
+	return err == nil && e.Layer != 0 // the stack lists the newest layer first
 }

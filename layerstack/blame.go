@@ -21,8 +21,19 @@ const (
 	OwnerUnknown  = "unknown"  // no record (e.g. a layer from before blame)
 )
 
+// NoAuditError says no published layer ever wrote p: a file of the
+// workspace base never touched since, a directory, or a path nothing wrote.
+// (The seed keys its audit records by path; these have none.)
+type NoAuditError struct{ Path string }
+
+func (e *NoAuditError) Error() string { return "no auditability record for path: " + e.Path }
+
 // Blame returns the line owners of the head's version of p. Owners survive
-// merges: a line keeps the owner of the layer that wrote it.
+// merges: a line keeps the owner of the layer that wrote it. As the seed's
+// audit records: a file written on the gitignored route is attributed
+// wholesale (one range, line 1, count 1, whatever its length); a deleted
+// file keeps the ranges of the last layer that wrote it; a path no layer
+// wrote is a *NoAuditError.
 func (s *Store) Blame(p string) ([]BlameRange, error) {
 	p, err := CleanPath(p)
 	if err != nil {
@@ -32,11 +43,26 @@ func (s *Store) Blame(p string) ([]BlameRange, error) {
 	err = s.Head().with(func(st stack) error {
 		m := s.head.Load()
 		e, err := lookup(st, p)
+		if errors.Is(err, fs.ErrNotExist) {
+			out, err = s.lastRecord(m, p)
+			return err
+		}
 		if err != nil {
 			return err
 		}
 		if e.Kind != KindFile {
-			return fmt.Errorf("%s is a %s, not a file", p, e.Kind)
+			return &NoAuditError{Path: p}
+		}
+		meta, err := s.meta(m.Layers[e.Layer].ID)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if meta != nil && meta.Kind == LayerBase {
+			return &NoAuditError{Path: p}
+		}
+		if w := meta.wholesale(p); w != nil {
+			out = w
+			return nil
 		}
 		b, err := readFull(e.full)
 		if err != nil {
@@ -50,6 +76,41 @@ func (s *Store) Blame(p string) ([]BlameRange, error) {
 		return nil
 	})
 	return out, err
+}
+
+// lastRecord is the blame of a path the head does not have: the ranges of
+// the newest layer that wrote it (a delete records nothing).
+func (s *Store) lastRecord(m *Manifest, p string) ([]BlameRange, error) {
+	for _, l := range m.Layers { // newest first
+		meta, err := s.meta(l.ID)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if w := meta.wholesale(p); w != nil {
+			return w, nil
+		}
+		if r, ok := meta.Blame[p]; ok {
+			return append([]BlameRange(nil), r...), nil
+		}
+	}
+	return nil, &NoAuditError{Path: p}
+}
+
+// wholesale is the seed's one-range blame of a file this layer wrote on the
+// gitignored route, or nil.
+func (m *LayerMeta) wholesale(p string) []BlameRange {
+	if m == nil {
+		return nil
+	}
+	for _, po := range m.Paths {
+		if po.Path == p && po.Outcome == OutcomeIgnored && po.Change == string(ChangeWrite) {
+			return []BlameRange{{Start: 1, Count: 1, Owner: m.Owner}}
+		}
+	}
+	return nil
 }
 
 // lineOwners returns one owner per line of the file entry e of manifest m.

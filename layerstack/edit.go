@@ -2,8 +2,14 @@ package layerstack
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"unicode/utf8"
 )
+
+// ErrNotUTF8 refuses an edit of a file that is not UTF-8 text (the seed's
+// rule: string replacements are defined on text only).
+var ErrNotUTF8 = errors.New("file is not valid UTF-8")
 
 // Edit replaces OldString by NewString in a file: exactly one occurrence
 // unless ReplaceAll.
@@ -38,6 +44,9 @@ const MaxEditBytes = 4 << 20
 
 // ApplyEdits applies edits in order, each to the result of the previous one.
 func ApplyEdits(content []byte, edits []Edit) ([]byte, int, error) {
+	if !utf8.Valid(content) {
+		return nil, 0, ErrNotUTF8
+	}
 	total := 0
 	for i, e := range edits {
 		if e.OldString == "" {

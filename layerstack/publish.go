@@ -202,6 +202,9 @@ type txn struct {
 	changes []Change
 	ours    map[string]string // path -> sha256 of the frozen content
 	layerN  int
+	// rewriteBelowHead: an identical write is a change unless the head's
+	// version is in its newest layer (commitOnHead).
+	rewriteBelowHead bool
 }
 
 // newTxn validates the change set and freezes the content of every write by
@@ -328,6 +331,9 @@ func (t *txn) plan(base []ManifestLayer, head *Manifest) ([]planned, RouteSummar
 		eff, err := effective(r.head, pl)
 		if err != nil {
 			return nil, sum, err
+		}
+		if !eff && t.rewriteBelowHead && pl.ch.Kind == ChangeWrite {
+			eff = belowHead(r.head, pl.ch.Path)
 		}
 		if eff {
 			out = append(out, pl)

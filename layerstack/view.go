@@ -93,6 +93,22 @@ func (v *View) Stat(p string) (Entry, error) {
 	return e, err
 }
 
+// NotFileError refuses a file operation on a path that is not a regular
+// file (a directory, a symlink, ...): a caller's mistake, not the store's.
+// Parent says the conflicting entry is an ancestor of Path.
+type NotFileError struct {
+	Path   string
+	Kind   string
+	Parent string
+}
+
+func (e *NotFileError) Error() string {
+	if e.Parent != "" {
+		return fmt.Sprintf("parent %s of %s is a %s", e.Parent, e.Path, e.Kind)
+	}
+	return fmt.Sprintf("%s is a %s, not a file", e.Path, e.Kind)
+}
+
 // ReadFile returns the content of the regular file p, refusing files larger
 // than max bytes (max <= 0: no limit).
 func (v *View) ReadFile(p string, max int64) ([]byte, Entry, error) {
@@ -104,7 +120,7 @@ func (v *View) ReadFile(p string, max int64) ([]byte, Entry, error) {
 			return err
 		}
 		if e.Kind != KindFile {
-			return fmt.Errorf("%s is a %s, not a file", p, e.Kind)
+			return &NotFileError{Path: p, Kind: e.Kind}
 		}
 		if max > 0 && e.Size > max {
 			return &TooLargeError{Path: p, Size: e.Size, Max: max}

@@ -264,7 +264,7 @@ func TestAgentsOverMCP(t *testing.T) {
 	_, txt, isErr = carol.call(t, "publish_workspace_session", map[string]any{"sandbox_id": id, "workspace_session_id": wsC2}, "")
 	require.False(t, isErr, txt)
 
-	final := bob.must(t, "file_read", map[string]any{"sandbox_id": id, "path": "shared.txt"})
+	final := bob.must(t, "file_read", map[string]any{"sandbox_id": id, "path": "shared.txt", "keep_final_newline": true})
 	content := final["content"].(string)
 	require.Contains(t, content, "line 2 by alice, then carol\n")
 	require.Contains(t, content, "line 8 by bob\n")

@@ -10,9 +10,9 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
@@ -110,36 +110,7 @@ func (d *Daemon) fileRead(a api.FileReadArgs) (*api.FileReadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	total := int64(len(b))
-	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
-	if !utf8.Valid(b) {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "file is not valid UTF-8")
-	}
-	text := strings.ReplaceAll(string(b), "\r\n", "\n")
-	lines := strings.Split(text, "\n")
-	if strings.HasSuffix(text, "\n") {
-		lines = lines[:len(lines)-1]
-	}
-	res := &api.FileReadResult{Path: a.Path, StartLine: a.Offset, TotalLines: len(lines), TotalBytes: total}
-	if a.Offset-1 < len(lines) {
-		end := min(len(lines), a.Offset-1+a.Limit)
-		win := lines[a.Offset-1 : end]
-		res.Content = strings.Join(win, "\n")
-		if len(win) > 0 && (end < len(lines) || strings.HasSuffix(text, "\n")) {
-			res.Content += "\n"
-		}
-		res.NumLines = len(win)
-		if end < len(lines) {
-			next := end + 1
-			res.NextOffset, res.Truncated = &next, true
-		}
-	}
-	if len(res.Content) > MaxReadOutputBytes {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path, "limit_bytes": MaxReadOutputBytes, "selected_bytes": len(res.Content)},
-			"selected read output exceeds the maximum of %d bytes; read a smaller window with offset and limit", MaxReadOutputBytes)
-	}
-	res.BytesRead = len(res.Content)
-	return res, nil
+	return readWindow(b, a)
 }
 
 func (d *Daemon) fileWrite(ctx context.Context, rid string, a api.FileWriteArgs) (map[string]any, error) {
@@ -278,6 +249,13 @@ func amendPublish(r *layerstack.AmendResult) *layerstack.PublishResult {
 func amendError(err error) error {
 	var pe *layerstack.PathError
 	if errors.As(err, &pe) {
+		if pe.Reason == layerstack.ReasonProtectedPath {
+			// A publish the store refuses, as the seed reports it: the
+			// operation failed with its publish_rejection.
+			rej := &api.PublishRejection{Path: pe.Path, Reason: pe.Reason, Message: pe.Detail,
+				ProtectedDrop: &api.ProtectedDrop{Path: pe.Path, Reason: pe.Reason}}
+			return api.Errorf(api.KindOperationFailed, map[string]any{"path": pe.Path, "reason": pe.Reason, "publish_rejection": rej}, "publish rejected: %s", pe.Error())
+		}
 		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": pe.Path, "reason": pe.Reason}, "%s", pe.Error())
 	}
 	return err
@@ -605,18 +583,27 @@ func (d *Daemon) fileSearch(ctx context.Context, a api.FileSearchArgs) (map[stri
 }
 
 func (d *Daemon) fileBlame(p string) (map[string]any, error) {
+	// Audit records are keyed by path as written: "./a" is "a", but a path
+	// that climbs ("a/../a") names no record (the seed's key resolution).
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return nil, api.Errorf(api.KindNotFound, map[string]any{"path": p}, "no auditability record for path: %s", p)
+	}
 	rel, err := workspacePath(p)
 	if err != nil {
 		return nil, err
 	}
 	ranges, err := d.store.Blame(rel)
+	var na *layerstack.NoAuditError
+	if errors.As(err, &na) {
+		return nil, api.Errorf(api.KindNotFound, map[string]any{"path": p}, "no auditability record for path: %s", rel)
+	}
 	if err != nil {
 		return nil, fileError(p, err)
 	}
 	if ranges == nil {
 		ranges = []layerstack.BlameRange{}
 	}
-	return map[string]any{"path": p, "ranges": ranges}, nil
+	return map[string]any{"path": rel, "ranges": ranges}, nil // the record's key: "./a" answers as "a"
 }
 
 func storeEdits(es []api.Edit) []layerstack.Edit {

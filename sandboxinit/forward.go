@@ -18,15 +18,9 @@ import (
 // to an isolated session's address. HTTP and WebSocket (upgrade) both pass;
 // the sandbox token is stripped before the request leaves the daemon.
 func (s *Server) serveForward(w http.ResponseWriter, r *http.Request) {
-	rest := strings.TrimPrefix(r.URL.Path, "/forward/")
-	parts := strings.SplitN(rest, "/", 3)
-	if len(parts) < 2 {
-		writeJSON(w, http.StatusBadRequest, api.Envelope{Error: api.Errorf("invalid_route", nil, "use /forward/shared/<port>/... or /forward/isolated=<workspace_session_id>/<port>/...")})
-		return
-	}
-	port, err := strconv.Atoi(parts[1])
-	if err != nil || port < 1 || port > 65535 {
-		writeJSON(w, http.StatusBadRequest, api.Envelope{Error: api.Errorf("invalid_port", nil, "port must be 1..65535, not %q", parts[1])})
+	parts, port, err := forwardRoute(r.URL.Path)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, api.Envelope{Error: err})
 		return
 	}
 	host := "127.0.0.1"
@@ -72,3 +66,18 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request) {
 }
 
 var netDialer = net.Dialer{Timeout: 10 * time.Second}
+
+// forwardRoute splits /forward/<scope>/<port>[/<rest>] and checks its
+// shape. A malformed route is refused (400) before authentication, as the
+// seed does: the answer depends on the URL alone and reveals nothing.
+func forwardRoute(p string) ([]string, int, *api.Error) {
+	parts := strings.SplitN(strings.TrimPrefix(p, "/forward/"), "/", 3)
+	if len(parts) < 2 {
+		return nil, 0, api.Errorf("invalid_route", nil, "use /forward/shared/<port>/... or /forward/isolated=<workspace_session_id>/<port>/...")
+	}
+	port, err := strconv.Atoi(parts[1])
+	if err != nil || port < 1 || port > 65535 {
+		return nil, 0, api.Errorf("invalid_port", nil, "port must be 1..65535, not %q", parts[1])
+	}
+	return parts, port, nil
+}

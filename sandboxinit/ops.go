@@ -2,6 +2,7 @@ package sandboxinit
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,7 +51,10 @@ func (d *Daemon) operations() map[string]handler {
 		}),
 		"check_publish": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.checkPublish(ctx, a) }),
 
-		"exec_command": op(func(ctx context.Context, rid string, a api.ExecCommandArgs) (any, error) { return d.exec(ctx, a) }),
+		"exec_command": op(func(ctx context.Context, rid string, a api.ExecCommandArgs) (any, error) {
+			out, err := d.exec(ctx, a)
+			return out, execSessionGone(a.WorkspaceSessionID, err)
+		}),
 		"write_command_stdin": op(func(ctx context.Context, rid string, a api.WriteCommandStdinArgs) (any, error) {
 			return d.cmds.WriteStdin(ctx, a)
 		}),
@@ -193,4 +197,15 @@ func (e *exportStream) stream(w http.ResponseWriter) {
 	if err != nil {
 		w.Header().Set("X-Export-Error", err.Error())
 	}
+}
+
+// execSessionGone: the seed answers a command in a workspace session that
+// is gone (finalized, destroyed, never created) with operation_failed
+// "workspace session not found: <id>"; file operations keep not_found.
+func execSessionGone(id string, err error) error {
+	var ae *api.Error
+	if id == "" || !errors.As(err, &ae) || ae.Kind != api.KindNotFound || !strings.Contains(ae.Message, "workspace session not found") {
+		return err
+	}
+	return api.Errorf(api.KindOperationFailed, ae.Details, "workspace session not found: %s", id)
 }

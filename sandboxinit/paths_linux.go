@@ -146,5 +146,20 @@ func fileError(p string, err error) error {
 	if errors.As(err, &ee) {
 		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "edit_index": ee.Index, "reason": ee.Reason}, "%s", ee.Error())
 	}
+	return userMistake(p, err)
+}
+
+// userMistake maps the store's refusals of what a caller asked (a write over
+// a directory or a symlink, a write under a file, an edit of a file that is
+// not text) to invalid_request, as the seed does; anything else is the
+// daemon's own failure.
+func userMistake(p string, err error) error {
+	var nf *layerstack.NotFileError
+	switch {
+	case errors.As(err, &nf):
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "kind": nf.Kind}, "%s", nf.Error())
+	case errors.Is(err, layerstack.ErrNotUTF8):
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "file is not valid UTF-8: %s", p)
+	}
 	return err
 }

@@ -89,6 +89,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if rid == "" || len(rid) > 256 { // workflow steps append their own parts to the caller's id
 			rid = newRequestID()
 		}
+		rid = callerRequestID(rid)
 		r.Header.Set("X-Request-Id", rid)
 		w.Header().Set("X-Request-Id", rid)
 		if s.closing.Load() {
@@ -96,6 +97,19 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		if !s.authorized(r) {
+			// Two answers need no token (the seed's): a health probe that
+			// reveals nothing but liveness, and the refusal of a malformed
+			// forward route, which depends on the URL alone.
+			if r.URL.Path == "/health" {
+				writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "service": "daemon_http"})
+				return
+			}
+			if strings.HasPrefix(r.URL.Path, "/forward/") {
+				if _, _, err := forwardRoute(r.URL.Path); err != nil {
+					writeJSON(w, http.StatusBadRequest, api.Envelope{Error: err})
+					return
+				}
+			}
 			writeError(w, api.Errorf(api.KindUnauthorized, nil, "missing or wrong sandbox token"))
 			return
 		}
@@ -120,6 +134,18 @@ func (s *Server) authorized(r *http.Request) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(tok), s.d.token) == 1
+}
+
+// callerRequestID is the request id a caller gave for a call the workflow
+// layer makes on its behalf ("<workflow id>/update/<request id>"): an
+// operation's owner in blame is operation:<request_id> and the events it
+// records carry that id as their trace, as in the seed. Ids of the
+// workflow's own steps ("<workflow id>/<step>") are kept whole.
+func callerRequestID(rid string) string {
+	if _, caller, ok := strings.Cut(rid, "/update/"); ok && caller != "" {
+		return caller
+	}
+	return rid
 }
 
 func newRequestID() string {

@@ -344,7 +344,7 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 	}
 	if active := d.cmds.Active(s.rec.ID); len(active) > 0 && !a.Force {
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},
-			"workspace session %s has %d running command(s); cancel them or pass force", s.rec.ID, len(active))
+			"workspace session %s has %d active command sessions; cancel them or pass force", s.rec.ID, len(active))
 	}
 	bytes, err := d.teardown(ctx, s, true)
 	if err != nil {

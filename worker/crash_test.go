@@ -194,7 +194,7 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 
 			hist := s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any)
 			require.Len(t, hist, before+1, "exactly one new layer")
-			content := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})["content"].(string)
+			content := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt", "keep_final_newline": true})["content"].(string)
 			require.Equal(t, 1, strings.Count(content, fmt.Sprintf("step-%d\n", i)), content)
 		})
 	}
@@ -278,7 +278,7 @@ func TestDaemonCrashMidCommit(t *testing.T) {
 			ep = s.endpoint(id, st)
 			hist := s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any)
 			require.Len(t, hist, before+1, "exactly one new layer")
-			content := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})["content"].(string)
+			content := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt", "keep_final_newline": true})["content"].(string)
 			require.Equal(t, 1, strings.Count(content, fmt.Sprintf("crash-%d\n", i)), content)
 		})
 	}

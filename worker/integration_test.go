@@ -141,7 +141,7 @@ func TestLifecycleThroughTemporal(t *testing.T) {
 	var pub map[string]any
 	require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[0]}))
 	require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[1]}))
-	read := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})
+	read := s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt", "keep_final_newline": true})
 	require.Contains(t, read["content"], "LINE TWO\n")
 	require.Contains(t, read["content"], "LINE NINE\n")
 
@@ -152,7 +152,7 @@ func TestLifecycleThroughTemporal(t *testing.T) {
 	require.NoError(t, app.Details(&det))
 	conflicts := det["details"].(map[string]any)["conflicts"].([]any)
 	require.Equal(t, "f.txt", conflicts[0].(map[string]any)["path"])
-	require.Equal(t, read["content"], s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt"})["content"], "nothing changed")
+	require.Equal(t, read["content"], s.daemon(id, ep, "file_read", map[string]any{"path": "f.txt", "keep_final_newline": true})["content"], "nothing changed")
 
 	var final workflows.SandboxState
 	require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
@@ -211,7 +211,7 @@ func TestCountSandboxesShareOneBase(t *testing.T) {
 		require.NotContains(t, out, "publish_rejected", "a clean implicit publish carries no publish_rejected key")
 	}
 	for i, st := range states {
-		got := s.daemon(ids[i], st.Container.Daemon, "file_read", map[string]any{"path": "f.txt"})["content"]
+		got := s.daemon(ids[i], st.Container.Daemon, "file_read", map[string]any{"path": "f.txt", "keep_final_newline": true})["content"]
 		require.Equal(t, fmt.Sprintf("shared\nsandbox-%d\n", i), got, "each sandbox has its own history over the shared base")
 	}
 	base := workflows.BaseVolumeName(ids[0])

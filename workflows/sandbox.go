@@ -184,6 +184,9 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("import base", err)
 	}
 	s.state.BaseID = base.BaseID
+	if spec.SharedBase != nil {
+		s.state.SharedRootHash = base.RootHash
+	}
 	if s.in.Adopt {
 		if err := s.adoptSessions(ctx); err != nil {
 			return s.stepFailed("list the orphan's sessions", err)

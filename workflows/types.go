@@ -41,6 +41,11 @@ type SandboxState struct {
 	Failure *api.Error `json:"failure,omitempty"`
 	Created time.Time  `json:"created"`
 	Runs    int        `json:"runs"`
+
+	// SharedRootHash is the base's root hash when the sandbox shares it
+	// with others created together (create_sandbox count): the same in
+	// every record of the group.
+	SharedRootHash string `json:"shared_root_hash,omitempty"`
 }
 
 // SessionRecord is what the workflow knows of a workspace session.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/config"
 	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 )
@@ -34,9 +35,15 @@ func run() int {
 		tokenFile = flag.String("token-file", client.TokenPath(), "gateway token file (created 0600 when missing)")
 		noWorkers = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
 		uiURL     = flag.String("temporal-ui-url", "", "base URL of a Temporal UI for workflow links (a cluster's; default: the embedded UI when it is on)")
+		cfgFile   = flag.String("config", os.Getenv(config.EnvVar), "the seed's gateway YAML (default $"+config.EnvVar+"); see README, Configuration from the seed's YAML")
 	)
 	flag.Parse()
 	log := wf.Logger()
+	cfg, err := config.Open(*cfgFile, log)
+	if err != nil {
+		log.Error("gateway config", "err", err)
+		return 1
+	}
 
 	token, err := client.EnsureToken(*tokenFile)
 	if err != nil {
@@ -61,6 +68,7 @@ func run() int {
 			log.Error("worker setup", "err", err)
 			return 1
 		}
+		acts.SetDaemonArgs(cfg.DaemonArgs())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -203,7 +203,7 @@ func TestSeedFlowCLI(t *testing.T) {
 	}
 	rd := run("file_read", "--path", "h.txt")
 	requireKeys(t, "file_read", rd, keysFileRead)
-	if rd["content"] != "hi\n" {
+	if rd["content"] != "hi" { // the seed's content: no final newline
 		t.Errorf("file_read h.txt: %v", rd)
 	}
 	ed := run("file_edit", "--path", "w.txt", "--edits", `[{"old_string":"there","new_string":"edited"}]`)
@@ -211,8 +211,11 @@ func TestSeedFlowCLI(t *testing.T) {
 	if ed["type"] != "edit" || ed["edits_applied"] != float64(1) {
 		t.Errorf("file_edit: %v", ed)
 	}
-	if rd := run("file_read", "--path", "w.txt"); rd["content"] != "hello\nedited\n" {
+	if rd := run("file_read", "--path", "w.txt"); rd["content"] != "hello\nedited" {
 		t.Errorf("read after edit: %v", rd)
+	}
+	if rd := run("file_read", "--path", "w.txt", "--keep-final-newline"); rd["content"] != "hello\nedited\n" {
+		t.Errorf("read after edit, keeping the final newline: %v", rd)
 	}
 	bl := run("file_blame", "--path", "w.txt")
 	requireKeys(t, "file_blame", bl, keysBlame)
@@ -250,7 +253,7 @@ func TestSeedFlowCLI(t *testing.T) {
 	run("file_edit", "--workspace-session-id", s1, "--path", "shared.txt", "--edits", `[{"old_string":"alpha","new_string":"ALPHA"}]`)
 	run("file_edit", "--workspace-session-id", s2, "--path", "shared.txt", "--edits", `[{"old_string":"echo","new_string":"ECHO"}]`)
 	run("file_edit", "--workspace-session-id", s3, "--path", "shared.txt", "--edits", `[{"old_string":"alpha","new_string":"aleph"}]`)
-	if rd := run("file_read", "--workspace-session-id", s1, "--path", "s1.txt"); rd["content"] != "s1\n" {
+	if rd := run("file_read", "--workspace-session-id", s1, "--path", "s1.txt"); rd["content"] != "s1" {
 		t.Errorf("session read: %v", rd)
 	}
 	for _, s := range []string{s1, s2} {
@@ -267,7 +270,7 @@ func TestSeedFlowCLI(t *testing.T) {
 		requireKeys(t, "publish.revision", sub(t, pi, "revision"), keysRevision)
 		requireKeys(t, "publish.route_summary", sub(t, pi, "route_summary"), keysRouteSummary)
 	}
-	if rd := run("file_read", "--path", "shared.txt"); rd["content"] != "ALPHA\nbravo\ncharlie\ndelta\nECHO\n" {
+	if rd := run("file_read", "--path", "shared.txt"); rd["content"] != "ALPHA\nbravo\ncharlie\ndelta\nECHO" {
 		t.Errorf("merged shared.txt: %q", rd["content"])
 	}
 	r3 := runCLI(t, g, rt, append(sb, "publish_workspace_session", "--workspace-session-id", s3)...)
@@ -314,9 +317,11 @@ func TestSeedFlowCLI(t *testing.T) {
 	if v := dockerList(t, "volume", id); len(v) != 0 {
 		t.Errorf("volumes left after destroy: %v", v)
 	}
-	if r := runCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", "eos-00000000-0000-0000-0000-000000000000"); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
-		!strings.Contains(fmt.Sprint(r.errEnv["message"]), "sandbox not found") {
-		t.Errorf("unknown sandbox: exit %d %v", r.code, r.errEnv)
+	for _, unknown := range []string{"eos-00000000-0000-0000-0000-000000000000", id} { // never created; destroyed
+		if r := runCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", unknown); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
+			r.errEnv["message"] != "sandbox not found: "+unknown {
+			t.Errorf("unknown sandbox %s: exit %d %v", unknown, r.code, r.errEnv)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ephemeral-sandbox/sandbox/config"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 )
 
@@ -20,8 +21,14 @@ func run() int {
 	var wf worker.Flags
 	wf.Register(flag.CommandLine)
 	onlyHost := flag.Bool("host-only", false, "run only this host's activity queue (workflows run elsewhere)")
+	cfgFile := flag.String("config", os.Getenv(config.EnvVar), "the seed's gateway YAML (default $"+config.EnvVar+"): daemon settings of new sandboxes")
 	flag.Parse()
 	log := wf.Logger()
+	cfg, err := config.Open(*cfgFile, log)
+	if err != nil {
+		log.Error("worker config", "err", err)
+		return 1
+	}
 	secret, err := wf.Secret()
 	if err != nil {
 		log.Error("worker setup", "err", err)
@@ -37,6 +44,7 @@ func run() int {
 		log.Error("worker setup", "err", err)
 		return 1
 	}
+	acts.SetDaemonArgs(cfg.DaemonArgs())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	opts := wf.Options(secret, acts, log)

@@ -229,9 +229,11 @@ func (sb *sandbox) session(args map[string]any) string {
 	return id
 }
 
+// read returns a file's whole text, final newline included (the tests
+// compare exact contents; the seed's default drops it).
 func (sb *sandbox) read(ws, path string) string {
 	sb.t.Helper()
-	out := sb.ok("file_read", map[string]any{"path": path, "workspace_session_id": ws})
+	out := sb.ok("file_read", map[string]any{"path": path, "workspace_session_id": ws, "keep_final_newline": true})
 	return out["content"].(string)
 }
 

@@ -104,7 +104,7 @@ func TestFileOperations(t *testing.T) {
 	require.Equal(t, "original", ranges[0].(map[string]any)["owner"])
 	require.True(t, strings.HasPrefix(ranges[1].(map[string]any)["owner"].(string), "operation:"))
 	read := sb.ok("file_read", map[string]any{"path": "f.txt", "offset": 4, "limit": 2})
-	require.Equal(t, "line four\nline 5\n", read["content"])
+	require.Equal(t, "line four\nline 5", read["content"], "the seed's window: no final newline")
 	require.Equal(t, float64(6), read["next_offset"])
 	require.Equal(t, float64(10), read["total_lines"])
 }

@@ -46,11 +46,11 @@ func asJSON(t *testing.T, v any) map[string]any {
 }
 
 // TestTopologyFromSource: the topology lists the sessions Source gives,
-// oldest first, with the commands running in them; a session that is not
+// sorted by id whatever their age (the seed's order), with the commands running in them; a session that is not
 // running is partial and says so.
 func TestTopologyFromSource(t *testing.T) {
 	now := time.Now()
-	o := newObserver(t, Session{ID: "ws-new", Created: now}, Session{ID: "ws-old", Created: now.Add(-time.Minute)})
+	o := newObserver(t, Session{ID: "ws-new", Created: now}, Session{ID: "ws-old", Created: now.Add(-time.Minute)}, Session{ID: "ws-mid", Created: now.Add(-time.Second)})
 	x := &Execution{Workspace: "ws-old", Cmd: "sleep 1", Started: now}
 	o.Running.Add(x)
 	defer o.Running.Remove(x)
@@ -61,9 +61,9 @@ func TestTopologyFromSource(t *testing.T) {
 		ids = append(ids, w.(map[string]any)["workspace_id"])
 		states = append(states, w.(map[string]any)["state"])
 	}
-	require.Equal(t, []any{"ws-old", "ws-new"}, ids, "oldest first")
-	require.Equal(t, []any{"partial", "partial"}, states)
-	require.Equal(t, []any{"ws-old: session is not running", "ws-new: session is not running"}, top["warnings"])
+	require.Equal(t, []any{"ws-mid", "ws-new", "ws-old"}, ids, "sorted by id")
+	require.Equal(t, []any{"partial", "partial", "partial"}, states)
+	require.Equal(t, []any{"ws-mid: session is not running", "ws-new: session is not running", "ws-old: session is not running"}, top["warnings"])
 
 	_, err := o.CgroupView(CgroupArgs{Scope: "ws-gone"})
 	require.Equal(t, api.KindNotFound, api.AsError(err).Kind, "a scope that is no live session")

@@ -58,7 +58,9 @@ func (o *Observer) topology(only string) topology {
 		return t
 	}
 	sessions := o.src.Sessions()
-	sort.Slice(sessions, func(i, j int) bool { return sessions[i].Created.Before(sessions[j].Created) })
+	// Sorted by id (the seed's order), which is also the order the process
+	// budget is spent in.
+	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	budget := maxTopologyProcesses
 	for _, s := range sessions {
 		if only != "" && s.ID != only {
