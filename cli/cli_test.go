@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -140,6 +141,18 @@ func TestArgsMapping(t *testing.T) {
 	edits, _ := f.last.Args["edits"].([]any)
 	if len(edits) != 1 || edits[0].(map[string]any)["replace_all"] != true {
 		t.Errorf("edits: %#v", f.last.Args["edits"])
+	}
+
+	// egress: a word or a JSON array.
+	for flag, want := range map[string]any{"none": "none", `["10.0.0.0/8:443"]`: []any{"10.0.0.0/8:443"}} {
+		code, _, errs = run(api.GroupRuntime, "--gateway-endpoint", ep, "--sandbox-id", "eos-1", "create_workspace_session",
+			"--network-profile", "isolated", "--egress", flag)
+		if code != 0 {
+			t.Fatalf("create_workspace_session --egress %s: exit %d: %s", flag, code, errs)
+		}
+		if got := f.last.Args["egress"]; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("--egress %s: sent %#v", flag, got)
+		}
 	}
 
 	// Management: system scope, alias flag.
