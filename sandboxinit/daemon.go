@@ -33,7 +33,7 @@ type Config struct {
 	// for retained output, the oldest finished commands lose theirs).
 	MaxSessions        int   // live workspace sessions, default 256
 	MaxRunningCommands int   // commands running at once, default 512
-	OutputBudget       int64 // output kept by finished commands, default 256 MiB
+	OutputBudget       int64 // output kept by all commands; finished ones lose theirs first; default 256 MiB
 	MaxPublishBytes    int64 // bytes of files in one change set, default 1 GiB
 
 	// Observability (seed-spec §6). SandboxID names the sandbox in the

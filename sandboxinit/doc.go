@@ -46,9 +46,9 @@
 //     commands, max_publish_bytes (1 GiB) of files in one change set, each
 //     refused with resource_exhausted (HTTP 429) naming the limit in
 //     details.limit and its value in details.max; a publish is refused
-//     before anything is frozen. Finished commands keep at most
+//     before anything is frozen. Commands keep at most
 //     output_budget_bytes (256 MiB) of output together; past it the oldest
-//     lose theirs first and reads say output_dropped.
+//     finished ones lose theirs first and reads say output_dropped.
 //   - An isolated session's egress policy (default, none, or "cidr:port"
 //     entries) is validated here, kept in its record and shown in its info
 //     and the snapshot; the runtime enforces it. A shared session cannot

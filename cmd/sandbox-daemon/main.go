@@ -56,7 +56,7 @@ func serve(args []string) int {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", 2*time.Second, "resource sampling interval while the sandbox is active (250ms-10m)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", sandboxinit.DefaultMaxSessions, "workspace sessions the sandbox may have at once; more are refused with resource_exhausted")
 	fs.IntVar(&cfg.MaxRunningCommands, "max-running-commands", command.DefaultMaxRunning, "commands that may run at once; more are refused with resource_exhausted")
-	fs.Int64Var(&cfg.OutputBudget, "output-budget-bytes", command.DefaultOutputBudget, "output kept by finished commands together; past it the oldest lose theirs (reads say output_dropped)")
+	fs.Int64Var(&cfg.OutputBudget, "output-budget-bytes", command.DefaultOutputBudget, "output kept by all commands together; past it the oldest finished ones lose theirs (reads say output_dropped)")
 	fs.Int64Var(&cfg.MaxPublishBytes, "max-publish-bytes", sandboxinit.DefaultMaxPublishBytes, "bytes of files in one published change set; larger ones are refused with resource_exhausted")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {

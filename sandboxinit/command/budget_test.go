@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -69,9 +70,7 @@ func TestOutputBudgetDropsOldestFinishedOutput(t *testing.T) {
 		require.Len(t, out.Lines, 10)
 		require.Equal(t, strings.Repeat("0", 999)+"1", out.Lines[0].Text)
 	}
-	e.mu.Lock()
-	retained := e.retained
-	e.mu.Unlock()
+	retained := e.total.Load()
 	require.LessOrEqual(t, retained, int64(budget))
 	require.Greater(t, retained, int64(2*100_000))
 }
@@ -90,4 +89,33 @@ func TestOutputBudgetNeverDropsRunningOutput(t *testing.T) {
 	require.Equal(t, api.StatusRunning, got.Status)
 	require.Len(t, got.Lines, 1, "a running command keeps its output whatever the budget")
 	require.Empty(t, got.OutputDropped)
+}
+
+// Output a running command keeps counts too: it pushes the oldest finished
+// command's output out while it runs, not only once it ends.
+func TestOutputBudgetCountsRunningOutput(t *testing.T) {
+	const budget = 250_000
+	e, h := newTestEngine(t, Options{OutputBudget: budget})
+	ctx := context.Background()
+	print := "for i in $(seq 100); do printf '%01000d\\n' $i; done"
+	var ids []string
+	for range 2 {
+		ids = append(ids, idOf(t, e, run(t, e, h, api.ExecCommandArgs{Cmd: print})))
+	}
+	read := func(id string) *api.CommandOutput {
+		out, err := e.Read(ctx, api.ReadCommandLinesArgs{CommandSessionID: id, Limit: 10})
+		require.NoError(t, err)
+		return out
+	}
+	require.Empty(t, read(ids[0]).OutputDropped, "two fit")
+	running := run(t, e, h, api.ExecCommandArgs{Cmd: print + "; sleep 30", YieldTimeMS: ms(0)}).CommandSessionID
+	waitOutput(t, e, running, func(o *api.CommandOutput) bool { return o.TotalLines == 100 })
+	require.Eventually(t, func() bool { return read(ids[0]).OutputDropped != "" }, 5*time.Second, 5*time.Millisecond,
+		"the oldest finished output goes while the third command still runs")
+	require.Empty(t, read(ids[1]).OutputDropped)
+	require.Len(t, read(ids[1]).Lines, 10)
+	out := read(running)
+	require.Equal(t, api.StatusRunning, out.Status)
+	require.Len(t, out.Lines, 10)
+	require.LessOrEqual(t, e.total.Load(), int64(budget))
 }

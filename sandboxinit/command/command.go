@@ -159,8 +159,13 @@ func (c *command) collect(r *os.File, st stream) error {
 		n, err := r.Read(bp[:])
 		if n > 0 {
 			c.mu.Lock()
+			before := c.out.lines.used()
 			c.out.write(st, bp[:n])
+			delta := c.out.lines.used() - before
 			c.mu.Unlock()
+			if delta != 0 {
+				c.e.account(delta)
+			}
 		}
 		if err != nil {
 			return err
@@ -171,7 +176,9 @@ func (c *command) collect(r *os.File, st stream) error {
 // finish records the terminal state, retires the command and calls OnExit.
 func (c *command) finish(code int, waitErr error) {
 	c.mu.Lock()
+	before := c.out.lines.used()
 	c.out.flush()
+	flushed := c.out.lines.used() - before
 	c.ended = c.e.opts.Now()
 	switch {
 	case c.reason == api.StatusCancelled:
@@ -203,6 +210,7 @@ func (c *command) finish(code int, waitErr error) {
 	}
 	c.closeStdin()
 	_ = c.stdinR.Close()
+	c.e.account(flushed)
 	c.e.retire(c, kept)
 	if c.meta.OnExit != nil {
 		for _, f := range results {

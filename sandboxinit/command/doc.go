@@ -42,11 +42,14 @@
 //     lines says truncated. Array growth makes the real footprint up to about
 //     twice that while a command runs; spare capacity is released when it
 //     ends. At most Retained finished commands are kept; the oldest finished
-//     one is evicted first and running ones never are. All finished
-//     commands together keep at most OutputBudget of output: past it the
-//     oldest finished ones lose their lines first (status, exit code and
-//     counts stay; reads say truncated and output_dropped, naming the
-//     budget); a running command's output is never dropped by the budget.
+//     one is evicted first and running ones never are. All commands
+//     together, running ones included, keep at most OutputBudget of output:
+//     when a command's output takes them past it (as it is read, not only
+//     when it ends) the oldest finished ones lose their lines first
+//     (status, exit code and counts stay; reads say truncated and
+//     output_dropped, naming the budget). A running command's output is
+//     never dropped by the budget, so running output alone (at most
+//     MaxRunning × MaxBytes) may exceed it.
 //   - At most MaxRunning commands run at once; Start refuses one more with
 //     resource_exhausted (details.limit "max_running_commands"). A start
 //     that fails gives its slot back.

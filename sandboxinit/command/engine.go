@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -51,9 +52,11 @@ type Options struct {
 	// MaxRunning caps the commands running at once (default 512); one more
 	// is refused with resource_exhausted.
 	MaxRunning int
-	// OutputBudget caps the output all finished commands keep together
-	// (default 256 MiB, counted like MaxBytes). Past it the oldest finished
-	// commands lose their output first; reading one says output_dropped.
+	// OutputBudget caps the output all commands keep together (default
+	// 256 MiB, counted like MaxBytes, running commands included). Past it
+	// the oldest finished commands lose their output first; reading one
+	// says output_dropped. Running commands never lose output to it (each
+	// keeps up to MaxBytes), so running output alone may exceed it.
 	OutputBudget int64
 	Log          *slog.Logger
 }
@@ -81,9 +84,10 @@ type Engine struct {
 
 	mu        sync.Mutex
 	cmds      map[string]*command
-	finished  []string // terminal commands, oldest first
-	running   int      // admitted and not yet retired
-	retained  int64    // output bytes the finished commands keep
+	finished  []string     // terminal commands, oldest first
+	running   int          // admitted and not yet retired
+	finBytes  int64        // output bytes the finished commands keep (part of total)
+	total     atomic.Int64 // output bytes all commands keep, running ones too
 	closed    bool
 	lingering map[*os.File]struct{} // output pipes still held by background children
 	wg        sync.WaitGroup        // commands not yet finalized
@@ -268,29 +272,49 @@ func (e *Engine) unadmit() {
 	e.wg.Done()
 }
 
-// retire records that c reached its terminal state with bytes of output,
-// evicts the oldest finished commands beyond the retention limit, and drops
-// the output of the oldest finished ones while the finished commands keep
-// more than the output budget (c's own last: it is the newest).
+// retire records that c reached its terminal state keeping bytes of
+// output (already in total), evicts the oldest finished commands beyond the
+// retention limit, and trims to the output budget.
 func (e *Engine) retire(c *command, bytes int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.running--
 	e.finished = append(e.finished, c.id)
-	e.retained += bytes
+	e.finBytes += bytes
 	for len(e.finished) > e.opts.Retained {
 		if old := e.cmds[e.finished[0]]; old != nil {
-			e.retained -= old.keptBytes()
+			n := old.keptBytes()
+			e.finBytes -= n
+			e.total.Add(-n)
 		}
 		delete(e.cmds, e.finished[0])
 		e.finished = e.finished[1:]
 	}
+	e.trimLocked()
+}
+
+// account adds delta bytes of output a command now keeps, and trims when
+// that takes the engine past its output budget. No command lock is held.
+func (e *Engine) account(delta int64) {
+	if e.total.Add(delta) <= e.opts.OutputBudget {
+		return
+	}
+	e.mu.Lock()
+	e.trimLocked()
+	e.mu.Unlock()
+}
+
+// trimLocked drops the output of the oldest finished commands while all
+// commands keep more than the output budget. e.mu is held.
+func (e *Engine) trimLocked() {
 	for _, id := range e.finished {
-		if e.retained <= e.opts.OutputBudget {
-			break
+		if e.finBytes == 0 || e.total.Load() <= e.opts.OutputBudget {
+			return
 		}
 		if old := e.cmds[id]; old != nil {
-			e.retained -= old.dropOutput(e.opts.OutputBudget)
+			n := old.dropOutput(e.opts.OutputBudget)
+			e.finBytes -= n
+			e.total.Add(-n)
 		}
 	}
 }
