@@ -317,6 +317,9 @@ func TestSeedFlowCLI(t *testing.T) {
 	if v := dockerList(t, "volume", id); len(v) != 0 {
 		t.Errorf("volumes left after destroy: %v", v)
 	}
+	if n := dockerList(t, "network", id); len(n) != 0 {
+		t.Errorf("networks left after destroy: %v", n)
+	}
 	for _, unknown := range []string{"eos-00000000-0000-0000-0000-000000000000", id} { // never created; destroyed
 		if r := runCLI(t, g, mgr, "inspect_sandbox", "--sandbox-id", unknown); r.code != 1 || r.errEnv["kind"] != "invalid_request" ||
 			r.errEnv["message"] != "sandbox not found: "+unknown {

@@ -261,14 +261,17 @@ func RawLine(addr string, req map[string]any) ([]byte, error) {
 	return bytes.TrimSpace(line), nil
 }
 
-// DockerObjects lists the ids of a sandbox's containers ("container") or
-// volumes ("volume") by label.
+// DockerObjects lists the ids of a sandbox's containers ("container"),
+// volumes ("volume") or networks ("network") by label.
 func DockerObjects(t testing.TB, kind, id string) []string {
 	t.Helper()
 	var args []string
-	if kind == "container" {
+	switch kind {
+	case "container":
 		args = []string{"ps", "-aq", "--filter", "label=eos.sandbox_id=" + id}
-	} else {
+	case "network":
+		args = []string{"network", "ls", "-q", "--filter", "label=eos.sandbox_id=" + id}
+	default:
 		args = []string{"volume", "ls", "-q", "--filter", "label=eos.sandbox_id=" + id}
 	}
 	out, err := exec.Command("docker", args...).Output()
@@ -278,10 +281,14 @@ func DockerObjects(t testing.TB, kind, id string) []string {
 	return strings.Fields(string(out))
 }
 
-// RemoveSandboxObjects force-removes whatever Docker objects a sandbox left.
+// RemoveSandboxObjects force-removes whatever Docker objects a sandbox left:
+// containers first, then its network (each sandbox has one) and volumes.
 func RemoveSandboxObjects(t testing.TB, id string) {
 	if ids := DockerObjects(t, "container", id); len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+	}
+	if ids := DockerObjects(t, "network", id); len(ids) > 0 {
+		_ = exec.Command("docker", append([]string{"network", "rm"}, ids...)...).Run()
 	}
 	if ids := DockerObjects(t, "volume", id); len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, ids...)...).Run()
