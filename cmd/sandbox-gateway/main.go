@@ -68,7 +68,7 @@ func run() int {
 			log.Error("worker setup", "err", err)
 			return 1
 		}
-		acts.SetDaemonArgs(cfg.DaemonArgs())
+		activities.SetDaemonArgs(acts, cfg.DaemonArgs())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

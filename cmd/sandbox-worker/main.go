@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/config"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 )
@@ -44,7 +45,7 @@ func run() int {
 		log.Error("worker setup", "err", err)
 		return 1
 	}
-	acts.SetDaemonArgs(cfg.DaemonArgs())
+	activities.SetDaemonArgs(acts, cfg.DaemonArgs())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	opts := wf.Options(secret, acts, log)
