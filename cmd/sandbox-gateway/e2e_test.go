@@ -86,9 +86,15 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("exec: %v", out)
 	}
 	httpc := client.New("http://"+addr, token)
+	// The seed's window: the lines without the final newline; exact bytes
+	// on request.
 	raw, err := httpc.Call(ctx, "file_read", jsonl.SandboxScope(id), map[string]any{"path": "h.txt"}, "")
-	if err != nil || !strings.Contains(string(raw), `"content":"hi\n"`) {
+	if err != nil || !strings.Contains(string(raw), `"content":"hi"`) {
 		t.Fatalf("file_read over HTTP: %s %v", raw, err)
+	}
+	raw, err = httpc.Call(ctx, "file_read", jsonl.SandboxScope(id), map[string]any{"path": "h.txt", "keep_final_newline": true}, "")
+	if err != nil || !strings.Contains(string(raw), `"content":"hi\n"`) {
+		t.Fatalf("file_read keep_final_newline over HTTP: %s %v", raw, err)
 	}
 	lines := client.New(addr, token)
 	if _, err := lines.Call(ctx, "file_write", jsonl.SandboxScope(id), map[string]any{"path": "w.txt", "content": "amended"}, ""); err != nil {
