@@ -2,13 +2,11 @@ package sandboxinit
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,8 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
-	"github.com/ephemeral-sandbox/sandbox/layerstack"
-	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 )
 
 // These tests run the daemon in process without its session runtime
@@ -34,29 +30,9 @@ const testToken = "0123456789abcdef0123456789abcdef"
 
 func newViewDaemon(t *testing.T, base map[string]string) *Daemon {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test needs root (the layer store probes overlay mounts): run it as root, as make test does")
-	}
-	dir := t.TempDir()
-	cfg := Config{StateDir: dir, SampleInterval: 20 * time.Millisecond, SampleIdleAfter: 150 * time.Millisecond,
-		SandboxID: "eos-test", Logger: slog.New(slog.DiscardHandler)}
-	cfg.defaults()
-	store, err := layerstack.Open(filepath.Join(dir, "layerstack"), layerstack.Options{Logger: cfg.Logger})
-	require.NoError(t, err)
-	src := t.TempDir()
-	for p, c := range base {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(src, p)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(src, p), []byte(c), 0o644))
-	}
-	info, _, err := layerstack.ImportDir(context.Background(), src, filepath.Join(store.Root(), "base"), layerstack.ImportOptions{All: true})
-	require.NoError(t, err)
-	_, err = store.Init(context.Background(), info)
-	require.NoError(t, err)
-	d := &Daemon{cfg: cfg, log: cfg.Logger, token: []byte(testToken), store: store, cmds: command.New(command.Options{}),
-		sessions: map[string]*session{}, started: time.Now()}
-	require.NoError(t, d.openObservability())
-	t.Cleanup(func() { _ = d.Close(context.Background()) })
-	return d
+	return openTestDaemon(t, t.TempDir(), base, func(c *Config) {
+		c.SampleInterval, c.SampleIdleAfter = 20*time.Millisecond, 150*time.Millisecond
+	})
 }
 
 // fakeSession registers a session without a runtime whose upper dir holds

@@ -25,10 +25,21 @@ import (
 // is imported when the store is new.
 func publishDaemon(t *testing.T, dir string, base map[string]string) *Daemon {
 	t.Helper()
+	return openTestDaemon(t, dir, base, nil)
+}
+
+// openTestDaemon opens an in-process daemon (no session runtime) over state
+// dir dir, importing base (path -> content) when the store is new; tune
+// adjusts the configuration.
+func openTestDaemon(t *testing.T, dir string, base map[string]string, tune func(*Config)) *Daemon {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatalf("this test needs root (the layer store probes overlay mounts): run it as root, as make test does")
 	}
 	cfg := Config{StateDir: dir, SandboxID: "eos-test", Logger: slog.New(slog.DiscardHandler)}
+	if tune != nil {
+		tune(&cfg)
+	}
 	cfg.defaults()
 	for _, sub := range []string{"sessions", "archive", "txns"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, sub), 0o700))
