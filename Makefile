@@ -125,7 +125,7 @@ seed-suite: binaries
 	@test -n "$(SEED_TEST_GIT_DIR)" || { echo "set SEED_TEST_GIT_DIR to the bare git dir of ephemeral-sandbox-test"; exit 2; }
 	@! ss -ltn 2>/dev/null | grep -q '127.0.0.1:7878 ' || { echo "something answers on 127.0.0.1:7878: stop it first (the runner would reuse it)"; exit 2; }
 	E2E_IMAGE=$(SEED_IMAGE) SEED_PASS_CONFIG_YAML=1 SEED_GATEWAY_RESTART=1 \
-	SEED_GATEWAY_CMD='$(CURDIR)/$(BIN)/sandbox-gateway --daemon-binary $(CURDIR)/$(BIN)/sandbox-daemon --seccomp-profile $(CURDIR)/$(BIN)/seccomp.json --state-dir $(SEED_STATE) --temporal-embedded-address $(SEED_TEMPORAL) --temporal-ui off' \
+	SEED_GATEWAY_CMD='$(CURDIR)/$(BIN)/sandbox-gateway --daemon-binary $(CURDIR)/$(BIN)/sandbox-daemon --seccomp-profile $(CURDIR)/$(BIN)/seccomp.json --state-dir $(SEED_STATE) --temporal-embedded-address $(SEED_TEMPORAL) --temporal-ui off --allow-root $(TESTTMP)' \
 	bash $(SEED_RUNNER) $(CURDIR)/$(BIN) $(SEED_TEST_GIT_DIR) $(SEED_OUT) $(SEED_ARGS)
 
 install: binaries
