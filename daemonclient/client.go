@@ -137,16 +137,18 @@ func (c *Client) Do(ctx context.Context, call Call) (json.RawMessage, api.Endpoi
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := c.do(ctx, call, body)
-	// A refused connection never reached the daemon: look its endpoint up
-	// again and retry, for a few seconds — a restarting container is back
-	// within about one.
+	// A refused connection never reached the daemon, and an idempotent
+	// operation may run again: look the endpoint up again and retry, for a
+	// few seconds — a restarting container is back within about one (while
+	// it starts, Docker's proxy accepts connections and drops them).
+	retry := func(err error) bool { return refused(err) || (IsConn(err) && idempotent(call.Op)) }
 	deadline := time.Now().Add(RefusedWait)
-	for delay := 50 * time.Millisecond; refused(err) && c.resolve != nil && ctx.Err() == nil && time.Now().Before(deadline); delay = min(2*delay, 500*time.Millisecond) {
+	for delay := 50 * time.Millisecond; retry(err) && c.resolve != nil && ctx.Err() == nil && time.Now().Before(deadline); delay = min(2*delay, 500*time.Millisecond) {
 		if ep, rerr := c.resolve(ctx, call.SandboxID); rerr == nil && ep.Port > 0 {
 			call.Endpoint = ep
 		}
 		out, err = c.do(ctx, call, body)
-		if !refused(err) {
+		if !retry(err) {
 			break
 		}
 		select {
@@ -159,7 +161,14 @@ func (c *Client) Do(ctx context.Context, call Call) (json.RawMessage, api.Endpoi
 
 // RefusedWait is how long a call keeps retrying a daemon that refuses
 // connections (its container restarting) before it reports it unreachable.
-var RefusedWait = 3 * time.Second
+var RefusedWait = 5 * time.Second
+
+// idempotent reports whether the catalog says running op again changes
+// nothing more (reads, views, writes of the same content).
+func idempotent(op string) bool {
+	o, ok := api.LookupOp(op)
+	return ok && o.Hints().Idempotent
+}
 
 func refused(err error) bool {
 	var ce *ConnError

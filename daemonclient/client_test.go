@@ -87,3 +87,30 @@ func TestDoErrors(t *testing.T) {
 		require.Equal(t, api.KindInvalidRequest, ae.Kind)
 	}
 }
+
+// While a container starts, Docker's proxy accepts a connection and drops
+// it: an idempotent call is retried there, anything else is not.
+func TestDoRetriesDroppedIdempotentCalls(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			c, _, err := w.(http.Hijacker).Hijack()
+			require.NoError(t, err)
+			_ = c.Close() // dropped without an answer
+			return
+		}
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	ep := endpointOf(t, srv)
+	c := New([]byte("s"), func(context.Context, string) (api.Endpoint, error) { return ep, nil })
+	out, _, err := c.Do(context.Background(), Call{SandboxID: "sb", Endpoint: ep, Op: "file_read"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":true}`, string(out))
+	require.EqualValues(t, 2, calls.Load())
+
+	calls.Store(0)
+	_, _, err = c.Do(context.Background(), Call{SandboxID: "sb", Endpoint: ep, Op: "exec_command"})
+	require.True(t, IsConn(err), "a dropped exec_command may have run: not retried (%v)", err)
+	require.EqualValues(t, 1, calls.Load())
+}
