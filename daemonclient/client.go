@@ -143,9 +143,21 @@ func (c *Client) Do(ctx context.Context, call Call) (json.RawMessage, api.Endpoi
 	// it starts, Docker's proxy accepts connections and drops them).
 	retry := func(err error) bool { return refused(err) || (IsConn(err) && idempotent(call.Op)) }
 	deadline := time.Now().Add(RefusedWait)
+	// The endpoint is looked up at most maxResolves times a call (each is a
+	// Docker inspect, or a workflow update at the gateway): first at once,
+	// then once the container had time to be published again.
+	resolves := 0
 	for delay := 50 * time.Millisecond; retry(err) && c.resolve != nil && ctx.Err() == nil && time.Now().Before(deadline); delay = min(2*delay, 500*time.Millisecond) {
-		if ep, rerr := c.resolve(ctx, call.SandboxID); rerr == nil && ep.Port > 0 {
-			call.Endpoint = ep
+		if resolves < maxResolves && (resolves == 0 || delay >= 400*time.Millisecond) {
+			resolves++
+			ep, rerr := c.resolve(ctx, call.SandboxID)
+			var refusal *api.Error
+			if errors.As(rerr, &refusal) {
+				return nil, call.Endpoint, refusal // e.g. the container is stopped: say so, now
+			}
+			if rerr == nil && ep.Port > 0 {
+				call.Endpoint = ep
+			}
 		}
 		out, err = c.do(ctx, call, body)
 		if !retry(err) {
@@ -162,6 +174,8 @@ func (c *Client) Do(ctx context.Context, call Call) (json.RawMessage, api.Endpoi
 // RefusedWait is how long a call keeps retrying a daemon that refuses
 // connections (its container restarting) before it reports it unreachable.
 var RefusedWait = 5 * time.Second
+
+const maxResolves = 3
 
 // idempotent reports whether the catalog says running op again changes
 // nothing more (reads, views, writes of the same content).

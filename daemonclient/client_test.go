@@ -114,3 +114,25 @@ func TestDoRetriesDroppedIdempotentCalls(t *testing.T) {
 	require.True(t, IsConn(err), "a dropped exec_command may have run: not retried (%v)", err)
 	require.EqualValues(t, 1, calls.Load())
 }
+
+// A resolver that refuses (the container is stopped) ends the call with
+// its refusal at once; a resolver that keeps answering the same dead
+// endpoint is asked a bounded number of times.
+func TestDoResolverRefusalAndBound(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := api.Endpoint{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
+	require.NoError(t, l.Close())
+	stopped := api.Errorf(api.KindOperationFailed, map[string]any{"availability": "unavailable"}, "the container of sandbox sb is exited")
+	c := New([]byte("s"), func(context.Context, string) (api.Endpoint, error) { return api.Endpoint{}, stopped })
+	_, _, err = c.Do(context.Background(), Call{SandboxID: "sb", Endpoint: dead, Op: "file_read"})
+	var ae *api.Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, stopped.Message, ae.Message)
+
+	var asked atomic.Int64
+	c = New([]byte("s"), func(context.Context, string) (api.Endpoint, error) { asked.Add(1); return dead, nil })
+	_, _, err = c.Do(context.Background(), Call{SandboxID: "sb", Endpoint: dead, Op: "file_read"})
+	require.True(t, IsConn(err))
+	require.LessOrEqual(t, asked.Load(), int64(maxResolves))
+}

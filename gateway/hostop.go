@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -32,7 +33,9 @@ func (b *TemporalBackend) runHostOp(ctx context.Context, r workflows.HostOp) (*w
 		id = client.NewRequestID()
 	}
 	run, err := b.Client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "host/" + r.Op + "/" + id, TaskQueue: workflows.TaskQueue,
-		WorkflowExecutionTimeout: hostOpTimeout}, workflows.HostOpWorkflowName, r)
+		WorkflowExecutionTimeout: hostOpTimeout,
+		// A retried request joins the run of its first attempt.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, workflows.HostOpWorkflowName, r)
 	if err != nil {
 		return nil, mapErr("", err)
 	}
