@@ -57,6 +57,13 @@ type PublishArgs struct {
 	Keep               bool   `json:"keep,omitempty"`
 	Message            string `json:"message,omitempty"`
 	GraceS             *int   `json:"grace_s,omitempty"`
+	// ExactlyOnce (the sandbox workflow's publish): TxID is required and
+	// the publish happens once however often it is retried, a retry
+	// answering as the first call did; the answer is a PublishTxResult
+	// (a rejection is an answer, not an error), and closing a session
+	// that is not kept runs after the answer (the boot reconcile finishes
+	// it after a crash).
+	ExactlyOnce bool `json:"exactly_once,omitempty"`
 }
 
 // SessionArgs name a session.

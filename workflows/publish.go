@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -205,4 +206,94 @@ func hostQueue(q string) string {
 		return TaskQueue
 	}
 	return q
+}
+
+// versionPublishOneActivity marks runs in which a publish is one
+// exactly-once daemon call from the sandbox workflow's update handler
+// (publishTx) instead of a PublishWorkflow child running prepare, commit
+// and finalize. Runs recorded before replay the child.
+const versionPublishOneActivity = "publish-one-activity"
+
+// MemoLastPublish is the sandbox workflow's memo key holding its latest
+// publish (a PublishRecord); every publish upserts it, so the workflow's
+// history holds one record per publish (WorkflowPropertiesModified).
+const MemoLastPublish = "last_publish"
+
+// PublishRecord is what the sandbox workflow records of one publish.
+type PublishRecord struct {
+	TxID               string `json:"txid"`
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	UpdateID           string `json:"update_id,omitempty"`
+	// Outcome: committed, no_op, rejected or failed.
+	Outcome         string    `json:"outcome"`
+	LayerID         string    `json:"layer_id,omitempty"`
+	ManifestVersion int64     `json:"manifest_version,omitempty"`
+	Conflicts       int       `json:"conflicts,omitempty"`
+	Error           string    `json:"error,omitempty"`
+	At              time.Time `json:"at"`
+	Publishes       int       `json:"publishes"`
+}
+
+// publishTx publishes one session as one activity: the daemon's
+// publish_workspace_session with exactly_once under the transaction id
+// txid (the id the child workflow had), which the daemon commits once
+// however often the activity is retried (a worker or daemon crash), and
+// answers as the first time. The daemon closes a session that is not kept
+// after it answered, so finalize is off this path. Outcomes and result
+// shapes are the child's: the finalize result, the same rejection error,
+// the daemon's refusals unwrapped.
+func (s *sandbox) publishTx(ctx workflow.Context, r PublishRequest, txid string) (json.RawMessage, error) {
+	updateID := workflow.GetCurrentUpdateInfo(ctx).ID
+	args, err := json.Marshal(api.PublishArgs{WorkspaceSessionID: r.WorkspaceSessionID, TxID: txid, Keep: r.Keep, Message: r.Message, ExactlyOnce: true})
+	if err != nil {
+		return nil, err
+	}
+	rid := txid + "/publish"
+	if updateID != "" {
+		rid += "/" + updateID
+	}
+	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: UpdatePublish, Args: args, RequestID: rid}
+	rec := PublishRecord{TxID: txid, WorkspaceSessionID: r.WorkspaceSessionID, UpdateID: updateID}
+	var raw json.RawMessage
+	if err := workflow.ExecuteActivity(daemonOptions(ctx, s.queue()), ActCallDaemon, call).Get(ctx, &raw); err != nil {
+		err = unwrapChild(err)
+		rec.Outcome, rec.Error = "failed", err.Error()
+		s.recordPublish(ctx, rec)
+		return nil, err
+	}
+	var res api.PublishTxResult
+	if err := decode(UpdatePublish, raw, &res); err != nil {
+		return nil, err
+	}
+	if res.Rejected() {
+		rec.Outcome, rec.Conflicts = "rejected", len(res.Conflicts)
+		s.recordPublish(ctx, rec)
+		return nil, rejected(&api.PublishStepResult{Rejection: res.Rejection}, PublishInput{TxID: txid, SessionID: r.WorkspaceSessionID})
+	}
+	if res.Publish == nil {
+		return nil, apperr.Newf(api.KindInternal, map[string]any{"op": UpdatePublish, "txid": txid}, "the daemon's answer to %s has no publish", UpdatePublish)
+	}
+	out, err := json.Marshal(res.PublishFinalResult)
+	if err != nil {
+		return nil, err
+	}
+	s.state.Publishes++
+	if !r.Keep {
+		delete(s.state.Sessions, r.WorkspaceSessionID)
+	}
+	rec.Outcome, rec.LayerID, rec.ManifestVersion = "committed", res.Publish.LayerID, res.Publish.Revision.ManifestVersion
+	if res.Publish.NoOp {
+		rec.Outcome = "no_op"
+	}
+	s.recordPublish(ctx, rec)
+	return out, nil
+}
+
+// recordPublish upserts the sandbox workflow's last_publish memo. A memo
+// that cannot be written is logged: the publish itself stands.
+func (s *sandbox) recordPublish(ctx workflow.Context, rec PublishRecord) {
+	rec.At, rec.Publishes = workflow.Now(ctx).UTC(), s.state.Publishes
+	if err := workflow.UpsertMemo(ctx, map[string]interface{}{MemoLastPublish: rec}); err != nil {
+		s.log.Error("recording the publish in the memo failed", "txid", rec.TxID, "error", err)
+	}
 }

@@ -416,7 +416,8 @@ func (s *sandbox) destroySession(ctx workflow.Context, r SessionRequest) (json.R
 	return out, nil
 }
 
-// publish runs a PublishWorkflow child. Publishes of different sessions run
+// publish runs one exactly-once daemon call (publishTx; runs recorded
+// before ran a PublishWorkflow child). Publishes of different sessions run
 // side by side: the daemon's layer store serializes the commits themselves
 // (its writer lock, a re-check against the head it commits on), so only
 // the few milliseconds of a commit are one at a time, not each publish's
@@ -438,6 +439,10 @@ func (s *sandbox) publish(ctx workflow.Context, r PublishRequest) (json.RawMessa
 	}
 	s.state.PublishSeq++
 	id := PublishWorkflowID(s.id(), r.WorkspaceSessionID, s.state.PublishSeq)
+	if workflow.GetVersion(ctx, versionPublishOneActivity, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		return s.publishTx(ctx, r, id)
+	}
+	// Runs recorded before publishes were one activity replay the child.
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TaskQueue: TaskQueue})
 	in := PublishInput{SandboxID: s.id(), HostQueue: s.in.HostQueue, Daemon: s.state.Container.Daemon,
 		SessionID: r.WorkspaceSessionID, TxID: id, Keep: r.Keep, Message: r.Message, RequestID: workflow.GetCurrentUpdateInfo(ctx).ID}

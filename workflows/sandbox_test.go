@@ -60,6 +60,12 @@ func okDaemon(call DaemonCall) (json.RawMessage, error) {
 		return json.RawMessage(`{"base_id":"B-1"}`), nil
 	case "create_workspace_session":
 		return json.RawMessage(`{"workspace_session_id":"ws-1","network_profile":"shared"}`), nil
+	case "publish_workspace_session":
+		var a api.PublishArgs
+		if err := json.Unmarshal(call.Args, &a); err != nil || !a.ExactlyOnce || a.TxID == "" {
+			return nil, apperr.Newf(api.KindInvalidRequest, nil, "the sandbox workflow publishes exactly once by a txid: %s", call.Args)
+		}
+		return json.RawMessage(`{"txid":"` + a.TxID + `","workspace_session_id":"` + a.WorkspaceSessionID + `","publish":{"no_op":false,"layer_id":"L-2"},"destroyed":true,"clean":true}`), nil
 	case "publish_prepare":
 		return json.RawMessage(`{"clean":true}`), nil
 	case "publish_commit":
@@ -271,53 +277,48 @@ func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 }
 
-// A conflict found by prepare, or by a commit that lost to a publish that
-// landed after prepare, reaches the caller with its report; the publish is
-// aborted and the session kept.
+// A conflict the daemon's publish reports reaches the caller with its
+// report, as the child's did (kind operation_failed, the conflicts, the
+// txid); the session is kept, and nothing else is asked of the daemon (no
+// abort or finalize: the exactly-once publish committed nothing).
 func TestPublishConflictReachesTheCaller(t *testing.T) {
-	const report = `{"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`
-	for _, at := range []string{"publish_prepare", "publish_commit"} {
-		t.Run(at, func(t *testing.T) {
-			e := newEnv(t)
-			e.happyCreate()
-			aborted, finalized := false, false
-			e.daemon(func(call DaemonCall) (json.RawMessage, error) {
-				switch call.Op {
-				case at:
-					return json.RawMessage(report), nil
-				case "publish_abort":
-					aborted = true
-				case "publish_finalize":
-					finalized = true
-				}
-				return okDaemon(call)
-			})
-			e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
-			e.script(time.Second,
-				step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
-				step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
-					var app *temporal.ApplicationError
-					require.True(t, errors.As(err, &app), "%v", err)
-					var det map[string]any
-					require.NoError(t, app.Details(&det))
-					require.Equal(t, "operation_failed", det["kind"])
-					require.Contains(t, det["details"], "conflicts")
-				}, then: func() {
-					// The session is kept for the agent to fix and publish again.
-					v, err := e.QueryWorkflow(QueryState)
-					require.NoError(t, err)
-					var st SandboxState
-					require.NoError(t, v.Get(&st))
-					require.Contains(t, st.Sessions, "ws-1")
-				}},
-				step{name: UpdateDestroy, check: ok(t)},
-			)
-			e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
-			require.NoError(t, e.GetWorkflowError())
-			require.True(t, aborted)
-			require.False(t, finalized)
-		})
-	}
+	const report = `{"txid":"t","workspace_session_id":"ws-1","publish":null,"destroyed":false,"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"head_revision":{"manifest_version":3},"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`
+	e := newEnv(t)
+	e.happyCreate()
+	var ops []string
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		ops = append(ops, call.Op)
+		if call.Op == UpdatePublish {
+			return json.RawMessage(report), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Second,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+			ae, ok := apperr.From(err)
+			require.True(t, ok, "%v", err)
+			require.Equal(t, api.KindOperationFailed, ae.Kind)
+			require.Contains(t, ae.Message, "publish rejected: 1 conflicting path(s)")
+			d := ae.Details
+			require.Contains(t, d, "conflicts")
+			require.Equal(t, PublishWorkflowID("sb1", "ws-1", 1), d["txid"])
+			require.Equal(t, true, d["session_retained"])
+		}, then: func() {
+			// The session is kept for the agent to fix and publish again.
+			v, err := e.QueryWorkflow(QueryState)
+			require.NoError(t, err)
+			var st SandboxState
+			require.NoError(t, v.Get(&st))
+			require.Contains(t, st.Sessions, "ws-1")
+			require.Zero(t, st.Publishes)
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, []string{"init_base", "create_workspace_session", UpdatePublish}, ops)
 }
 
 func TestContinueAsNewCarriesState(t *testing.T) {
@@ -386,7 +387,7 @@ func TestOnePublishPerSessionAtATime(t *testing.T) {
 	e.happyCreate()
 	var prepares []string
 	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).After(200 * time.Millisecond).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
-		if call.Op == "publish_prepare" {
+		if call.Op == UpdatePublish {
 			var a struct {
 				WS string `json:"workspace_session_id"`
 			}
