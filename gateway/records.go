@@ -108,7 +108,8 @@ func (b *TemporalBackend) forget(id string) {
 	delete(b.endpoints, id)
 }
 
-// workflowsView lists a sandbox's workflow and its publish children, newest
+// workflowsView lists a sandbox's workflow (with its last_publish) and the
+// publish children of runs from before publishes were one activity, newest
 // first, with links into the Temporal UI.
 func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, limit int) (any, error) {
 	if sandboxID == "" {
@@ -146,6 +147,11 @@ func (b *TemporalBackend) listWorkflows(ctx context.Context, query string, limit
 				"start_time": e.GetStartTime().AsTime(), "history_length": e.GetHistoryLength()}
 			if ct := e.GetCloseTime(); ct != nil {
 				w["close_time"] = ct.AsTime()
+			}
+			// A sandbox's latest publish (each publish's record is in the
+			// workflow's history, one memo upsert per publish).
+			if lp := decodeMemo(e.GetMemo().GetFields())[workflows.MemoLastPublish]; lp != nil {
+				w[workflows.MemoLastPublish] = lp
 			}
 			if u := b.uiURL(e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()); u != "" {
 				w["ui_url"] = u

@@ -49,6 +49,16 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 		sp.Set("replayed", true)
 		return d.replayTx(ctx, p, a)
 	}
+	committed, err := d.store.Committed(a.TxID)
+	if err != nil {
+		return nil, err
+	}
+	if committed {
+		// Committed and not recorded: a daemon that died between the two,
+		// or a record that could not be written (see below).
+		sp.Set("replayed", true)
+		return d.replayCommit(ctx, a)
+	}
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
 	if err != nil {
 		return nil, err
@@ -102,12 +112,20 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Result: res}
 	// The record before the answer: a retry after the session is gone
 	// answers from it, and the boot reconcile finalizes it.
-	if err := os.MkdirAll(d.txDir(p.TxID), 0o700); err != nil {
-		return nil, d.stepFailed(s, "publish", err)
+	err = os.MkdirAll(d.txDir(p.TxID), 0o700)
+	if err == nil {
+		err = d.savePrepared(p)
 	}
-	if err := d.savePrepared(p); err != nil {
-		// Committed, not recorded: a retry replays the store's commit.
-		return nil, d.stepFailed(s, "publish", err)
+	if err != nil {
+		// Committed, not recorded (a full volume): the session is closed
+		// now, before the answer, and a retry answers from the store's
+		// record of the txid.
+		d.log.Warn("publish committed but its record could not be written; closing the session before answering", "txid", p.TxID, "err", err)
+		fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)
+		if err != nil {
+			return nil, err
+		}
+		return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
 	}
 	if a.Keep {
 		// Held off commands until it is on the new head.
@@ -185,6 +203,57 @@ func (d *Daemon) replayTx(ctx context.Context, p *preparedPublish, a api.Publish
 		return nil, err
 	}
 	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// replayCommit answers a retried publish the store committed and the
+// daemon did not record: the session, when it is still there, is closed
+// (or with keep moved onto the new head) now.
+func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.PublishTxResult, error) {
+	s, err := d.lockLive(a.WorkspaceSessionID)
+	if err != nil {
+		// Closed already: the store's record of the txid is the answer.
+		res, rerr := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID})
+		if rerr != nil {
+			return nil, rerr
+		}
+		return &api.PublishTxResult{Clean: true, PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: a.WorkspaceSessionID,
+			Publish: publishJSON(res), Destroyed: !a.Keep, Kept: a.Keep}}, nil
+	}
+	defer s.gate.Unlock()
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Keep: a.Keep})
+	if err != nil {
+		return nil, d.stepFailed(s, "publish", err)
+	}
+	fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)
+	if err != nil {
+		return nil, err
+	}
+	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// finalizeUnrecorded closes session s (gate held) after its publish res
+// committed without a daemon record: destroyed, or with keep moved onto
+// the new lease.
+func (d *Daemon) finalizeUnrecorded(ctx context.Context, s *session, txid string, res *layerstack.PublishResult, keep bool) (*api.PublishFinalResult, error) {
+	out := &api.PublishFinalResult{TxID: txid, WorkspaceSessionID: s.rec.ID, Publish: publishJSON(res)}
+	if keep {
+		if s.rec.LeaseID != res.LeaseID {
+			if err := d.rebase(ctx, s, res.LeaseID); err != nil {
+				s.setState(StateFinalizeFailed)
+				return nil, finalizeFailed(s, res, d.confine(s, err))
+			}
+		}
+		s.setState(StateActive)
+		out.Kept = true
+		return out, nil
+	}
+	bytes, err := d.teardown(ctx, s, true)
+	if err != nil {
+		s.setState(StateFinalizeFailed)
+		return nil, finalizeFailed(s, res, d.confine(s, err))
+	}
+	out.Destroyed, out.EvictedUpperdirBytes = true, &bytes
+	return out, nil
 }
 
 // waitFinalizes waits (until ctx ends) for the sessions being closed after

@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -151,6 +152,26 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		require.Equal(t, res.LayerID, again.Publish.LayerID)
 		require.Equal(t, h, layers(t, d))
 		require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	})
+	t.Run("the record cannot be written", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		txns := filepath.Join(d.cfg.StateDir, "txns")
+		require.NoError(t, os.RemoveAll(txns))
+		require.NoError(t, os.WriteFile(txns, nil, 0o600)) // no record can be made under it
+		h := layers(t, d)
+		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err, "the commit stands; the session is closed before the answer")
+		require.True(t, res.Destroyed)
+		_, err = os.Stat(s.dir)
+		require.True(t, os.IsNotExist(err), "closed before the answer: %v", err)
+		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err, "a retry answers from the store's record")
+		require.Equal(t, res.Publish.LayerID, again.Publish.LayerID)
+		require.True(t, again.Destroyed)
+		require.Equal(t, h+1, layers(t, d))
+		require.NoError(t, os.Remove(txns))
+		require.NoError(t, os.MkdirAll(txns, 0o700))
 	})
 	t.Run("not committed", func(t *testing.T) {
 		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
