@@ -169,6 +169,10 @@ type PublishTxResult struct {
 	PublishFinalResult
 	Clean bool `json:"clean"`
 	*Rejection
+	// Verify: a verified publish's last verification (passed when Clean;
+	// else, without conflicts, it failed, or HeadKeptMoving).
+	Verify         *VerifyReport `json:"verify,omitempty"`
+	HeadKeptMoving bool          `json:"head_kept_moving,omitempty"`
 }
 
 // Rejected reports whether the publish was refused by the head.

@@ -49,6 +49,9 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 		sp.Set("replayed", true)
 		return d.replayTx(ctx, p, a)
 	}
+	if a.Verify != nil {
+		return d.publishVerified(ctx, a)
+	}
 	committed, err := d.store.Committed(a.TxID)
 	if err != nil {
 		return nil, err
@@ -184,6 +187,9 @@ func (d *Daemon) replayTx(ctx context.Context, p *preparedPublish, a api.Publish
 	if p.SessionID != "" && p.SessionID != a.WorkspaceSessionID {
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": p.TxID, "workspace_session_id": a.WorkspaceSessionID},
 			"txid %s belongs to a publish of workspace session %s", p.TxID, p.SessionID)
+	}
+	if p.Aborted && p.Answer != nil {
+		return p.Answer, nil
 	}
 	if p.Aborted {
 		return nil, errAborted(p)

@@ -96,6 +96,9 @@ type sessionRecord struct {
 	Egress         *api.Egress    `json:"egress,omitempty"` // isolated only; nil = default
 	Created        time.Time      `json:"created"`
 	Generation     int            `json:"generation"`
+	// VerifyTxID marks a verified publish's throwaway session: never
+	// restored (a daemon that restarts removes it).
+	VerifyTxID string `json:"verify_txid,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -376,6 +379,10 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 			continue
 		}
 		s.act.touch()
+		if s.rec.VerifyTxID != "" {
+			d.removeThrowaway(ctx, s)
+			continue
+		}
 		if d.pendingPublish(s.rec.ID) {
 			s.setState(StatePublishing)
 		}

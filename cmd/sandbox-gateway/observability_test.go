@@ -138,7 +138,8 @@ func TestObservabilityThroughTheGateway(t *testing.T) {
 	require.Equal(t, 1, types["eos.SandboxWorkflow"])
 	require.Zero(t, types["eos.PublishWorkflow"], "a publish is one activity of the sandbox's workflow")
 	require.NotNil(t, last, "the sandbox's workflow records its last publish: %v", wf)
-	require.Equal(t, "committed", last["outcome"], "erin's traced publish: %v", last)
+	require.Equal(t, "trace-me-1", last["update_id"], "erin's traced publish (its request id): %v", last)
+	require.Equal(t, "no_op", last["outcome"], "erin's session changed nothing: %v", last)
 	require.GreaterOrEqual(t, last["publishes"], 3.0, "%v", last)
 
 	// The observability CLI answers the same views.
