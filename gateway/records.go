@@ -122,7 +122,29 @@ func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, l
 	if len(out) == 0 {
 		return nil, notFoundSandbox(sandboxID)
 	}
+	b.freshLastPublish(ctx, sandboxID, out)
 	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
+}
+
+// freshLastPublish sets the last_publish of the sandbox's running
+// workflow in out from the workflow itself: visibility (the list) catches
+// up with a memo upsert only some time after the publish returned, its
+// describe at once.
+func (b *TemporalBackend) freshLastPublish(ctx context.Context, sandboxID string, out []map[string]any) {
+	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
+	if err != nil {
+		return
+	}
+	info := d.GetWorkflowExecutionInfo()
+	lp := decodeMemo(info.GetMemo().GetFields())[workflows.MemoLastPublish]
+	if lp == nil {
+		return
+	}
+	for _, w := range out {
+		if w["run_id"] == info.GetExecution().GetRunId() {
+			w[workflows.MemoLastPublish] = lp
+		}
+	}
 }
 
 // sandboxQuery selects a sandbox's workflow and its publishes (the id is
