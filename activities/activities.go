@@ -20,7 +20,6 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
-	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // Paths inside the sandbox container. The daemon's defaults match them
@@ -112,21 +111,7 @@ type Activities struct {
 	ownerMu sync.RWMutex
 	cluster string // the Temporal cluster id (SetOwner)
 	ns      string // the Temporal namespace
-	host    string // this worker's host task queue (SetHostQueue)
 }
-
-// SetHostQueue records the task queue of the host worker these activities
-// serve: a CallDaemon run as a local activity for a sandbox of another host
-// refuses (NotThisHost), and its workflow runs it on that host's queue.
-func SetHostQueue(a *Activities, queue string) {
-	a.ownerMu.Lock()
-	defer a.ownerMu.Unlock()
-	a.host = queue
-}
-
-// ErrNotThisHost is the error type of a local CallDaemon for a sandbox
-// whose host is not this worker's.
-const ErrNotThisHost = workflows.ErrTypeNotThisHost
 
 // SetOwner records the Temporal cluster and namespace whose workflows use
 // a's activities; new objects are labelled with them. (A function, not a

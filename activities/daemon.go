@@ -11,7 +11,6 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
-	"go.temporal.io/sdk/temporal"
 )
 
 // CallDaemon runs one RPC on a sandbox's daemon through the one daemon
@@ -26,15 +25,6 @@ import (
 func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) (json.RawMessage, error) {
 	if err := checkSandboxID(call.SandboxID); err != nil {
 		return nil, err
-	}
-	if call.OnHost != "" {
-		a.ownerMu.RLock()
-		host := a.host
-		a.ownerMu.RUnlock()
-		if host != call.OnHost {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("sandbox %s is served by host queue %s, not %q", call.SandboxID, call.OnHost, host),
-				ErrNotThisHost, nil)
-		}
 	}
 	stop := keepHeartbeating(ctx, daemonHeartbeat, nil)
 	defer stop()

@@ -221,25 +221,3 @@ func retryable(err error) bool {
 	var appErr *temporal.ApplicationError
 	return !errors.As(err, &appErr) || !appErr.NonRetryable()
 }
-
-// A call pinned to a host queue (a local activity) runs only on that host's
-// worker; elsewhere it is refused with NotThisHost and reaches no daemon.
-func TestCallDaemonOnHost(t *testing.T) {
-	fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	})
-	acts := newTestActivities(t, newFakeDocker())
-	SetHostQueue(acts, "eos-host-a")
-	call := workflows.DaemonCall{SandboxID: "sbx1", Daemon: fd.endpoint(t), Op: "health", OnHost: "eos-host-b"}
-	_, err := acts.CallDaemon(context.Background(), call)
-	var app *temporal.ApplicationError
-	require.True(t, errors.As(err, &app), "%v", err)
-	require.Equal(t, workflows.ErrTypeNotThisHost, app.Type())
-	require.True(t, app.NonRetryable())
-	require.Nil(t, fd.last.Load(), "no request reached the daemon")
-	call.OnHost = "eos-host-a"
-	res, err := acts.CallDaemon(context.Background(), call)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"ok":true}`, string(res))
-}

@@ -77,15 +77,7 @@ type DaemonCall struct {
 	Args      json.RawMessage `json:"args,omitempty"`
 	RequestID string          `json:"request_id,omitempty"` // idempotency key / trace id, derived by the workflow
 	Timeout   time.Duration   `json:"timeout,omitempty"`
-	// OnHost, when set, is the host task queue the call must run on: a
-	// local activity on a worker of another host refuses it with
-	// ErrTypeNotThisHost (and the workflow schedules it on that queue).
-	OnHost string `json:"on_host,omitempty"`
 }
-
-// ErrTypeNotThisHost is the error type of a DaemonCall with OnHost run on
-// another host's worker.
-const ErrTypeNotThisHost = "NotThisHost"
 
 // ExportSpec exports a sandbox's published changes to the host.
 type ExportSpec struct {

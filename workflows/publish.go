@@ -2,12 +2,10 @@ package workflows
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -211,9 +209,6 @@ func hostQueue(q string) string {
 	return q
 }
 
-// errNotRun: the regular activity is still to run.
-var errNotRun = errors.New("not run")
-
 // versionPublishOneActivity marks runs in which a publish is one
 // exactly-once daemon call from the sandbox workflow's update handler
 // (publishTx) instead of a PublishWorkflow child running prepare, commit
@@ -250,43 +245,13 @@ type PublishRecord struct {
 // shapes are the child's: the finalize result, the same rejection error,
 // the daemon's refusals unwrapped.
 func (s *sandbox) publishTx(ctx workflow.Context, r PublishRequest, txid string) (json.RawMessage, error) {
-	local := workflow.GetVersion(ctx, versionPublishLocal, workflow.DefaultVersion, 1) != workflow.DefaultVersion
-	return s.publishCall(daemonOptions(ctx, s.queue()), r, txid, nil, 0, local)
-}
-
-// versionPublishLocal marks runs in which a publish first runs as a local
-// activity (on the worker that runs the workflow task: no activity task,
-// one workflow task fewer), falling back to the host's queue when that
-// worker is not the sandbox's host or the call did not get through.
-const versionPublishLocal = "publish-local-activity"
-
-// localOptions: the local attempt of a daemon call; failures that are not
-// the daemon's answer fall back to the regular activity (daemonOptions).
-func localOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		ScheduleToCloseTimeout: 2 * time.Minute,
-		StartToCloseTimeout:    time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: time.Second,
-			MaximumAttempts: 2, NonRetryableErrorTypes: append([]string{ErrTypeNotThisHost}, nonRetryable...)},
-	})
-}
-
-// fallBack reports whether a local daemon call's failure is not an answer:
-// the worker is not the sandbox's host, or the call failed in a way a
-// retry may fix (the regular activity then retries it, same request id and
-// txid, so the daemon does the work once).
-func fallBack(err error) bool {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Type() == ErrTypeNotThisHost || !app.NonRetryable()
-	}
-	return true
+	return s.publishCall(daemonOptions(ctx, s.queue()), r, txid, nil, 0)
 }
 
 // publishCall runs the daemon's exactly-once publish (verified when v is
 // set; timeout bounds the call, 0 the client's default) on the activity
 // options of actx.
-func (s *sandbox) publishCall(actx workflow.Context, r PublishRequest, txid string, v *api.PublishVerify, timeout time.Duration, local bool) (json.RawMessage, error) {
+func (s *sandbox) publishCall(actx workflow.Context, r PublishRequest, txid string, v *api.PublishVerify, timeout time.Duration) (json.RawMessage, error) {
 	ctx := actx
 	updateID := workflow.GetCurrentUpdateInfo(ctx).ID
 	args, err := json.Marshal(api.PublishArgs{WorkspaceSessionID: r.WorkspaceSessionID, TxID: txid, Keep: r.Keep, Message: r.Message, ExactlyOnce: true, Verify: v})
@@ -300,20 +265,7 @@ func (s *sandbox) publishCall(actx workflow.Context, r PublishRequest, txid stri
 	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: UpdatePublish, Args: args, RequestID: rid, Timeout: timeout}
 	rec := PublishRecord{TxID: txid, WorkspaceSessionID: r.WorkspaceSessionID, UpdateID: updateID, Verified: v != nil}
 	var raw json.RawMessage
-	err = errNotRun
-	if local {
-		lc := call
-		lc.OnHost = s.queue()
-		err = workflow.ExecuteLocalActivity(localOptions(ctx), ActCallDaemon, lc).Get(ctx, &raw)
-		if err != nil && fallBack(err) {
-			s.log.Info("publish: the local call did not get through; running it on the host's queue", "txid", txid, "error", err)
-			err = errNotRun
-		}
-	}
-	if err == errNotRun {
-		err = workflow.ExecuteActivity(actx, ActCallDaemon, call).Get(ctx, &raw)
-	}
-	if err != nil {
+	if err := workflow.ExecuteActivity(actx, ActCallDaemon, call).Get(ctx, &raw); err != nil {
 		err = unwrapChild(err)
 		rec.Outcome, rec.Error = "failed", err.Error()
 		s.recordPublish(ctx, rec)
@@ -435,7 +387,7 @@ func (s *sandbox) publishVerified(ctx workflow.Context, r PublishRequest, txid s
 	// Every attempt may run the command to its limit, plus the throwaway
 	// sessions and the commit.
 	budget := time.Duration(v.TimeoutMS)*time.Millisecond*time.Duration(v.Retries+1) + 5*time.Minute
-	return s.publishCall(verifyOptions(ctx, s.queue(), budget), r, txid, v, budget, false)
+	return s.publishCall(verifyOptions(ctx, s.queue(), budget), r, txid, v, budget)
 }
 
 func (s *sandbox) renumberQueue() {

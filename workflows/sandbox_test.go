@@ -616,37 +616,3 @@ func TestVerifiedPublishRefusesBadInput(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 	require.Zero(t, published)
 }
-
-// A publish runs as a local activity first; on a worker that is not the
-// sandbox's host it is refused (NotThisHost) and runs on the host's queue,
-// same txid and request id.
-func TestPublishFallsBackToTheHostQueue(t *testing.T) {
-	e := newEnv(t)
-	e.happyCreate()
-	var calls []DaemonCall
-	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
-		if call.Op == UpdatePublish {
-			calls = append(calls, call)
-			if call.OnHost != "" {
-				return nil, temporal.NewNonRetryableApplicationError("another host", ErrTypeNotThisHost, nil)
-			}
-		}
-		return okDaemon(call)
-	})
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
-	e.script(time.Second,
-		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
-		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(out json.RawMessage, err error) {
-			require.NoError(t, err)
-			require.Contains(t, string(out), `"destroyed":true`)
-		}},
-		step{name: UpdateDestroy, check: ok(t)},
-	)
-	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
-	require.NoError(t, e.GetWorkflowError())
-	require.Len(t, calls, 2)
-	require.Equal(t, TaskQueue, calls[0].OnHost, "the local attempt names the sandbox's host queue")
-	require.Empty(t, calls[1].OnHost)
-	require.Equal(t, calls[0].RequestID, calls[1].RequestID)
-	require.JSONEq(t, string(calls[0].Args), string(calls[1].Args))
-}
