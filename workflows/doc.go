@@ -20,9 +20,10 @@
 //   - A publish is exactly once: one daemon call (publish_workspace_session
 //     with exactly_once, versionPublishOneActivity) by its transaction id
 //     publish/<sandbox>/<session>/<n>, which the daemon commits once and
-//     answers the same however often it is retried; first as a local
-//     activity on the sandbox's host (versionPublishLocal), else on the
-//     host's queue. Verified publishes queue in workflow order
+//     answers the same however often it is retried (a regular activity on
+//     the host's queue: the update is accepted durably in the workflow task
+//     that schedules it, so a worker or server killed mid-publish loses
+//     nothing). Verified publishes queue in workflow order
 //     (publishVerified). In runs recorded before, the transaction id is
 //     the child workflow's id, and every daemon step (prepare, commit, finalize) is idempotent by
 //     that id, so retries and worker crashes at any step converge. A
