@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -112,10 +110,6 @@ func (s *Suite) lastDispatchMS(ctx context.Context, sandboxID, op string) (float
 	tr, err := s.st.Call(ctx, "trace", sandboxID, map[string]any{"trace_id": "last"})
 	if err != nil {
 		return 0, false
-	}
-	if f := os.Getenv("EOS_BENCH_DUMP_TRACE"); f != "" {
-		b, _ := json.MarshalIndent(tr, "", " ")
-		_ = os.WriteFile(f, b, 0o644)
 	}
 	spans, _ := tr["spans"].([]any)
 	for _, n := range spans {
