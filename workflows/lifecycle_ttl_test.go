@@ -1,0 +1,227 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+)
+
+func (e *env) state() SandboxState {
+	e.t.Helper()
+	v, err := e.QueryWorkflow(QueryState)
+	require.NoError(e.t, err)
+	var st SandboxState
+	require.NoError(e.t, v.Get(&st))
+	return st
+}
+
+// createSteps mocks the creation steps before the container starts.
+func (e *env) createSteps() {
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("eos-state-sb1", nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+}
+
+func kindOf(t *testing.T, err error) *api.Error {
+	t.Helper()
+	require.Error(t, err)
+	ae, ok := apperr.From(err)
+	require.True(t, ok, "not an api error: %v", err)
+	return ae
+}
+
+// TestTTLPausesNeverDeletes: past its TTL the sandbox is paused by the
+// workflow's timer (container stopped, nothing removed); runtime updates
+// are refused with failed_precondition and a hint; pause and resume are
+// idempotent; a resume re-arms the TTL from the resume, and the timer
+// pauses it again; a paused sandbox can be destroyed.
+func TestTTLPausesNeverDeletes(t *testing.T) {
+	e := newEnv(t)
+	e.createSteps()
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+	e.daemon(okDaemon)
+	stops, removes := 0, 0
+	e.OnActivity(acts.StopContainer, mock.Anything, "sb1").Return(func(context.Context, string) error { stops++; return nil })
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removes++; return nil })
+	resumedEP := api.Endpoint{Host: "127.0.0.1", Port: 40002}
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP, State: "running"}, nil).Once()
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: resumedEP, State: "running"}, nil)
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", resumedEP).Return(nil)
+
+	e.RegisterDelayedCallback(func() {
+		st := e.state()
+		require.Equal(t, PhaseReady, st.Phase)
+		require.NotNil(t, st.Lifecycle)
+		require.Equal(t, time.Hour, st.Lifecycle.TTL)
+		require.Equal(t, 10*time.Minute, st.Lifecycle.SessionIdleTTL)
+		require.NotNil(t, st.Lifecycle.ExpiresAt)
+		require.Equal(t, st.Created.Add(time.Hour), *st.Lifecycle.ExpiresAt)
+	}, 30*time.Minute)
+	e.RegisterDelayedCallback(func() {
+		st := e.state()
+		require.Equal(t, PhasePaused, st.Phase, "past its ttl the sandbox is paused")
+		require.Equal(t, PausedByTTL, st.Lifecycle.PausedBy)
+		require.Equal(t, 1, stops)
+		require.Equal(t, 0, removes, "a ttl never deletes")
+	}, 90*time.Minute)
+	e.script(100*time.Minute,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: func(_ json.RawMessage, err error) {
+			ae := kindOf(t, err)
+			require.Equal(t, api.KindFailedPrecondition, ae.Kind)
+			require.Equal(t, "resume_sandbox", ae.Details["hint"])
+		}},
+		step{name: UpdateResolveDaemon, check: func(_ json.RawMessage, err error) {
+			require.Equal(t, api.KindFailedPrecondition, kindOf(t, err).Kind)
+		}},
+		step{name: UpdatePause, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			var r LifecycleResult
+			require.NoError(t, json.Unmarshal(out, &r))
+			require.True(t, r.Already)
+			require.Equal(t, PhasePaused, r.State)
+		}, then: func() { require.Equal(t, 1, stops, "pausing a paused sandbox stops nothing") }},
+		step{name: UpdateResume, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			var r LifecycleResult
+			require.NoError(t, json.Unmarshal(out, &r))
+			require.False(t, r.Already)
+			require.Equal(t, PhaseReady, r.State)
+			require.Equal(t, resumedEP, *r.Daemon, "the daemon's new endpoint is recorded")
+		}, then: func() {
+			st := e.state()
+			require.Equal(t, resumedEP, st.Container.Daemon)
+			require.NotNil(t, st.Lifecycle.ResumedAt)
+			require.Equal(t, st.Lifecycle.ResumedAt.Add(time.Hour), *st.Lifecycle.ExpiresAt)
+			require.Empty(t, st.Lifecycle.PausedBy)
+		}},
+		step{name: UpdateResume, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			require.Contains(t, string(out), `"already":true`)
+		}},
+	)
+	e.RegisterDelayedCallback(func() {
+		st := e.state()
+		require.Equal(t, PhasePaused, st.Phase, "the resumed sandbox's ttl ran out again")
+		require.Equal(t, 2, stops)
+		require.Equal(t, 2, st.Lifecycle.Pauses)
+	}, 200*time.Minute)
+	e.script(210*time.Minute, step{name: UpdateDestroy, check: ok(t)})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, SandboxTTL: time.Hour, SessionTTL: 10 * time.Minute})
+	require.NoError(t, e.GetWorkflowError())
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseStopped, res.Phase)
+	require.Equal(t, 1, removes, "destroy removes a paused sandbox")
+}
+
+// TestPauseWithoutTTLAndFailedResume: a user pause of a sandbox without a
+// TTL; a resume whose daemon never gets ready stops the container again
+// and leaves the sandbox paused (never half-running), and a later resume
+// works.
+func TestPauseWithoutTTLAndFailedResume(t *testing.T) {
+	e := newEnv(t)
+	e.createSteps()
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP, State: "running"}, nil)
+	e.daemon(okDaemon)
+	stops := 0
+	e.OnActivity(acts.StopContainer, mock.Anything, "sb1").Return(func(context.Context, string) error { stops++; return nil })
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil).Once()
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(apperr.Newf(api.KindOperationFailed, nil, "never ready")).Once()
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+	e.script(time.Minute,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdatePause, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			require.Contains(t, string(out), `"paused_by":"user"`)
+		}},
+		step{name: UpdateResume, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+		}, then: func() {
+			require.Equal(t, PhasePaused, e.state().Phase)
+			require.Equal(t, 2, stops, "the failed resume stopped what it started")
+			require.Contains(t, e.state().Sessions, "ws-1", "sessions are kept")
+		}},
+		step{name: UpdateResume, check: ok(t), then: func() { require.Equal(t, PhaseReady, e.state().Phase) }},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+}
+
+// TestBadTTLCreatesNothing: durations out of bounds fail creation with
+// invalid_request before any Docker object is made.
+func TestBadTTLCreatesNothing(t *testing.T) {
+	for _, in := range []SandboxInput{{Spec: spec, SandboxTTL: -time.Second}, {Spec: spec, SessionTTL: time.Millisecond},
+		{Spec: spec, SandboxTTL: 400 * 24 * time.Hour}} {
+		e := newEnv(t)
+		e.ExecuteWorkflow(SandboxWorkflowName, in)
+		err := e.GetWorkflowError()
+		var app *temporal.ApplicationError
+		require.True(t, errors.As(err, &app), "%v", err)
+		require.Equal(t, api.KindInvalidRequest, app.Type())
+		e.AssertNotCalled(t, "CheckImage", mock.Anything, mock.Anything)
+	}
+}
+
+// TestRestoreArchivedSession: an idle-archived session leaves the
+// sandbox's sessions; restore brings it back; restoring an active one is
+// refused before any daemon call.
+func TestRestoreArchivedSession(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	restores := 0
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		switch call.Op {
+		case "archive_idle_sessions":
+			return json.RawMessage(`{"archived":[{"workspace_session_id":"ws-1","path":"/eos/archive/ws-1","files_changed":1}]}`), nil
+		case "restore_workspace_session":
+			restores++
+			return json.RawMessage(`{"workspace_session_id":"ws-1","state":"active","network_profile":"shared","files_changed":1}`), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Second, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)})
+	e.script(2*time.Hour,
+		step{name: UpdateRestoreSession, args: []any{SessionRequest{WorkspaceSessionID: "../x"}}, check: func(_ json.RawMessage, err error) {
+			require.Equal(t, api.KindInvalidRequest, kindOf(t, err).Kind)
+		}},
+		step{name: UpdateRestoreSession, args: []any{SessionRequest{WorkspaceSessionID: "ws-1"}}, check: ok(t), then: func() {
+			st := e.state()
+			require.Contains(t, st.Sessions, "ws-1")
+			require.Empty(t, st.Archived)
+		}},
+		step{name: UpdateRestoreSession, args: []any{SessionRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+			require.Equal(t, api.KindFailedPrecondition, kindOf(t, err).Kind)
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, SessionTTL: time.Hour})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, restores)
+}
+
+// TestPauseRefusedWhilePublishing: the validator names the publishing
+// session and refuses with operation_conflict.
+func TestPauseRefusedWhilePublishing(t *testing.T) {
+	s := &sandbox{state: &SandboxState{SandboxID: "sb1", Phase: PhaseReady, Lifecycle: &LifecycleState{}}, publishing: map[string]bool{"ws-9": true}}
+	ae := kindOf(t, s.validatePause())
+	require.Equal(t, api.KindOperationConflict, ae.Kind)
+	require.Contains(t, ae.Message, "ws-9")
+	delete(s.publishing, "ws-9")
+	require.NoError(t, s.validatePause())
+	s.state.Phase = PhaseStopping
+	require.Equal(t, api.KindFailedPrecondition, kindOf(t, s.validatePause()).Kind)
+	require.Equal(t, api.KindFailedPrecondition, kindOf(t, s.validateResume()).Kind)
+}
