@@ -215,6 +215,8 @@ func (s *sandbox) validateResume() error {
 
 func (s *sandbox) publishingIDs() []string {
 	ids := make([]string, 0, len(s.publishing))
+	// Sorted below: the order of the map does not reach any command.
+	//workflowcheck:ignore
 	for id := range s.publishing {
 		ids = append(ids, id)
 	}
