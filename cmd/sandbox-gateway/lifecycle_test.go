@@ -138,6 +138,7 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	wsA := lcMust(t, g, a, "create_workspace_session", map[string]any{"agent": "agent-a"})["workspace_session_id"].(string)
 	lcMust(t, g, a, "file_write", map[string]any{"workspace_session_id": wsA, "path": "notes.md", "content": "kept\n"})
 	var archived map[string]any
+	start0 := time.Now()
 	eventually(t, 3*time.Minute, "the idle session archived", func() (bool, any) {
 		list := lcMust(t, g, a, "list_archived_sessions", nil)["archived_sessions"].([]any)
 		for _, x := range list {
@@ -148,6 +149,7 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 		}
 		return false, list
 	})
+	t.Logf("idle ttl 15s: archived %s after the last use", time.Since(start0).Round(time.Millisecond))
 	require.Equal(t, "agent-a", archived["agent"])
 	require.EqualValues(t, 1, archived["files_changed"])
 	require.NotEmpty(t, archived["archived_at"])
@@ -177,7 +179,9 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	require.NotEmpty(t, lcB["expires_at"])
 	wsB := lcMust(t, g, b, "create_workspace_session", nil)["workspace_session_id"].(string)
 	lcMust(t, g, b, "file_write", map[string]any{"workspace_session_id": wsB, "path": "wip.txt", "content": "unpublished\n"})
+	start := time.Now()
 	p := mustCLI(t, g, mgr, "pause_sandbox", "--sandbox-id", b)
+	t.Logf("pause_sandbox answered in %s", time.Since(start).Round(time.Millisecond))
 	require.Equal(t, "paused", p["state"])
 	require.Equal(t, false, p["already"])
 	require.Equal(t, "false", containerRunning(t, b), "the container is stopped")
@@ -196,7 +200,9 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	require.Equal(t, "paused", snap["availability"], "%v", snap)
 	require.Equal(t, "paused", snap["lifecycle_state"])
 
+	start = time.Now()
 	res := mustCLI(t, g, mgr, "resume_sandbox", "--sandbox-id", b)
+	t.Logf("resume_sandbox answered in %s", time.Since(start).Round(time.Millisecond))
 	require.Equal(t, "ready", res["state"])
 	require.Equal(t, false, res["already"])
 	require.Equal(t, "true", containerRunning(t, b))
@@ -214,10 +220,12 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	recC := mustCLI(t, g, mgr, "create_sandbox", "--image", img, "--workspace-root", ws, "--ttl", "3s")
 	c := recC["id"].(string)
 	t.Cleanup(func() { removeSandboxObjects(t, c) })
+	start = time.Now()
 	eventually(t, 3*time.Minute, "the ttl pauses the sandbox", func() (bool, any) {
 		rec := lcMust(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": c})
 		return rec["state"] == "paused", rec
 	})
+	t.Logf("ttl 3s: paused %s after create returned", time.Since(start).Round(time.Millisecond))
 	rec = lcMust(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": c})
 	require.Equal(t, "ttl", lifecycleOf(t, rec)["paused_by"])
 	require.Equal(t, "false", containerRunning(t, c))
@@ -233,7 +241,10 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 		acc := lcMust(t, g, "", tc.op, map[string]any{"sandbox_id": b, "async": true})
 		require.Equal(t, "accepted", acc["status"], "%v", acc)
 		g.Kill()
-		g = testenv.StartGatewayWith(t, g.Options())
+		o := g.Options()
+		o.Reconcile = true // the start-up reconciler must leave a paused sandbox alone
+		g = testenv.StartGatewayWith(t, o)
+		start := time.Now()
 		eventually(t, 4*time.Minute, tc.op+" completes after the crash", func() (bool, any) {
 			rec, e, _ := lcOp(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": b})
 			if e != nil {
@@ -241,6 +252,8 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 			}
 			return rec["state"] == tc.want, rec
 		})
+		t.Logf("%s killed right after acceptance: %s %s after the gateway was back", tc.op, tc.want, time.Since(start).Round(time.Millisecond))
+		require.True(t, volumeExists(t, b))
 	}
 	require.Equal(t, "true", containerRunning(t, b))
 	got = lcMust(t, g, b, "file_read", map[string]any{"workspace_session_id": wsB, "path": "wip.txt"})
