@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
@@ -224,4 +226,42 @@ func TestPauseRefusedWhilePublishing(t *testing.T) {
 	s.state.Phase = PhaseStopping
 	require.Equal(t, api.KindFailedPrecondition, kindOf(t, s.validatePause()).Kind)
 	require.Equal(t, api.KindFailedPrecondition, kindOf(t, s.validateResume()).Kind)
+}
+
+// TestTTLSurvivesContinueAsNew: the TTL and its deadline travel in the
+// continue-as-new input; the next run pauses at the same deadline.
+func TestTTLSurvivesContinueAsNew(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.script(30*time.Minute, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t),
+		then: func() { e.SetContinueAsNewSuggested(true) }})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, SandboxTTL: 2 * time.Hour})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(e.GetWorkflowError(), &can), "%v", e.GetWorkflowError())
+	var next SandboxInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.NotNil(t, next.State)
+	lc := next.State.Lifecycle
+	require.NotNil(t, lc)
+	require.Equal(t, 2*time.Hour, lc.TTL)
+	require.Equal(t, next.State.Created.Add(2*time.Hour), *lc.ExpiresAt)
+
+	e2 := newEnv(t)
+	e2.daemon(okDaemon)
+	stops := 0
+	e2.OnActivity(acts.StopContainer, mock.Anything, "sb1").Return(func(context.Context, string) error { stops++; return nil })
+	e2.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e2.RegisterDelayedCallback(func() {
+		require.Equal(t, PhaseReady, e2.state().Phase, "the deadline is not re-armed by the new run")
+		require.Contains(t, e2.state().Sessions, "ws-1")
+	}, time.Hour)
+	e2.RegisterDelayedCallback(func() {
+		st := e2.state()
+		require.Equal(t, PhasePaused, st.Phase)
+		require.Equal(t, 1, stops)
+	}, 150*time.Minute)
+	e2.script(3*time.Hour, step{name: UpdateDestroy, check: ok(t)})
+	e2.ExecuteWorkflow(SandboxWorkflowName, next)
+	require.NoError(t, e2.GetWorkflowError())
 }
