@@ -125,6 +125,10 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 		require.NotEmpty(t, details["arg"], "%v", e)
 	}
 	require.Len(t, lcMust(t, g, "", "list_sandboxes", nil)["sandboxes"].([]any), before, "a refused create_sandbox creates nothing")
+	for _, op := range []string{"pause_sandbox", "resume_sandbox"} {
+		lcRefused(t, g, "", op, map[string]any{"sandbox_id": "eos-does-not-exist"}, api.KindInvalidRequest)
+		lcRefused(t, g, "", op, map[string]any{"sandbox_id": "../x"}, api.KindInvalidRequest)
+	}
 	r := runCLI(t, g, mgr, "create_sandbox", "--image", img, "--workspace-root", ws, "--ttl", "forever")
 	require.Equal(t, 1, r.code, "%s", r.stderr)
 	require.Equal(t, api.KindInvalidRequest, r.errEnv["kind"])
