@@ -68,6 +68,11 @@ func (d *Daemon) archiveIdle(ctx context.Context, rid string, a ArchiveIdleArgs)
 			continue
 		}
 		_, err := d.archive(ctx, s, rid)
+		if err != nil && d.live(s) && s.seen().rt == nil {
+			// Stopped but not archived: recover_workspace_session (or the
+			// next boot) starts it again over its upper dir.
+			s.setState(StateFinalizeFailed)
+		}
 		s.gate.Unlock()
 		if err != nil {
 			d.log.Error("archive idle session", "workspace_session_id", s.rec.ID, "err", err)
