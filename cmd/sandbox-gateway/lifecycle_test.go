@@ -254,27 +254,43 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	lcRefused(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": c}, api.KindInvalidRequest)
 	require.False(t, volumeExists(t, c), "a paused sandbox can be destroyed")
 
-	// Crash: SIGKILL the gateway (its Temporal and worker with it) right
-	// after a pause, then a resume, was accepted; started again, the
-	// sandbox ends paused, then running — never stuck in between.
-	for _, tc := range []struct{ op, want string }{{"pause_sandbox", "paused"}, {"resume_sandbox", "ready"}} {
-		acc := lcMust(t, g, "", tc.op, map[string]any{"sandbox_id": b, "async": true})
-		require.Equal(t, "accepted", acc["status"], "%v", acc)
+	// Crash: SIGKILL the gateway (its Temporal and worker with it) in the
+	// middle of a pause — held in "pausing" by a refresh the frozen daemon
+	// cannot answer — and right after a resume was accepted; started again
+	// (with the start-up reconciler on), the sandbox ends paused, then
+	// running, never stuck in between.
+	restart := func() {
 		g.Kill()
 		o := g.Options()
-		o.Reconcile = true // the start-up reconciler must leave a paused sandbox alone
+		o.Reconcile = true // the reconciler must leave a paused sandbox alone
 		g = testenv.StartGatewayWith(t, o)
+	}
+	settles := func(op, want string) {
 		start := time.Now()
-		eventually(t, 4*time.Minute, tc.op+" completes after the crash", func() (bool, any) {
+		eventually(t, 4*time.Minute, op+" completes after the crash", func() (bool, any) {
 			rec, e, _ := lcOp(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": b})
 			if e != nil {
 				return false, e
 			}
-			return rec["state"] == tc.want, rec
+			return rec["state"] == want, rec
 		})
-		t.Logf("%s killed right after acceptance: %s %s after the gateway was back", tc.op, tc.want, time.Since(start).Round(time.Millisecond))
+		t.Logf("%s cut by a gateway SIGKILL: %s %s after the gateway was back", op, want, time.Since(start).Round(time.Millisecond))
 		require.True(t, volumeExists(t, b))
 	}
+	docker(t, "pause", workflows.ContainerName(b))
+	require.Equal(t, "accepted", lcMust(t, g, b, "refresh_workspace_session", map[string]any{"workspace_session_id": wsB, "async": true})["status"])
+	require.Equal(t, "accepted", lcMust(t, g, "", "pause_sandbox", map[string]any{"sandbox_id": b, "async": true})["status"])
+	eventually(t, time.Minute, "the pause waits for the refresh", func() (bool, any) {
+		rec := lcMust(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": b})
+		return rec["state"] == "pausing", rec
+	})
+	restart()
+	docker(t, "unpause", workflows.ContainerName(b))
+	settles("pause_sandbox", "paused")
+	require.Equal(t, "false", containerRunning(t, b))
+	require.Equal(t, "accepted", lcMust(t, g, "", "resume_sandbox", map[string]any{"sandbox_id": b, "async": true})["status"])
+	restart()
+	settles("resume_sandbox", "ready")
 	require.Equal(t, "true", containerRunning(t, b))
 	got = lcMust(t, g, b, "file_read", map[string]any{"workspace_session_id": wsB, "path": "wip.txt"})
 	require.Equal(t, "unpublished", got["content"], "the kept session survived the crashes")
