@@ -111,7 +111,6 @@ func (b *TemporalBackend) sandboxSnapshot(ctx context.Context, sandboxID string,
 	if err := json.Unmarshal(raw, &node); err != nil {
 		return nil, api.Errorf(api.KindInternal, nil, "decode snapshot: %v", err)
 	}
-	node["lifecycle_state"] = st.Phase
 	if lv := lifecycleView(st); lv != nil {
 		node["lifecycle"] = lv
 	}
