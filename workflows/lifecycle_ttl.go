@@ -50,6 +50,9 @@ type LifecycleState struct {
 	PausedBy       string        `json:"paused_by,omitempty"`
 	ResumedAt      *time.Time    `json:"resumed_at,omitempty"`
 	Pauses         int           `json:"pauses,omitempty"`
+	// TTLPostponed counts the TTL pauses a running publish held back (each
+	// tried again expireRetry later).
+	TTLPostponed int `json:"ttl_postponed,omitempty"`
 }
 
 // LifecycleResult answers pause_sandbox and resume_sandbox.
@@ -146,6 +149,11 @@ func (s *sandbox) nextWake(ctx workflow.Context, wait time.Duration) time.Durati
 	if until < time.Millisecond {
 		until = time.Millisecond
 	}
+	if s.expirePostponed {
+		// A publish held the TTL's pause back: try again in a while, not
+		// in a loop of short timers.
+		until = max(until, expireRetry)
+	}
 	return min(until, wait)
 }
 
@@ -155,11 +163,19 @@ func (s *sandbox) expire(ctx workflow.Context) {
 	if lc == nil || lc.ExpiresAt == nil || s.state.Phase != PhaseReady || workflow.Now(ctx).Before(*lc.ExpiresAt) {
 		return
 	}
-	if _, err := s.doPause(ctx, PausedByTTL); err != nil {
-		// A publish still running: the next wake tries again.
+	_, err := s.doPause(ctx, PausedByTTL)
+	s.expirePostponed = err != nil
+	if err != nil {
+		lc.TTLPostponed++
+		// A publish still running (or a failed stop): a later wake tries
+		// again.
 		s.log.Info("ttl pause postponed", "sandbox_id", s.id(), "error", err)
 	}
 }
+
+// expireRetry is how long a TTL pause held back by a publish waits before
+// it tries again.
+const expireRetry = 5 * time.Second
 
 // errPaused is the refusal of an operation that needs the sandbox to run
 // while it is paused (or pausing, resuming); nil otherwise.

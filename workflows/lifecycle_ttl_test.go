@@ -265,3 +265,44 @@ func TestTTLSurvivesContinueAsNew(t *testing.T) {
 	e2.ExecuteWorkflow(SandboxWorkflowName, next)
 	require.NoError(t, e2.GetWorkflowError())
 }
+
+// TestTTLWaitsForARunningPublish: a TTL that expires while a publish runs
+// (its prepare retried by Temporal for a while) does not pause in the
+// middle of it; the pause comes after the publish committed, retried on a
+// bounded timer, not a loop of short ones.
+func TestTTLWaitsForARunningPublish(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	prepares := 0
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		if call.Op == "publish_prepare" {
+			prepares++
+			if prepares < 9 { // about 20 s of Temporal's retries
+				return nil, errors.New("daemon busy")
+			}
+		}
+		return okDaemon(call)
+	})
+	stops := 0
+	e.OnActivity(acts.StopContainer, mock.Anything, "sb1").Return(func(context.Context, string) error { stops++; return nil })
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(50*time.Minute, step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)})
+	e.script(time.Hour-5*time.Second,
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+			require.NoError(t, err)
+			require.Equal(t, 0, stops, "not paused in the middle of the publish")
+		}})
+	e.RegisterDelayedCallback(func() {
+		st := e.state()
+		require.Equal(t, PhasePaused, st.Phase)
+		require.Equal(t, PausedByTTL, st.Lifecycle.PausedBy)
+		require.Equal(t, 1, st.Publishes)
+		require.Equal(t, 1, stops)
+		require.Positive(t, st.Lifecycle.TTLPostponed, "the ttl expired during the publish")
+		require.LessOrEqual(t, st.Lifecycle.TTLPostponed, 10, "retried every expireRetry, not in a tight loop")
+	}, 2*time.Hour)
+	e.script(3*time.Hour, step{name: UpdateDestroy, check: ok(t)})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, SandboxTTL: time.Hour})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 9, prepares)
+}

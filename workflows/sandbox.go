@@ -57,8 +57,9 @@ type sandbox struct {
 	// busy counts running daemon-using updates (a pause waits for them);
 	// wakeRev changes when the run loop must recompute its timer
 	// (lifecycle_ttl.go).
-	busy, wakeRev int
-	log           interface {
+	busy, wakeRev   int
+	expirePostponed bool
+	log             interface {
 		Info(string, ...interface{})
 		Error(string, ...interface{})
 	}
