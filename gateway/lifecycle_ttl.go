@@ -62,6 +62,9 @@ func lifecycleView(st *workflows.SandboxState) map[string]any {
 	if lc.PausedAt != nil {
 		v["paused_at"], v["paused_by"] = lc.PausedAt.UTC().Format(time.RFC3339), lc.PausedBy
 	}
+	if lc.TTLPostponed > 0 {
+		v["ttl_postponed"] = lc.TTLPostponed
+	}
 	if lc.ResumedAt != nil {
 		v["resumed_at"] = lc.ResumedAt.UTC().Format(time.RFC3339)
 	}
