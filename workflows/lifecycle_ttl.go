@@ -347,9 +347,24 @@ func (s *sandbox) resume(ctx workflow.Context) (*LifecycleResult, error) {
 		}
 		if decode("list_workspace_sessions", out, &list) == nil {
 			for _, si := range list.Sessions {
-				if !si.Implicit {
-					res.Sessions = append(res.Sessions, si)
+				if si.Implicit {
+					continue
 				}
+				if si.State != "" && si.State != "active" {
+					// Its restart at the daemon's boot failed (or a publish
+					// was left unfinished): recover it, keeping its work.
+					args, _ := json.Marshal(map[string]any{"workspace_session_id": si.WorkspaceSessionID})
+					if rout, rerr := s.call(ctx, "recover_workspace_session", args, key+"/recover/"+si.WorkspaceSessionID); rerr == nil {
+						var rec api.RecoverResult
+						if decode("recover_workspace_session", rout, &rec) == nil && rec.State != "" {
+							si.State = rec.State
+							if rec.Destroyed { // its committed publish ended it
+								delete(s.state.Sessions, si.WorkspaceSessionID)
+							}
+						}
+					}
+				}
+				res.Sessions = append(res.Sessions, si)
 			}
 		}
 	}

@@ -306,3 +306,40 @@ func TestTTLWaitsForARunningPublish(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 	require.Equal(t, 9, prepares)
 }
+
+// TestResumeRecoversSessionsThatDidNotRestart: a session the daemon could
+// not start again at its boot is recovered by the resume (its work kept).
+func TestResumeRecoversSessionsThatDidNotRestart(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	recovered := []string{}
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		switch call.Op {
+		case "list_workspace_sessions":
+			return json.RawMessage(`{"workspace_sessions":[{"workspace_session_id":"ws-1","finalization_state":"finalize_failed"},{"workspace_session_id":"ws-2","finalization_state":"active"}]}`), nil
+		case "recover_workspace_session":
+			var a map[string]string
+			require.NoError(t, json.Unmarshal(call.Args, &a))
+			recovered = append(recovered, a["workspace_session_id"])
+			return json.RawMessage(`{"workspace_session_id":"ws-1","previous_state":"finalize_failed","state":"active"}`), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.StopContainer, mock.Anything, "sb1").Return(nil)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Minute,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdatePause, check: ok(t)},
+		step{name: UpdateResume, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			var r LifecycleResult
+			require.NoError(t, json.Unmarshal(out, &r))
+			require.Len(t, r.Sessions, 2)
+			require.Equal(t, "active", r.Sessions[0].State)
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, []string{"ws-1"}, recovered)
+}
