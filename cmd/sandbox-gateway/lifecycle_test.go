@@ -250,6 +250,10 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	require.Equal(t, "ttl", lifecycleOf(t, rec)["paused_by"])
 	require.Equal(t, "false", containerRunning(t, c))
 	require.True(t, volumeExists(t, c), "a ttl pauses, never deletes")
+	// The gateway still holds the endpoint it was created on: the refused
+	// connection's look-up finds the sandbox paused and says so.
+	e = lcRefused(t, g, c, "exec_command", map[string]any{"cmd": "true"}, api.KindFailedPrecondition)
+	require.Equal(t, "resume_sandbox", e["details"].(map[string]any)["hint"], "%v", e)
 	lcMust(t, g, "", "destroy_sandbox", map[string]any{"sandbox_id": c})
 	lcRefused(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": c}, api.KindInvalidRequest)
 	require.False(t, volumeExists(t, c), "a paused sandbox can be destroyed")
