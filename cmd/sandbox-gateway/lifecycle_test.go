@@ -292,6 +292,8 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	docker(t, "unpause", workflows.ContainerName(b))
 	settles("pause_sandbox", "paused")
 	require.Equal(t, "false", containerRunning(t, b))
+	orphans := lcMust(t, g, "", "list_orphaned_sandboxes", nil)
+	require.NotContains(t, fmt.Sprint(orphans["orphans"]), b, "a paused sandbox is no orphan")
 	require.Equal(t, "accepted", lcMust(t, g, "", "resume_sandbox", map[string]any{"sandbox_id": b, "async": true})["status"])
 	restart()
 	settles("resume_sandbox", "ready")
