@@ -45,6 +45,10 @@ var opHints = map[string]Hints{
 	"list_workspace_sessions":    {ReadOnly: true, Idempotent: true},
 	"diff_workspace_session":     {ReadOnly: true, Idempotent: true},
 	"check_publish":              {ReadOnly: true, Idempotent: true},
+	"pause_sandbox":              {Destructive: true, Idempotent: true}, // running commands end
+	"resume_sandbox":             {Idempotent: true},
+	"list_archived_sessions":     {ReadOnly: true, Idempotent: true},
+	"restore_workspace_session":  {},
 }
 
 // Hints returns the operation's behaviour hints. Observability operations

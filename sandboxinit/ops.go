@@ -29,7 +29,15 @@ func (d *Daemon) operations() map[string]handler {
 		"list_workspace_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
 			return map[string]any{"workspace_sessions": d.listSessions(), "archived_sessions": d.listArchived()}, nil
 		}),
-		"archive_idle_sessions": op(func(ctx context.Context, rid string, a ArchiveIdleArgs) (any, error) { return d.archiveIdle(ctx, a) }),
+		"archive_idle_sessions": op(func(ctx context.Context, rid string, a ArchiveIdleArgs) (any, error) {
+			return d.archiveIdle(ctx, rid, a)
+		}),
+		"list_archived_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
+			return map[string]any{"archived_sessions": d.listArchived()}, nil
+		}),
+		"restore_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) {
+			return d.restoreArchived(ctx, rid, a)
+		}),
 		"destroy_workspace_session": op(func(ctx context.Context, rid string, a api.DestroySessionArgs) (any, error) {
 			return d.destroySession(ctx, a)
 		}),

@@ -96,6 +96,10 @@ type sessionRecord struct {
 	Egress         *api.Egress    `json:"egress,omitempty"` // isolated only; nil = default
 	Created        time.Time      `json:"created"`
 	Generation     int            `json:"generation"`
+	// RestoredBy is the request id of the restore_workspace_session call
+	// that brought the session back from the archive (a retry answers the
+	// same).
+	RestoredBy string `json:"restored_by,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }

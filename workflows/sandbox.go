@@ -54,7 +54,12 @@ type sandbox struct {
 	// different sessions run side by side; one session's do not).
 	publishing map[string]bool
 	lost       bool
-	log        interface {
+	// busy counts running daemon-using updates (a pause waits for them);
+	// wakeRev changes when the run loop must recompute its timer
+	// (lifecycle_ttl.go).
+	busy, wakeRev   int
+	expirePostponed bool
+	log             interface {
 		Info(string, ...interface{})
 		Error(string, ...interface{})
 	}
@@ -91,9 +96,12 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 		if h.validate != nil {
 			opts.Validator = h.validate
 		}
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.fn, opts); err != nil {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.tracked(h.name, h.fn), opts); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.registerLifecycle(ctx); err != nil {
+		return nil, err
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, SignalContainerLost)
@@ -119,6 +127,9 @@ func (s *sandbox) queue() string {
 // create runs the creation saga: each step that made something pushes its
 // compensation; a failure runs them in reverse on a disconnected context.
 func (s *sandbox) create(ctx workflow.Context) (err error) {
+	if err := checkLifecycleInput(s.in); err != nil {
+		return err
+	}
 	spec := s.in.Spec
 	dctx := dockerOptions(ctx, s.queue())
 	var undo []func(workflow.Context) error
@@ -244,8 +255,9 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 		if s.in.SessionTTL > 0 {
 			wait = s.in.SessionTTL / 2
 		}
+		wait, rev := s.nextWake(ctx, wait), s.wakeRev
 		done, err := workflow.AwaitWithTimeout(ctx, wait, func() bool {
-			return s.state.Phase == PhaseStopped || s.lost || s.suggestContinue(ctx)
+			return s.state.Phase == PhaseStopped || s.lost || s.suggestContinue(ctx) || s.wakeRev != rev
 		})
 		if err != nil {
 			return SandboxResult{}, err
@@ -271,7 +283,10 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 			in.State = s.state
 			return SandboxResult{}, workflow.NewContinueAsNewError(ctx, SandboxWorkflowName, in)
 		case !done && s.in.SessionTTL > 0:
+			s.expire(ctx)
 			s.reap(ctx)
+		case !done:
+			s.expire(ctx)
 		}
 	}
 }
@@ -319,6 +334,9 @@ func (s *sandbox) validateReadyNoArg() error { return s.validateReady(CreateSess
 
 func (s *sandbox) validateReady(CreateSessionRequest) error {
 	if s.state.Phase != PhaseReady {
+		if err := s.errPaused(); err != nil {
+			return err
+		}
 		return apperr.Newf(api.KindInvalidRequest, map[string]any{"sandbox_id": s.id(), "state": s.state.Phase}, "sandbox %s is %s", s.id(), s.state.Phase)
 	}
 	return nil
@@ -527,7 +545,9 @@ func (s *sandbox) destroy(ctx workflow.Context) (*SandboxState, error) {
 		_ = workflow.Await(ctx, func() bool { return s.state.Phase == PhaseStopped })
 		return s.state, nil
 	}
-	if err := workflow.Await(ctx, func() bool { return s.state.Phase != PhaseCreating }); err != nil {
+	if err := workflow.Await(ctx, func() bool {
+		return s.state.Phase != PhaseCreating && s.state.Phase != PhasePausing && s.state.Phase != PhaseResuming
+	}); err != nil {
 		return nil, err
 	}
 	s.state.Phase = PhaseStopping

@@ -15,6 +15,9 @@ type SandboxInput struct {
 	HostQueue string `json:"host_queue,omitempty"`
 	// SessionTTL reaps sessions idle for longer (0 = never).
 	SessionTTL time.Duration `json:"session_ttl,omitempty"`
+	// SandboxTTL pauses the sandbox this long after creation or its last
+	// resume (0 = never; lifecycle_ttl.go).
+	SandboxTTL time.Duration `json:"sandbox_ttl,omitempty"`
 	// BaseID is the shared base a group follower initialises from (the
 	// leader's, see SharedBase).
 	BaseID string `json:"base_id,omitempty"`
@@ -41,6 +44,8 @@ type SandboxState struct {
 	Failure *api.Error `json:"failure,omitempty"`
 	Created time.Time  `json:"created"`
 	Runs    int        `json:"runs"`
+	// Lifecycle holds the TTLs and the pause state (lifecycle_ttl.go).
+	Lifecycle *LifecycleState `json:"lifecycle,omitempty"`
 
 	// SharedRootHash is the base's root hash when the sandbox shares it
 	// with others created together (create_sandbox count): the same in
