@@ -81,7 +81,19 @@ type Operation struct {
 	// public door.
 	Internal bool   `json:"internal,omitempty"`
 	Scope    string `json:"scope"`
+	// CLIUpload names a base64 arg the CLIs fill from a local file
+	// (--from LOCALFILE); CLIDownload a base64 result field they write to
+	// one (--to LOCALFILE, --force to overwrite). Other doors send the arg.
+	CLIUpload   string `json:"cli_upload,omitempty"`
+	CLIDownload string `json:"cli_download,omitempty"`
+	// RawHTTP is the method (PUT or GET) under which the op is also served
+	// as raw bytes at FilesPath: the body is CLIUpload's bytes, or the
+	// answer is CLIDownload's; the other args are query parameters.
+	RawHTTP string `json:"raw_http,omitempty"`
 }
+
+// FilesPath is the raw-bytes route of the ops with RawHTTP.
+const FilesPath = "/v1/sandboxes/{sandbox_id}/files"
 
 // Route is how the gateway serves a lifecycle operation.
 type Route string
@@ -350,6 +362,19 @@ var catalog = []Operation{
 		Args: []Arg{reqStr("path", "File path."), reqStr("content", "Full new content."), argWS,
 			{Name: "executable", Type: TypeBool, Description: "Exec bit of a new file (existing files keep theirs)."}},
 		Result: map[string]string{"type": "string", "path": "string", "bytes_written": "integer"}},
+	{Name: "file_upload", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true, CLIUpload: "content_base64", RawHTTP: "PUT",
+		Summary:     "Create or overwrite a file with any bytes.",
+		Description: "Writes the bytes of content_base64 (standard base64) to path, like file_write but for binary files (images, archives, build outputs): NUL and invalid UTF-8 included. At most 8 MiB into a session; without workspace_session_id the write is published at once as its own layer, at most 1 MiB. HTTP: PUT /v1/sandboxes/<id>/files?path=P&workspace_session_id=W with the raw bytes as the body. CLI: --from LOCALFILE.",
+		Args: []Arg{reqStr("path", "File path, workspace-relative or under /workspace."),
+			{Name: "content_base64", Type: TypeString, Required: true, Pattern: `^[A-Za-z0-9+/]*={0,2}$`, Description: "The file's bytes, standard base64 with padding (the CLI reads them from --from LOCALFILE)."},
+			argWS,
+			{Name: "executable", Type: TypeBool, Description: "Exec bit of a new file (existing files keep theirs)."}},
+		Result: map[string]string{"type": "string", "path": "string", "bytes_written": "integer", "sha256": "string"}},
+	{Name: "file_download", Group: GroupRuntime, Scope: ScopeSandbox, CLIDownload: "content_base64", RawHTTP: "GET",
+		Summary:     "Read a whole file as bytes.",
+		Description: "Returns the bytes of a regular file (content_base64, standard base64), its size, sha256 and exec bit; any content, at most 8 MiB. Without workspace_session_id reads the published head. HTTP: GET /v1/sandboxes/<id>/files?path=P&workspace_session_id=W answers the raw bytes. CLI: --to LOCALFILE (an existing file needs --force).",
+		Args:        []Arg{reqStr("path", "File path, workspace-relative or under /workspace."), argWS},
+		Result:      map[string]string{"path": "string", "content_base64": "string", "size": "integer", "sha256": "string", "executable": "boolean"}},
 	{Name: "file_edit", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
 		Summary:     "Apply exact string replacements to a file.",
 		Description: "Applies edits in order; each old_string must occur exactly once unless replace_all. Files over 4 MiB are refused.",
@@ -783,6 +808,11 @@ func OpenAPI() []byte {
 			},
 		}}
 	}
+	for i := range catalog {
+		if o := &catalog[i]; o.RawHTTP != "" && !o.Internal {
+			rawHTTPPath(paths, o, errResp)
+		}
+	}
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info":    map[string]any{"title": "sandbox-gateway", "version": "v1", "description": "Ephemeral Sandbox gateway. Authenticate with Authorization: Bearer <token from ~/.ephemeral-sandbox/gateway.token>."},
@@ -804,4 +834,31 @@ func OpenAPI() []byte {
 		panic(fmt.Sprintf("openapi: %v", err))
 	}
 	return b
+}
+
+// rawHTTPPath adds an op's raw-bytes route to the OpenAPI paths.
+func rawHTTPPath(paths map[string]any, o *Operation, errResp map[string]any) {
+	params := []any{map[string]any{"name": "sandbox_id", "in": "path", "required": true, "schema": map[string]any{"type": "string", "pattern": PatternID}}}
+	for _, a := range o.Args {
+		if a.Name == o.CLIUpload {
+			continue
+		}
+		params = append(params, map[string]any{"name": a.Name, "in": "query", "required": a.Required, "description": a.Description,
+			"schema": map[string]any{"type": jsonSchemaType(a.Type)}})
+	}
+	bytesContent := map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}
+	entry := map[string]any{"operationId": o.Name + "_raw", "tags": []string{o.Group}, "summary": o.Summary + " (raw bytes)",
+		"description": o.Description, "parameters": params, "responses": map[string]any{"default": errResp}}
+	if o.CLIUpload != "" {
+		entry["requestBody"] = map[string]any{"required": true, "content": bytesContent}
+		entry["responses"].(map[string]any)["200"] = map[string]any{"description": "result", "content": map[string]any{"application/json": map[string]any{"schema": o.resultSchema()}}}
+	} else {
+		entry["responses"].(map[string]any)["200"] = map[string]any{"description": "the file's bytes (X-Content-Sha256, X-Executable headers)", "content": bytesContent}
+	}
+	m, _ := paths[FilesPath].(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+		paths[FilesPath] = m
+	}
+	m[strings.ToLower(o.RawHTTP)] = entry
 }

@@ -324,7 +324,14 @@ func opCommand(group string, op api.Operation, g *globals, stdout, stderr io.Wri
 			}
 		}
 	}
+	lf := addLocalFileFlags(op, fs)
 	cmd.RunE = func(cmd *cobra.Command, posArgs []string) error {
+		if err := lf.fill(op, values); err != nil {
+			return err
+		}
+		if err := lf.check(); err != nil {
+			return err
+		}
 		args, err := buildArgs(op, values, posArgs)
 		if err != nil {
 			return err
@@ -353,6 +360,9 @@ func opCommand(group string, op api.Operation, g *globals, stdout, stderr io.Wri
 		pl.end()
 		if cerr != nil {
 			return &exitError{code: ExitError, err: api.AsError(cerr)}
+		}
+		if out, err = lf.write(op, out); err != nil {
+			return err
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, out); err != nil {

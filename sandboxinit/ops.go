@@ -73,6 +73,10 @@ func (d *Daemon) operations() map[string]handler {
 			return d.fileWrite(ctx, rid, a)
 		}),
 		"file_edit": op(func(ctx context.Context, rid string, a api.FileEditArgs) (any, error) { return d.fileEdit(ctx, rid, a) }),
+		"file_upload": op(func(ctx context.Context, rid string, a api.FileUploadArgs) (any, error) {
+			return d.fileUpload(ctx, rid, a)
+		}),
+		"file_download": op(func(ctx context.Context, rid string, a api.FileDownloadArgs) (any, error) { return d.fileDownload(a) }),
 		"file_list": op(func(ctx context.Context, rid string, a api.FileListArgs) (any, error) { return d.fileList(a) }),
 		"file_delete": op(func(ctx context.Context, rid string, a api.FileDeleteArgs) (any, error) {
 			return d.fileDelete(ctx, rid, a)

@@ -354,10 +354,10 @@ func (s *sandbox) validateAmend(r AmendRequest) error {
 		return err
 	}
 	switch r.Op {
-	case "file_write", "file_edit", "file_delete", "file_move":
+	case "file_write", "file_edit", "file_delete", "file_move", "file_upload":
 		return nil
 	}
-	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, not %s", r.Op)
+	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, file_upload, not %s", r.Op)
 }
 
 func (s *sandbox) validateExport(r ExportRequest) error {
