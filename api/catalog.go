@@ -300,11 +300,14 @@ var catalog = []Operation{
 		Result:      map[string]string{"manifest_version": "integer", "squashed_blocks": "array", "swept_sessions": "array"}},
 	{Name: "export_changes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Progress: true,
 		Summary:     "Export all published changes of a sandbox to the host.",
-		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts.",
+		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts, patch a git-style patch. Format git writes the published history into the git repository at dest (the sandbox's workspace_root) as commits on branch, one per publish (author the session's agent, message naming the session and txid), by git plumbing: the working tree, index, HEAD and checked-out branches are never touched.",
 		Args: []Arg{argSandboxID,
 			reqStr("dest", "Absolute host path (directory for dir, file for tar formats), under the same rule as workspace_root: inside an allowed root, no symlink component."),
-			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst", "patch"}, Description: "Export encoding: a directory, a tar or tar.zst of the layers (OCI whiteouts), or a git-style patch of the published changes against the base."}},
-		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer"}},
+			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst", "patch", "git"}, Description: "Export encoding: a directory, a tar or tar.zst of the layers (OCI whiteouts), a git-style patch of the published changes against the base, or commits on a branch of the git repository at dest."},
+			{Name: "branch", Type: TypeString, Pattern: `^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`, Description: "Format git: the branch to write (refs/heads/<branch>); refused when checked out, not a valid ref name, or existing and not an ancestor of the new commits (unless force)."},
+			boolArg("force", "Format git: move an existing branch even when it is not an ancestor of the new commits.")},
+		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer",
+			"branch": "string", "tip": "string", "parent": "string", "commits": "array"}},
 
 	// --- runtime (sandbox scope) ---
 	{Name: "exec_command", Group: GroupRuntime, Scope: ScopeSandbox, Progress: true,

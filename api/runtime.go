@@ -162,6 +162,21 @@ type InitBaseArgs struct {
 // ExportArgs select the export encoding.
 type ExportArgs struct {
 	Format string `json:"format,omitempty"` // tar (default), tar-zst, patch
+	// LayerID exports only that published layer (a tar of what its publish
+	// changed); the answer's X-Layer-Meta header is the base64 of its
+	// LayerExportMeta.
+	LayerID string `json:"layer_id,omitempty"`
+}
+
+// LayerExportMeta is who published an exported layer, and when.
+type LayerExportMeta struct {
+	LayerID string `json:"layer_id"`
+	Kind    string `json:"kind"`
+	TxID    string `json:"txid,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	Agent   string `json:"agent,omitempty"`
+	Message string `json:"message,omitempty"`
+	Time    string `json:"time"` // RFC 3339
 }
 
 // PublishStepArgs drive the publish steps the workflow layer runs one by

@@ -100,6 +100,9 @@ func (d *Daemon) operations() map[string]handler {
 			return res, err
 		}),
 		"export_layerstack": op(func(ctx context.Context, rid string, a api.ExportArgs) (any, error) {
+			if a.LayerID != "" {
+				return d.layerExport(ctx, a)
+			}
 			return &exportStream{d: d, format: a.Format, ctx: context.WithoutCancel(ctx)}, nil
 		}),
 	}

@@ -84,7 +84,9 @@ type ExportSpec struct {
 	SandboxID string       `json:"sandbox_id"`
 	Daemon    api.Endpoint `json:"daemon"`
 	Dest      string       `json:"dest"`   // absolute host path
-	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch
+	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch, git
+	Branch    string       `json:"branch,omitempty"`
+	Force     bool         `json:"force,omitempty"`
 }
 
 // ImageInfo is one entry of list_docker_images.

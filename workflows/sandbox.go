@@ -367,6 +367,9 @@ func (s *sandbox) validateExport(r ExportRequest) error {
 	if r.Dest == "" || r.Dest[0] != '/' {
 		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "dest"}, "dest must be an absolute host path")
 	}
+	if (r.Format == "git") != (r.Branch != "") {
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "branch"}, "branch is required with format git, and only taken by it")
+	}
 	return nil
 }
 
@@ -499,7 +502,7 @@ func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
 
 func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResult, error) {
 	var out *api.ExportResult
-	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
+	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format, Branch: r.Branch, Force: r.Force}
 	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), ActExportChanges, spec).Get(ctx, &out)
 	return out, err
 }

@@ -102,6 +102,8 @@ type AmendRequest struct {
 type ExportRequest struct {
 	Dest   string `json:"dest"`
 	Format string `json:"format,omitempty"`
+	Branch string `json:"branch,omitempty"` // format git only
+	Force  bool   `json:"force,omitempty"`  // format git: move a branch that is not an ancestor
 }
 
 // PublishInput is PublishWorkflow's input. TxID is the workflow's own id.
