@@ -369,7 +369,9 @@ func (a *Activities) applyLayer(ctx context.Context, spec workflows.ExportSpec, 
 			}
 		}
 		if gitUnsafe(target) {
-			skipped[target] = true
+			if h.Typeflag != tar.TypeDir { // a directory copied up for what is in it
+				skipped[target] = true
+			}
 			continue
 		}
 		full := prefix + target
