@@ -15,6 +15,8 @@ type CreateSessionArgs struct {
 	Limits         *SessionLimits `json:"limits,omitempty"`
 	// Egress is an isolated session's egress policy (nil = default).
 	Egress *Egress `json:"egress,omitempty"`
+	// From forks that session: the new one starts as its workspace is now.
+	From string `json:"from,omitempty"`
 }
 
 // SessionLimits are a session's cgroup limits on the wire.

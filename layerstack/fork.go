@@ -78,9 +78,11 @@ func (s *Store) Fork(ctx context.Context, leaseID string, cs *ChangeSet, newUppe
 	if err := b.sync(); err != nil {
 		return nil, err
 	}
+	s.hit(FailForkAfterUpper)
 	if res.Lease, err = s.acquireLike(owner, from); err != nil {
 		return nil, err
 	}
+	s.hit(FailForkAfterLease)
 	return res, nil
 }
 

@@ -75,6 +75,8 @@ type CreateSessionRequest struct {
 	// Egress is passed to the daemon as given ("default", "none" or
 	// ["cidr:port", ...]); the daemon validates it.
 	Egress json.RawMessage `json:"egress,omitempty"`
+	// From: fork this session (the daemon checks it).
+	From string `json:"from,omitempty"`
 }
 
 // SessionRequest names a session (destroy, refresh).
