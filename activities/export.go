@@ -102,6 +102,10 @@ func (a *Activities) ExportChanges(ctx context.Context, spec workflows.ExportSpe
 		if _, err := a.cfg.HostPaths.Workspace("dest", dest); err != nil { // an existing directory
 			return nil, hostPathError(err)
 		}
+		if spec.WorkspaceRoot != "" && filepath.Clean(spec.WorkspaceRoot) != dest {
+			return nil, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "dest", "dest": dest, "workspace_root": spec.WorkspaceRoot},
+				"format git writes to the repository at the sandbox's workspace_root %s (the published paths are relative to it), not %s", spec.WorkspaceRoot, dest)
+		}
 		var streamed atomic.Int64
 		stop := keepHeartbeating(ctx, 5*time.Second, func() any { return map[string]any{"bytes": streamed.Load()} })
 		defer stop()

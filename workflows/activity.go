@@ -87,6 +87,9 @@ type ExportSpec struct {
 	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch, git
 	Branch    string       `json:"branch,omitempty"`
 	Force     bool         `json:"force,omitempty"`
+	// WorkspaceRoot (format git): the sandbox's workspace_root, the one
+	// dest the published paths are relative to.
+	WorkspaceRoot string `json:"workspace_root,omitempty"`
 }
 
 // ImageInfo is one entry of list_docker_images.

@@ -503,6 +503,9 @@ func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
 func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResult, error) {
 	var out *api.ExportResult
 	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format, Branch: r.Branch, Force: r.Force}
+	if r.Format == "git" {
+		spec.WorkspaceRoot = s.in.Spec.WorkspaceRoot
+	}
 	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), ActExportChanges, spec).Get(ctx, &out)
 	return out, err
 }

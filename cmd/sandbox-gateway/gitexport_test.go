@@ -128,8 +128,17 @@ func TestGitHandOff(t *testing.T) {
 	refuse("operation_conflict", "checked out", "--dest", root, "--format", "git", "--branch", "main")
 	refuse("invalid_request", "not a valid branch name", "--dest", root, "--format", "git", "--branch", "bad..name")
 	refuse("invalid_request", "branch", "--dest", root, "--format", "git")
+	refuse("invalid_request", "workspace_root", "--dest", t.TempDir(), "--format", "git", "--branch", "x")
+	// A sandbox whose workspace_root is not in a git repository.
 	notRepo := t.TempDir()
-	refuse("invalid_request", "not inside a git working tree", "--dest", notRepo, "--format", "git", "--branch", "x")
+	writeFile(t, filepath.Join(notRepo, "n.txt"), "n\n")
+	nid := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", notRepo)["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, nid) })
+	r := runCLI(t, g, mgr, "export_changes", "--sandbox-id", nid, "--dest", notRepo, "--format", "git", "--branch", "x")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Contains(t, r.errEnv["message"], "not inside a git working tree")
+	_, err = os.Stat(filepath.Join(notRepo, ".git"))
+	require.True(t, os.IsNotExist(err))
 	// A branch elsewhere (not an ancestor of the export) is kept unless --force.
 	lone := gitIn(t, root, "commit-tree", "-m", "unrelated", gitIn(t, root, "hash-object", "-t", "tree", "/dev/null"))
 	gitIn(t, root, "update-ref", "refs/heads/other", lone)
