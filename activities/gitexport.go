@@ -128,7 +128,18 @@ func (a *Activities) exportGit(ctx context.Context, spec workflows.ExportSpec, r
 			}
 		}
 	}
-	parent, _ := g.ok(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}")
+	parent, source := "", "workspace_copied_from"
+	if spec.GitParent != "" {
+		if _, ok := g.ok(ctx, "rev-parse", "-q", "--verify", spec.GitParent+"^{commit}"); ok {
+			parent = spec.GitParent
+		}
+	}
+	if parent == "" {
+		// Not recorded (not a repository then, or a sandbox older than the
+		// record), or gone from the repository since: HEAD now.
+		parent, _ = g.ok(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}")
+		source = "HEAD"
+	}
 	oldTip := ""
 	if _, exists := g.ok(ctx, "rev-parse", "-q", "--verify", ref); exists {
 		if oldTip, exists = g.ok(ctx, "rev-parse", "-q", "--verify", ref+"^{commit}"); !exists {
@@ -149,7 +160,7 @@ func (a *Activities) exportGit(ctx context.Context, spec workflows.ExportSpec, r
 			return nil, err
 		}
 		res.ManifestVersion, res.Format, res.LayersExported = m.Version, FormatGit, m.exported()
-		res.Branch, res.Parent, res.ParentSource, res.PreviousTip = branch, parent, "HEAD", oldTip
+		res.Branch, res.Parent, res.ParentSource, res.PreviousTip = branch, parent, source, oldTip
 		updated := oldTip != res.Tip
 		res.Updated = &updated
 		if !updated {
@@ -410,6 +421,20 @@ func (a *Activities) applyLayer(ctx context.Context, spec workflows.ExportSpec, 
 		}
 	}
 	return meta, n.Load(), nil
+}
+
+// gitHeadOf is the commit HEAD names in the repository dir is in, or ""
+// (not a work tree, no commit yet, no git). Read-only: it takes no lock.
+func gitHeadOf(ctx context.Context, dir string) string {
+	if _, err := exec.LookPath("git"); err != nil {
+		return ""
+	}
+	g := &gitRepo{dir: dir, index: os.DevNull}
+	if out, ok := g.ok(ctx, "rev-parse", "--is-inside-work-tree"); !ok || out != "true" {
+		return ""
+	}
+	head, _ := g.ok(ctx, "-c", "core.optionalLocks=false", "rev-parse", "-q", "--verify", "HEAD^{commit}")
+	return head
 }
 
 // gitUnsafe: a path git refuses or that would reach into a repository's

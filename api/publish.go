@@ -232,7 +232,7 @@ type ExportResult struct {
 	// layer, oldest first), where they start and what the branch was.
 	Branch       string      `json:"branch,omitempty"`
 	Parent       string      `json:"parent,omitempty"`        // the commit the first one builds on ("" = a root commit)
-	ParentSource string      `json:"parent_source,omitempty"` // HEAD: the repository's HEAD at export
+	ParentSource string      `json:"parent_source,omitempty"` // workspace_copied_from (HEAD when the sandbox was created) or HEAD (at export)
 	PreviousTip  string      `json:"previous_tip,omitempty"`  // the branch before ("" = it was created)
 	Tip          string      `json:"tip,omitempty"`
 	Updated      *bool       `json:"updated,omitempty"` // false: the branch already held exactly these commits

@@ -90,6 +90,8 @@ type ExportSpec struct {
 	// WorkspaceRoot (format git): the sandbox's workspace_root, the one
 	// dest the published paths are relative to.
 	WorkspaceRoot string `json:"workspace_root,omitempty"`
+	// GitParent (format git): the commit the workspace was copied from.
+	GitParent string `json:"git_parent,omitempty"`
 }
 
 // ImageInfo is one entry of list_docker_images.
@@ -110,6 +112,8 @@ type CopyReport struct {
 	// SkippedPaths lists the first few of them (relative to the root).
 	Skipped      int      `json:"skipped"`
 	SkippedPaths []string `json:"skipped_paths,omitempty"`
+	// GitHead is the root's git HEAD commit at the copy ("" = none).
+	GitHead string `json:"git_head,omitempty"`
 }
 
 // SharedBase is the base volume of a group of sandboxes created together.

@@ -160,9 +160,11 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("create container", err)
 	}
 	if !s.in.Adopt {
-		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, nil); err != nil {
+		var copied CopyReport
+		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, &copied); err != nil {
 			return s.stepFailed("copy workspace", err)
 		}
+		s.state.GitHead = copied.GitHead
 	}
 	if err := workflow.ExecuteActivity(dctx, ActStartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
 		return s.stepFailed("start container", err)
@@ -504,7 +506,7 @@ func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResu
 	var out *api.ExportResult
 	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format, Branch: r.Branch, Force: r.Force}
 	if r.Format == "git" {
-		spec.WorkspaceRoot = s.in.Spec.WorkspaceRoot
+		spec.WorkspaceRoot, spec.GitParent = s.in.Spec.WorkspaceRoot, s.state.GitHead
 	}
 	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), ActExportChanges, spec).Get(ctx, &out)
 	return out, err

@@ -46,6 +46,10 @@ type SandboxState struct {
 	// with others created together (create_sandbox count): the same in
 	// every record of the group.
 	SharedRootHash string `json:"shared_root_hash,omitempty"`
+	// GitHead is the commit HEAD named in workspace_root's repository when
+	// the workspace was copied ("" = not a git work tree): a git export's
+	// parent.
+	GitHead string `json:"git_head,omitempty"`
 }
 
 // SessionRecord is what the workflow knows of a workspace session.

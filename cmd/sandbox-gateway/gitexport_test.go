@@ -54,11 +54,16 @@ func TestGitHandOff(t *testing.T) {
 	writeFile(t, filepath.Join(root, "local.log"), "untracked, ignored\n")
 	writeFile(t, filepath.Join(root, "wip.txt"), "the user's own untracked work\n")
 	head := gitIn(t, root, "rev-parse", "HEAD")
-	before := repoState(t, root)
 
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", root)
 	id := rec["id"].(string)
 	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	// The user goes on committing meanwhile: the export still builds on
+	// the commit the workspace was copied from.
+	writeFile(t, filepath.Join(root, "later.txt"), "user's later commit\n")
+	gitIn(t, root, "add", "later.txt")
+	gitIn(t, root, "commit", "-q", "-m", "later")
+	before := repoState(t, root)
 	rtc := func(argv ...string) map[string]any {
 		t.Helper()
 		return mustCLI(t, g, rt, append([]string{"--sandbox-id", id}, argv...)...)
@@ -78,7 +83,7 @@ func TestGitHandOff(t *testing.T) {
 	out := mustCLI(t, g, mgr, "export_changes", "--sandbox-id", id, "--dest", root, "--format", "git", "--branch", "sandbox/work")
 	require.Equal(t, before, repoState(t, root), "the working tree, index, HEAD or current branch changed")
 	require.Equal(t, head, out["parent"])
-	require.Equal(t, "HEAD", out["parent_source"])
+	require.Equal(t, "workspace_copied_from", out["parent_source"])
 	require.Equal(t, true, out["updated"])
 	require.Equal(t, []any{".git/evil"}, out["skipped_paths"])
 	commits := out["commits"].([]any)
@@ -97,13 +102,13 @@ func TestGitHandOff(t *testing.T) {
 	require.Equal(t, "sessionless write|Ephemeral Sandbox|"+c2["subject"].(string)+"\n"+
 		"bob|Ephemeral Sandbox|Publish of workspace session "+bob+"\n"+
 		"alice|Ephemeral Sandbox|alice: shout two\n"+
-		"User|User|initial", log)
+		"User|User|initial", log, "built on the commit the sandbox was created from, not the user's later one")
 	body := gitIn(t, root, "log", "-1", "--format=%B", c0["sha"].(string))
 	require.Contains(t, body, "Workspace-Session: "+alice)
 	require.Contains(t, body, "Publish-Txid: "+txOf(p1))
 	require.Equal(t, "A\tb.txt", gitIn(t, root, "diff", "--name-status", c1["sha"].(string), head, "--", "b.txt"))
 	require.Equal(t, "M\ta.txt\nD\tb.txt\nA\td.txt\nA\tdir/c.txt\nA\timg/logo.bin",
-		sortedLines(gitIn(t, root, "diff", "--name-status", "HEAD", "sandbox/work")))
+		sortedLines(gitIn(t, root, "diff", "--name-status", head, "sandbox/work")))
 	require.Equal(t, "one\nTWO", gitIn(t, root, "show", "sandbox/work:a.txt"))
 	raw, err := exec.Command("git", "-C", root, "show", "sandbox/work:img/logo.bin").Output()
 	require.NoError(t, err)
