@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
+	"golang.org/x/sys/unix"
 )
 
 // ForkResult is what Fork made: the new upper dir's counts and the lease
@@ -60,7 +62,7 @@ func (s *Store) Fork(ctx context.Context, leaseID string, cs *ChangeSet, newUppe
 				return nil, fmt.Errorf("fork %s: %w", ch.Path, err)
 			}
 			full := fullPath(b.dir, ch.Path)
-			_, n, err := copyOpen(in, full)
+			n, err := cloneOrCopy(in, full)
 			in.Close()
 			if err == nil {
 				err = os.Chmod(full, ch.Mode.Perm())
@@ -84,6 +86,31 @@ func (s *Store) Fork(ctx context.Context, leaseID string, cs *ChangeSet, newUppe
 	}
 	s.hit(FailForkAfterLease)
 	return res, nil
+}
+
+// cloneOrCopy writes in's content to dst (created, 0600): a reflink where
+// the filesystem has them (the blocks are shared copy-on-write, so later
+// writes to either file stay private), else a copy. Never a hardlink.
+func cloneOrCopy(in *os.File, dst string) (int64, error) {
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
+		fi, err := out.Stat()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, err
+		}
+		return fi.Size(), nil
+	}
+	n, err := io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
 }
 
 // acquireLike pins the layers of an existing lease for another owner.

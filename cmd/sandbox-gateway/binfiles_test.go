@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -80,13 +81,17 @@ func TestBinaryFilesEveryDoor(t *testing.T) {
 
 	t.Run("5 MiB over raw HTTP", func(t *testing.T) {
 		data := binary(t, 5<<20)
+		start := time.Now()
 		st, _, b := rawFiles(t, g, http.MethodPut, id, url.Values{"path": {"out/blob.bin"}, "workspace_session_id": {ws}}, data)
+		t.Logf("PUT 5 MiB: %s", time.Since(start)) // a measurement, not an assertion
 		require.Equal(t, http.StatusOK, st, "%s", b)
 		var up api.FileUploadResult
 		require.NoError(t, json.Unmarshal(b, &up))
 		sum := sha256.Sum256(data)
 		require.Equal(t, api.FileUploadResult{Type: "create", Path: "out/blob.bin", BytesWritten: len(data), SHA256: hex.EncodeToString(sum[:])}, up)
+		start = time.Now()
 		st, h, got := rawFiles(t, g, http.MethodGet, id, url.Values{"path": {"out/blob.bin"}, "workspace_session_id": {ws}}, nil)
+		t.Logf("GET 5 MiB: %s", time.Since(start))
 		require.Equal(t, http.StatusOK, st)
 		require.Equal(t, "application/octet-stream", h.Get("Content-Type"))
 		require.Equal(t, hex.EncodeToString(sum[:]), h.Get("X-Content-Sha256"))
