@@ -188,7 +188,21 @@ func TestBinaryFilesEveryDoor(t *testing.T) {
 	})
 
 	t.Run("too large is refused and writes nothing", func(t *testing.T) {
-		st, _, b := rawFiles(t, g, http.MethodPut, id, url.Values{"path": {"big.bin"}, "workspace_session_id": {ws}}, binary(t, api.MaxTransferBytes+1))
+		// Exactly the cap goes through, both ways.
+		data := binary(t, api.MaxTransferBytes)
+		st, _, b := rawFiles(t, g, http.MethodPut, id, url.Values{"path": {"cap.bin"}, "workspace_session_id": {ws}}, data)
+		require.Equal(t, http.StatusOK, st, "%s", b)
+		st, _, got := rawFiles(t, g, http.MethodGet, id, url.Values{"path": {"cap.bin"}, "workspace_session_id": {ws}}, nil)
+		require.Equal(t, http.StatusOK, st)
+		require.True(t, bytes.Equal(data, got))
+		// A file made bigger inside the session is refused on the way out.
+		r := rtc("exec_command", "--workspace-session-id", ws, "head -c 1 /dev/zero >> cap.bin")
+		require.Equal(t, 0, r.code, r.stderr)
+		st, _, b = rawFiles(t, g, http.MethodGet, id, url.Values{"path": {"cap.bin"}, "workspace_session_id": {ws}}, nil)
+		require.Equal(t, http.StatusTooManyRequests, st, "%s", b)
+		require.Equal(t, "max_transfer_bytes", errOf(t, b).Details["limit"])
+
+		st, _, b = rawFiles(t, g, http.MethodPut, id, url.Values{"path": {"big.bin"}, "workspace_session_id": {ws}}, binary(t, api.MaxTransferBytes+1))
 		require.Equal(t, http.StatusTooManyRequests, st, "%s", b)
 		e := errOf(t, b)
 		require.Equal(t, api.KindResourceExhausted, e.Kind)
@@ -220,6 +234,11 @@ func TestBinaryFilesEveryDoor(t *testing.T) {
 		r = rtc("exec_command", "--workspace-session-id", ws, "test ! -e /etc/evil.bin && cat /etc/hostname | wc -c")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.NotEqual(t, "3", r.out["output"])
+		// No token, no bytes.
+		resp, err := testenv.HTTPClient.Get("http://" + g.Addr + "/v1/sandboxes/" + id + "/files?path=cli.bin&workspace_session_id=" + ws)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		// Unknown query parameters and a missing path are refused too.
 		st, _, b = rawFiles(t, g, http.MethodGet, id, url.Values{"path": {"x"}, "bogus": {"1"}}, nil)
 		require.Equal(t, http.StatusBadRequest, st, "%s", b)
