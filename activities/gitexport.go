@@ -312,6 +312,9 @@ func gitCommitOf(sandboxID string, meta api.LayerExportMeta) gitCommitText {
 	if meta.TxID != "" {
 		b.WriteString("Publish-Txid: " + meta.TxID + "\n")
 	}
+	for _, tx := range meta.SquashedTxIDs {
+		b.WriteString("Squashed-Publish-Txid: " + tx + "\n")
+	}
 	b.WriteString("Layer: " + meta.LayerID + "\n")
 	c.message = b.String()
 	return c

@@ -179,6 +179,8 @@ type LayerExportMeta struct {
 	Agent   string `json:"agent,omitempty"`
 	Message string `json:"message,omitempty"`
 	Time    string `json:"time"` // RFC 3339
+	// SquashedTxIDs: a squash layer's publishes, oldest first.
+	SquashedTxIDs []string `json:"squashed_txids,omitempty"`
 }
 
 // PublishStepArgs drive the publish steps the workflow layer runs one by

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
 
 // layerStream streams one published layer (export_layerstack with
@@ -41,9 +42,43 @@ func (d *Daemon) layerExport(ctx context.Context, a api.ExportArgs) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	b, _ := json.Marshal(api.LayerExportMeta{LayerID: lm.ID, Kind: string(lm.Kind), TxID: lm.TxID, Owner: lm.Owner, Agent: lm.Agent,
-		Message: lm.Message, Time: lm.Time.UTC().Format(time.RFC3339Nano)})
+	em := api.LayerExportMeta{LayerID: lm.ID, Kind: string(lm.Kind), TxID: lm.TxID, Owner: lm.Owner, Agent: lm.Agent,
+		Message: lm.Message, Time: lm.Time.UTC().Format(time.RFC3339Nano)}
+	if len(lm.Replace) > 0 {
+		em.SquashedTxIDs = d.squashedTxIDs(lm.Replace)
+	}
+	b, _ := json.Marshal(em)
 	return &layerStream{d: d, id: a.LayerID, meta: b, ctx: context.WithoutCancel(ctx)}, nil
+}
+
+// squashedTxIDs are the txids of the publishes whose layers a squash
+// replaced (and of those they replaced), oldest first, from the audit log.
+func (d *Daemon) squashedTxIDs(replaced []string) []string {
+	hist, err := d.store.History(0)
+	if err != nil {
+		return nil
+	}
+	want := map[string]bool{}
+	var add func(ids []string)
+	add = func(ids []string) {
+		for _, id := range ids {
+			if want[id] {
+				continue
+			}
+			want[id] = true
+			if m, err := d.store.LayerMeta(id); err == nil && len(m.Replace) > 0 {
+				add(m.Replace)
+			}
+		}
+	}
+	add(replaced)
+	var out []string
+	for _, r := range hist { // oldest first
+		if want[r.LayerID] && r.TxID != "" && r.Kind != layerstack.LayerSquash {
+			out = append(out, r.TxID)
+		}
+	}
+	return out
 }
 
 func (e *layerStream) stream(w http.ResponseWriter) {

@@ -157,7 +157,7 @@ func TestGitHandOff(t *testing.T) {
 	require.Equal(t, out["tip"], gitIn(t, root, "rev-parse", "other"))
 	require.Equal(t, before, repoState(t, root))
 
-	// Format patch from every door (the CLI's is in TestSeedFlowCLI's family).
+	// Format patch from every door (the CLI's is in TestWorkflowsFromTheCLI).
 	pdir := t.TempDir()
 	st, b, err := g.HTTPOp("export_changes", map[string]any{"args": map[string]any{"sandbox_id": id, "dest": filepath.Join(pdir, "http.patch"), "format": "patch"}})
 	require.NoError(t, err)
@@ -189,6 +189,21 @@ func TestGitHandOff(t *testing.T) {
 		require.Contains(t, string(p), "diff --git a/a.txt b/a.txt", f)
 		require.Contains(t, string(p), "+TWO", f)
 	}
+
+	// After a squash the publishes are one layer: one commit, the same
+	// tree, naming every squashed publish; the old branch is no longer an
+	// ancestor of that history.
+	mustCLI(t, g, mgr, "squash_layerstacks", "--sandbox-id", id)
+	sq := mustCLI(t, g, mgr, "export_changes", "--sandbox-id", id, "--dest", root, "--format", "git", "--branch", "sandbox/squashed")
+	require.Len(t, sq["commits"], 1, "%v", sq)
+	require.Equal(t, gitIn(t, root, "rev-parse", "sandbox/work^{tree}"), gitIn(t, root, "rev-parse", "sandbox/squashed^{tree}"))
+	msg := gitIn(t, root, "log", "-1", "--format=%B", "sandbox/squashed")
+	for _, tx := range []string{txOf(p1), txOf(p2), c2["txid"].(string)} {
+		require.Contains(t, msg, "Squashed-Publish-Txid: "+tx)
+	}
+	refs = gitIn(t, root, "for-each-ref")
+	refuse("operation_conflict", "not an ancestor", "--dest", root, "--format", "git", "--branch", "sandbox/work")
+	require.Equal(t, before, repoState(t, root))
 }
 
 func sortedLines(s string) string {
