@@ -274,6 +274,12 @@ func opLong(op api.Operation) string {
 			b.WriteString("\n")
 		}
 	}
+	if op.CLIUpload != "" {
+		fmt.Fprintf(&b, "  --from LOCALFILE: send this local file's bytes as --%s.\n", kebab(op.CLIUpload))
+	}
+	if op.CLIDownload != "" {
+		fmt.Fprintf(&b, "  --to LOCALFILE: write the bytes of %s to this local file (the JSON line then omits them); --force replaces an existing one.\n", op.CLIDownload)
+	}
 	if len(op.Result) > 0 {
 		keys := make([]string, 0, len(op.Result))
 		for k := range op.Result {
