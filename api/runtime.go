@@ -40,6 +40,7 @@ type SessionInfo struct {
 	Egress             *Egress  `json:"egress,omitempty"` // isolated sessions
 	ActiveCommands     []string `json:"active_command_session_ids"`
 	IdleSeconds        int64    `json:"idle_seconds"`
+	ForkedFrom         string   `json:"forked_from,omitempty"` // the session it was forked from
 }
 
 // DestroySessionArgs are the arguments of destroy_workspace_session.

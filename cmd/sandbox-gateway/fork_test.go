@@ -84,6 +84,7 @@ func TestSessionFork(t *testing.T) {
 	fid := f["workspace_session_id"].(string)
 	require.NotEqual(t, x, fid)
 	require.Equal(t, "xagent", f["agent"], "inherited from the forked session")
+	require.Equal(t, x, f["forked_from"])
 	require.Equal(t, "ONE\ntwo\nthree\n", mustRead(fid, "a.txt"))
 	require.Equal(t, "\x00\xff\x01", mustRead(fid, "img.bin"))
 	_, err := read(fid, "keep.txt")
