@@ -28,7 +28,7 @@ import (
 const FormatGit = "git"
 
 // Git hand-off limits: one published file is at most maxGitBlobBytes (it
-// is held in memory while hashed).
+// is streamed from the layer tar into git hash-object).
 const maxGitBlobBytes = 1 << 30
 
 // committer of every exported commit.
