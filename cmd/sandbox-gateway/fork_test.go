@@ -122,6 +122,18 @@ func TestSessionFork(t *testing.T) {
 	require.Equal(t, "y\n", mustRead(f2, "y.txt"))
 	require.Equal(t, owners([]string{f2}), leaseOwners())
 
+	// A larger delta (1000 files, 32 MiB): a measurement, not an assertion.
+	big := d.must("create_workspace_session", nil)["workspace_session_id"].(string)
+	r := d.must("exec_command", map[string]any{"workspace_session_id": big, "yield_time_ms": 120000,
+		"cmd": "mkdir -p many && for i in $(seq 1 1000); do echo $i > many/$i; done && head -c 33554432 /dev/urandom > blob"})
+	require.Equal(t, "ok", r["status"], "%v", r)
+	start = time.Now()
+	bf := d.must("create_workspace_session", map[string]any{"from": big})["workspace_session_id"].(string)
+	t.Logf("fork of a session with 1001 files, 32 MiB: %s", time.Since(start))
+	require.Equal(t, "1000\n", mustRead(bf, "many/1000"))
+	d.must("destroy_workspace_session", map[string]any{"workspace_session_id": big})
+	d.must("destroy_workspace_session", map[string]any{"workspace_session_id": bf})
+
 	// Refusals: nothing is created.
 	before := sessions()
 	for _, c := range []struct{ from, kind string }{{"ws-nope", api.KindNotFound}, {y, api.KindNotFound}, {x, api.KindNotFound}, {"../ws", api.KindInvalidRequest}} {
