@@ -175,6 +175,10 @@ func (a *Activities) exportGit(ctx context.Context, spec workflows.ExportSpec, r
 		// Compare-and-swap: a branch moved by someone else meanwhile is
 		// not overwritten.
 		if _, err := g.run(ctx, nil, nil, "update-ref", "-m", "ephemeral-sandbox: export of "+spec.SandboxID, ref, res.Tip, oldTip); err != nil {
+			if now, ok := g.ok(ctx, "rev-parse", "-q", "--verify", ref+"^{commit}"); ok && now == res.Tip {
+				updated = false // a concurrent export of the same history won
+				return res, nil
+			}
 			return nil, apperr.Newf(api.KindOperationConflict, map[string]any{"branch": branch}, "branch %s changed during the export; nothing was moved: %v", branch, err)
 		}
 		return res, nil
