@@ -26,6 +26,8 @@ var opHints = map[string]Hints{
 	"resize_command":             {Idempotent: true},
 	"file_write":                 {Destructive: true, Idempotent: true},
 	"file_edit":                  {Destructive: true},
+	"file_upload":                {Destructive: true, Idempotent: true},
+	"file_download":              {ReadOnly: true, Idempotent: true},
 	"file_delete":                {Destructive: true, Idempotent: true},
 	"file_move":                  {Destructive: true},
 	"create_workspace_session":   {},

@@ -253,6 +253,27 @@ type ExportResult struct {
 	WhiteoutsEmitted      *int     `json:"whiteouts_emitted,omitempty"`
 	FilesChanged          *int     `json:"files_changed,omitempty"`
 	LiveWorkspaceSessions []string `json:"live_workspace_sessions,omitempty"` // ids of the sessions alive at export (the seed's list)
+	// Format git: the branch written, its commits (one per published
+	// layer, oldest first), where they start and what the branch was.
+	Branch       string      `json:"branch,omitempty"`
+	Parent       string      `json:"parent,omitempty"`        // the commit the first one builds on ("" = a root commit)
+	ParentSource string      `json:"parent_source,omitempty"` // workspace_copied_from (HEAD when the sandbox was created) or HEAD (at export)
+	PreviousTip  string      `json:"previous_tip,omitempty"`  // the branch before ("" = it was created)
+	Tip          string      `json:"tip,omitempty"`
+	Updated      *bool       `json:"updated,omitempty"` // false: the branch already held exactly these commits
+	Commits      []GitCommit `json:"commits,omitempty"`
+	SkippedPaths []string    `json:"skipped_paths,omitempty"` // published paths git cannot hold (.git components, devices)
+}
+
+// GitCommit is one commit of a git export: one published layer.
+type GitCommit struct {
+	SHA                string `json:"sha"`
+	TxID               string `json:"txid,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	Agent              string `json:"agent,omitempty"`
+	LayerID            string `json:"layer_id"`
+	Time               string `json:"time"`
+	Subject            string `json:"subject"`
 }
 
 // RecoverResult is recover_workspace_session's answer: the publishes it

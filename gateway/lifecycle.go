@@ -100,7 +100,7 @@ func (b *TemporalBackend) updateOp(ctx context.Context, op *api.Operation, sandb
 		// work (the export activity checks again).
 		dest, _ := args["dest"].(string)
 		format, _ := args["format"].(string)
-		if _, err := b.hostPaths().Dest("dest", dest, format == "" || strings.EqualFold(format, "dir")); err != nil {
+		if _, err := b.hostPaths().Dest("dest", dest, format == "" || strings.EqualFold(format, "dir") || format == "git"); err != nil {
 			return nil, hostpath.Refusal(err)
 		}
 	}

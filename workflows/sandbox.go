@@ -171,9 +171,11 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("create container", err)
 	}
 	if !s.in.Adopt {
-		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, nil); err != nil {
+		var copied CopyReport
+		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, &copied); err != nil {
 			return s.stepFailed("copy workspace", err)
 		}
+		s.state.GitHead = copied.GitHead
 	}
 	if err := workflow.ExecuteActivity(dctx, ActStartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
 		return s.stepFailed("start container", err)
@@ -372,10 +374,10 @@ func (s *sandbox) validateAmend(r AmendRequest) error {
 		return err
 	}
 	switch r.Op {
-	case "file_write", "file_edit", "file_delete", "file_move":
+	case "file_write", "file_edit", "file_delete", "file_move", "file_upload":
 		return nil
 	}
-	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, not %s", r.Op)
+	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, file_upload, not %s", r.Op)
 }
 
 func (s *sandbox) validateExport(r ExportRequest) error {
@@ -384,6 +386,9 @@ func (s *sandbox) validateExport(r ExportRequest) error {
 	}
 	if r.Dest == "" || r.Dest[0] != '/' {
 		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "dest"}, "dest must be an absolute host path")
+	}
+	if (r.Format == "git") != (r.Branch != "") {
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "branch"}, "branch is required with format git, and only taken by it")
 	}
 	return nil
 }
@@ -517,7 +522,10 @@ func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
 
 func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResult, error) {
 	var out *api.ExportResult
-	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
+	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format, Branch: r.Branch, Force: r.Force}
+	if r.Format == "git" {
+		spec.WorkspaceRoot, spec.GitParent = s.in.Spec.WorkspaceRoot, s.state.GitHead
+	}
 	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), ActExportChanges, spec).Get(ctx, &out)
 	return out, err
 }

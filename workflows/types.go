@@ -51,6 +51,10 @@ type SandboxState struct {
 	// with others created together (create_sandbox count): the same in
 	// every record of the group.
 	SharedRootHash string `json:"shared_root_hash,omitempty"`
+	// GitHead is the commit HEAD named in workspace_root's repository when
+	// the workspace was copied ("" = not a git work tree): a git export's
+	// parent.
+	GitHead string `json:"git_head,omitempty"`
 }
 
 // SessionRecord is what the workflow knows of a workspace session.
@@ -80,6 +84,8 @@ type CreateSessionRequest struct {
 	// Egress is passed to the daemon as given ("default", "none" or
 	// ["cidr:port", ...]); the daemon validates it.
 	Egress json.RawMessage `json:"egress,omitempty"`
+	// From: fork this session (the daemon checks it).
+	From string `json:"from,omitempty"`
 }
 
 // SessionRequest names a session (destroy, refresh).
@@ -107,6 +113,8 @@ type AmendRequest struct {
 type ExportRequest struct {
 	Dest   string `json:"dest"`
 	Format string `json:"format,omitempty"`
+	Branch string `json:"branch,omitempty"` // format git only
+	Force  bool   `json:"force,omitempty"`  // format git: move a branch that is not an ancestor
 }
 
 // PublishInput is PublishWorkflow's input. TxID is the workflow's own id.
