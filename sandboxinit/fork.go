@@ -124,7 +124,7 @@ func (d *Daemon) forkSession(ctx context.Context, a api.CreateSessionArgs) (_ *s
 // sweepSessionLeases releases, after the sessions are restored, the leases
 // of workspace sessions that do not exist: a create or fork that crashed
 // between leasing and recording its session. Their layers would otherwise
-// stay pinned for good.
+// stay pinned for good. Archived sessions' leases are kept.
 func (d *Daemon) sweepSessionLeases(ctx context.Context) {
 	d.mu.Lock()
 	live := make(map[string]bool, len(d.sessions))
@@ -132,6 +132,12 @@ func (d *Daemon) sweepSessionLeases(ctx context.Context) {
 		live["workspace_session:"+id] = true
 	}
 	d.mu.Unlock()
+	// An archived session keeps its lease so that a restore finds its base.
+	for _, a := range d.listArchived() {
+		if a.Restorable {
+			live["workspace_session:"+a.ID] = true
+		}
+	}
 	for _, l := range d.store.Leases() {
 		if !strings.HasPrefix(l.Owner, "workspace_session:") || live[l.Owner] {
 			continue

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // TestSweepSessionLeases: at start, the leases of sessions that do not
@@ -18,6 +20,10 @@ func TestSweepSessionLeases(t *testing.T) {
 	require.NoError(t, err)
 	other, err := d.store.Acquire("export")
 	require.NoError(t, err)
+	// An archived session is not live but its lease is what a restore needs.
+	idle := workSession(t, d, "ws-idle", map[string]string{"c.txt": "c\n"})
+	_, err = d.archive(context.Background(), idle, "rid-archive")
+	require.NoError(t, err)
 
 	d.sweepSessionLeases(context.Background())
 	var held []string
@@ -25,7 +31,7 @@ func TestSweepSessionLeases(t *testing.T) {
 		held = append(held, l.ID)
 	}
 	sort.Strings(held)
-	want := []string{live.rec.LeaseID, other.ID}
+	want := []string{live.rec.LeaseID, other.ID, idle.rec.LeaseID}
 	sort.Strings(want)
 	require.Equal(t, want, held)
 	_, err = d.store.Lease(ghost.ID)
@@ -34,5 +40,8 @@ func TestSweepSessionLeases(t *testing.T) {
 	// Restarted over the same state, the sweep finds nothing more to do.
 	nd := restart(t, d)
 	nd.sweepSessionLeases(context.Background())
-	require.Len(t, nd.store.Leases(), 2)
+	require.Len(t, nd.store.Leases(), 3)
+	res, err := nd.restoreArchived(context.Background(), "rid-restore", api.SessionArgs{WorkspaceSessionID: "ws-idle"})
+	require.NoError(t, err)
+	require.False(t, res.Rebased, "restored over its own base")
 }
