@@ -90,36 +90,7 @@ func (b *TemporalBackend) RuntimeProgress(ctx context.Context, op, sandboxID str
 			}
 		}
 	}
-	out, err := b.callDaemon(ctx, sandboxID, ep, op, body, lines)
-	if err == nil && op == "snapshot" {
-		return b.withPublishQueue(ctx, sandboxID, out), nil
-	}
-	return out, err
-}
-
-// withPublishQueue adds the sandbox workflow's queue of verified publishes
-// to the daemon's snapshot (publish_queue: session, position, state,
-// started_at); a workflow that does not answer leaves the snapshot as the
-// daemon gave it.
-func (b *TemporalBackend) withPublishQueue(ctx context.Context, sandboxID string, raw json.RawMessage) json.RawMessage {
-	var m map[string]any
-	if json.Unmarshal(raw, &m) != nil {
-		return raw
-	}
-	st, err := b.state(ctx, sandboxID)
-	if err != nil {
-		return raw
-	}
-	q := st.PublishQueue
-	if q == nil {
-		q = []*workflows.QueuedPublish{}
-	}
-	m["publish_queue"] = q
-	out, err := json.Marshal(m)
-	if err != nil {
-		return raw
-	}
-	return out
+	return b.callDaemon(ctx, sandboxID, ep, op, body, lines)
 }
 
 // callDaemon runs one daemon RPC; a daemon that cannot be reached is an
