@@ -1,0 +1,113 @@
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import { OpError, resume, signIn, signOut } from "./api";
+import { href, parseRoute, Route } from "./lib";
+import { Files } from "./pages/Files";
+import { Fleet } from "./pages/Fleet";
+import { Health } from "./pages/Health";
+import { Sandbox } from "./pages/Sandbox";
+import { Terminal } from "./pages/Terminal";
+import "./style.css";
+
+function useRoute(): Route {
+  const [r, setR] = useState(parseRoute(location.hash));
+  useEffect(() => {
+    const on = () => setR(parseRoute(location.hash));
+    addEventListener("hashchange", on);
+    return () => removeEventListener("hashchange", on);
+  }, []);
+  return r;
+}
+
+function SignedOut({ message }: { message: string }) {
+  return (
+    <main id="main" class="signin">
+      <h1>Ephemeral Sandbox console</h1>
+      <p id="signin-message">{message}</p>
+      <p>Run this where the gateway runs, then open the URL it prints (the code works once, for 2 minutes):</p>
+      <pre class="mono">sandbox-manager-cli console</pre>
+    </main>
+  );
+}
+
+function App() {
+  const route = useRoute();
+  const [auth, setAuth] = useState<"checking" | "in" | "out">("checking");
+  const [msg, setMsg] = useState("Not signed in.");
+
+  useEffect(() => {
+    if (route.page === "login") {
+      const code = route.code;
+      history.replaceState(null, "", location.pathname + "#/"); // the code never stays in the URL or history
+      signIn(code)
+        .then(() => {
+          setAuth("in");
+          location.hash = "#/";
+        })
+        .catch((e) => {
+          setMsg(e instanceof OpError ? `Sign-in refused: ${e.err.message}` : String(e));
+          setAuth("out");
+        });
+      return;
+    }
+    if (auth === "checking") resume().then((ok) => setAuth(ok ? "in" : "out"));
+  }, [route.page]);
+
+  if (auth === "checking") return <main id="main" class="signin">Signing in…</main>;
+  if (auth === "out") return <SignedOut message={msg} />;
+
+  let page;
+  switch (route.page) {
+    case "sandbox":
+      page = <Sandbox id={route.id} />;
+      break;
+    case "files":
+      page = <Files r={route} />;
+      break;
+    case "terminal":
+      page = <Terminal id={route.id} ws={route.ws} />;
+      break;
+    case "health":
+      page = <Health />;
+      break;
+    default:
+      page = <Fleet />;
+  }
+  const cur = route.page;
+  return (
+    <>
+      <a class="skip" href="#main" onClick={(e) => (e.preventDefault(), document.getElementById("main")?.focus())}>
+        Skip to content
+      </a>
+      <header class="top">
+        <a class="brand" href="#/">
+          Ephemeral Sandbox
+        </a>
+        <nav aria-label="Pages">
+          <a href={href({ page: "fleet" })} aria-current={cur === "fleet" ? "page" : undefined}>
+            Fleet
+          </a>
+          <a href={href({ page: "health" })} aria-current={cur === "health" ? "page" : undefined}>
+            Health
+          </a>
+        </nav>
+        <button
+          class="link"
+          onClick={() =>
+            signOut().then(() => {
+              setMsg("Signed out.");
+              setAuth("out");
+            })
+          }
+        >
+          Sign out
+        </button>
+      </header>
+      <main id="main" tabIndex={-1} data-page={cur}>
+        {page}
+      </main>
+    </>
+  );
+}
+
+render(<App />, document.getElementById("app")!);
