@@ -305,31 +305,49 @@ func (s *Server) consoleSignOut(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"signed_out": true})
 }
 
-// consoleWatch serves GET /console/watch?op=VIEW[&sandbox_id=ID][&args=JSON]
-// as Server-Sent Events: the read-only op's result (`event: result`, or
-// `event: error` with the envelope) at once and again every 2 s when it
-// changed. op=health is the health report with the gateway's metrics.
+// maxConsoleViews caps the views one console watch follows (a browser has
+// six HTTP/1.1 connections per host, so a page watches all its views over
+// one stream).
+const maxConsoleViews = 8
+
+type consoleView struct {
+	Op        string         `json:"op"`
+	SandboxID string         `json:"sandbox_id,omitempty"`
+	Args      map[string]any `json:"args,omitempty"`
+}
+
+// consoleWatch serves GET /console/watch?v=VIEW[&v=VIEW]..., each VIEW a
+// JSON object {op, sandbox_id?, args?} naming a read-only operation, as
+// Server-Sent Events: `event: view` with data {"i": index, "result": ...}
+// or {"i": index, "error": {...}} for each view at once, and again every 2 s
+// when it changed. op "health" is the health report with the gateway's
+// metrics.
 func (s *Server) consoleWatch(c *gin.Context) {
-	opName := c.Query("op")
-	sandboxID := c.Query("sandbox_id")
-	args := map[string]any{}
-	if a := c.Query("args"); a != "" {
-		if len(a) > 4096 {
+	specs := c.QueryArray("v")
+	if len(specs) == 0 || len(specs) > maxConsoleViews {
+		abort(c, api.Errorf(api.KindInvalidRequest, map[string]any{"max_views": maxConsoleViews}, "watch 1..%d views (v=<json>)", maxConsoleViews))
+		return
+	}
+	rid := c.GetString("request_id")
+	reads := make([]func(ctx context.Context) (json.RawMessage, *api.Error), len(specs))
+	for i, spec := range specs {
+		if len(spec) > 4096 {
 			abort(c, errTooLarge(4096))
 			return
 		}
-		dec := json.NewDecoder(strings.NewReader(a))
+		var v consoleView
+		dec := json.NewDecoder(strings.NewReader(spec))
 		dec.UseNumber()
-		if err := dec.Decode(&args); err != nil {
-			abort(c, api.Errorf(api.KindBadJSON, nil, "args must be a JSON object: %v", err))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			abort(c, api.Errorf(api.KindBadJSON, map[string]any{"view": i}, "view %d must be {op, sandbox_id?, args?}: %v", i, err))
 			return
 		}
-	}
-	var read func(ctx context.Context) (json.RawMessage, *api.Error)
-	if opName == "health" {
-		read = s.consoleHealth
-	} else {
-		op, aerr := api.ResolvePublic(opName)
+		if v.Op == "health" {
+			reads[i] = s.consoleHealth
+			continue
+		}
+		op, aerr := api.ResolvePublic(v.Op)
 		if aerr != nil {
 			abort(c, aerr)
 			return
@@ -338,14 +356,25 @@ func (s *Server) consoleWatch(c *gin.Context) {
 			abort(c, api.Errorf(api.KindInvalidRequest, map[string]any{"op": op.Name}, "only read-only operations can be watched; %s changes state", op.Name))
 			return
 		}
-		scope := jsonl.SystemScope()
-		if sandboxID != "" && op.Scope != api.ScopeSystem {
-			scope = jsonl.SandboxScope(sandboxID)
-		} else if sandboxID != "" {
-			args["sandbox_id"] = sandboxID
+		args := v.Args
+		if args == nil {
+			args = map[string]any{}
 		}
-		rid := c.GetString("request_id")
-		read = func(ctx context.Context) (json.RawMessage, *api.Error) {
+		scope := jsonl.SystemScope()
+		if v.SandboxID != "" && op.Scope != api.ScopeSystem {
+			scope = jsonl.SandboxScope(v.SandboxID)
+		} else if v.SandboxID != "" {
+			args["sandbox_id"] = v.SandboxID
+		}
+		if aerr := op.CheckScope(scope.Kind, scope.SandboxID); aerr != nil {
+			abort(c, aerr)
+			return
+		}
+		if aerr := op.Validate(args); aerr != nil {
+			abort(c, aerr)
+			return
+		}
+		reads[i] = func(ctx context.Context) (json.RawMessage, *api.Error) {
 			a := make(map[string]any, len(args))
 			for k, v := range args {
 				a[k] = v
@@ -354,30 +383,36 @@ func (s *Server) consoleWatch(c *gin.Context) {
 		}
 	}
 	ctx := c.Request.Context()
-	first, aerr := read(ctx)
-	if aerr != nil && (aerr.Kind == api.KindInvalidRequest || aerr.Kind == api.KindUnknownOp || aerr.Kind == api.KindBadJSON) {
-		abort(c, aerr)
-		return
-	}
 	ev := startSSE(c)
 	defer ev.close()
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.heartbeats(ev, stop)
-	var last []byte
-	send := func(out json.RawMessage, aerr *api.Error) {
-		name := "result"
-		if aerr != nil {
-			name, out = "error", mustJSON(api.Envelope{Error: aerr})
+	last := make([][]byte, len(reads))
+	round := func() {
+		outs := make([][]byte, len(reads))
+		var wg sync.WaitGroup
+		for i, read := range reads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, aerr := read(ctx)
+				if aerr != nil {
+					outs[i] = mustJSON(map[string]any{"i": i, "error": aerr})
+				} else {
+					outs[i] = mustJSON(map[string]any{"i": i, "result": out})
+				}
+			}()
 		}
-		cur := append([]byte(name+"\n"), out...)
-		if bytes.Equal(cur, last) {
-			return
+		wg.Wait()
+		for i, b := range outs {
+			if !bytes.Equal(b, last[i]) {
+				last[i] = b
+				ev.event("view", b)
+			}
 		}
-		last = cur
-		ev.event(name, out)
 	}
-	send(first, aerr)
+	round()
 	every := consoleWatchEvery
 	if s.StreamPoll > 0 && s.StreamPoll < every {
 		every = s.StreamPoll
@@ -390,7 +425,7 @@ func (s *Server) consoleWatch(c *gin.Context) {
 			return
 		case <-t.C:
 		}
-		send(read(ctx))
+		round()
 	}
 }
 

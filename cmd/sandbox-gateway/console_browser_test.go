@@ -271,10 +271,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 	// A stream without the CSRF token, a terminal from another origin.
-	if st, _ := rawHTTP(t, g, "GET", "/console/watch?op=list_sandboxes", "", map[string]string{"Cookie": ck}); st != http.StatusUnauthorized {
+	if st, _ := rawHTTP(t, g, "GET", "/console/watch?v=%7B%22op%22%3A%22list_sandboxes%22%7D", "", map[string]string{"Cookie": ck}); st != http.StatusUnauthorized {
 		t.Fatalf("watch without CSRF: %d", st)
 	}
-	if st, _ := rawHTTP(t, g, "GET", "/console/watch?op=destroy_sandbox&csrf="+sess.CSRF, "", map[string]string{"Cookie": ck}); st != http.StatusBadRequest {
+	if st, _ := rawHTTP(t, g, "GET", "/console/watch?v=%7B%22op%22%3A%22destroy_sandbox%22%7D&csrf="+sess.CSRF, "", map[string]string{"Cookie": ck}); st != http.StatusBadRequest {
 		t.Fatalf("watching a mutating op: %d", st)
 	}
 	{

@@ -61,21 +61,17 @@ export async function op<T = any>(name: string, args: Record<string, unknown> = 
 
 export type Unwatch = () => void;
 
-/** watch streams a read-only view: each changed result, live. */
-export function watch(
-  name: string,
-  opts: { sandbox_id?: string; args?: Record<string, unknown> },
-  onResult: (v: any) => void,
-  onError: (e: ApiError) => void,
-): Unwatch {
-  const q = new URLSearchParams({ op: name, csrf });
-  if (opts.sandbox_id) q.set("sandbox_id", opts.sandbox_id);
-  if (opts.args) q.set("args", JSON.stringify(opts.args));
+export type View = { op: string; sandbox_id?: string; args?: Record<string, unknown> };
+
+/** watch streams read-only views over one connection (a browser has six
+ * per host): each view's result when it changed, live. */
+export function watch(views: View[], onView: (i: number, result: any, error: ApiError | null) => void): Unwatch {
+  const q = new URLSearchParams({ csrf });
+  for (const v of views) q.append("v", JSON.stringify(v));
   const es = new EventSource(`/console/watch?${q}`);
-  es.addEventListener("result", (e) => onResult(JSON.parse((e as MessageEvent).data)));
-  es.addEventListener("error", (e) => {
-    const d = (e as MessageEvent).data;
-    if (d) onError(JSON.parse(d).error);
+  es.addEventListener("view", (e) => {
+    const m = JSON.parse((e as MessageEvent).data);
+    onView(m.i, m.result ?? null, m.error ?? null);
   });
   return () => es.close();
 }

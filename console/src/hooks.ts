@@ -1,29 +1,30 @@
 import { useEffect, useState } from "preact/hooks";
-import { ApiError, watch } from "./api";
+import { ApiError, View, watch } from "./api";
 
-/** useWatch follows a read-only view live (SSE): the latest result or error. */
-export function useWatch<T = any>(
-  name: string | null,
-  opts: { sandbox_id?: string; args?: Record<string, unknown> } = {},
-): { data: T | null; error: ApiError | null } {
-  const [data, setData] = useState<T | null>(null);
-  const [error, setError] = useState<ApiError | null>(null);
-  const key = JSON.stringify([name, opts]);
+export type Watched<T = any> = { data: T | null; error: ApiError | null };
+
+/** useWatches follows read-only views live over one stream; a null view
+ * is not watched (its entry stays empty). */
+export function useWatches(views: (View | null)[]): Watched[] {
+  const empty = () => views.map(() => ({ data: null, error: null }));
+  const [state, setState] = useState<Watched[]>(empty);
+  const key = JSON.stringify(views);
   useEffect(() => {
-    setData(null);
-    setError(null);
-    if (!name) return;
+    setState(empty());
+    const live = views.map((v, i) => [v, i] as const).filter(([v]) => v !== null) as [View, number][];
+    if (live.length === 0) return;
     return watch(
-      name,
-      opts,
-      (v) => {
-        setData(v);
-        setError(null);
-      },
-      setError,
+      live.map(([v]) => v),
+      (j, result, error) =>
+        setState((st) => {
+          const next = st.slice();
+          const i = live[j][1];
+          next[i] = error ? { data: next[i]?.data ?? null, error } : { data: result, error: null };
+          return next;
+        }),
     );
   }, [key]);
-  return { data, error };
+  return views.map((_, i) => state[i] ?? { data: null, error: null });
 }
 
 /** useNow ticks every few seconds, for ages. */

@@ -42,7 +42,7 @@ function App() {
       signIn(code)
         .then(() => {
           setAuth("in");
-          location.hash = "#/";
+          dispatchEvent(new HashChangeEvent("hashchange")); // the route follows the replaced URL
         })
         .catch((e) => {
           setMsg(e instanceof OpError ? `Sign-in refused: ${e.err.message}` : String(e));
@@ -51,7 +51,7 @@ function App() {
       return;
     }
     if (auth === "checking") resume().then((ok) => setAuth(ok ? "in" : "out"));
-  }, [route.page]);
+  }, [route.page === "login" ? "login:" + route.code : route.page]);
 
   if (auth === "checking") return <main id="main" class="signin">Signing in…</main>;
   if (auth === "out") return <SignedOut message={msg} />;

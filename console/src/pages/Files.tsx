@@ -1,4 +1,4 @@
-import { useWatch } from "../hooks";
+import { useWatches } from "../hooks";
 import { bytes, href, parseDiff, Route } from "../lib";
 import { Card, ErrorBox, Loading } from "../ui";
 
@@ -31,9 +31,11 @@ function Tabs({ r }: { r: FilesRoute }) {
 
 function Browser({ r, dir, file }: { r: FilesRoute; dir: string; file: string }) {
   const wsArgs = r.ws ? { workspace_session_id: r.ws } : {};
-  const list = useWatch("file_list", { sandbox_id: r.id, args: { path: dir || ".", ...wsArgs } });
-  const read = useWatch(file ? "file_read" : null, { sandbox_id: r.id, args: { path: file, ...wsArgs } });
-  const blame = useWatch(file && r.mode === "blame" ? "file_blame" : null, { sandbox_id: r.id, args: { path: file } });
+  const [list, read, blame] = useWatches([
+    { op: "file_list", sandbox_id: r.id, args: { path: dir || ".", ...wsArgs } },
+    file ? { op: "file_read", sandbox_id: r.id, args: { path: file, ...wsArgs } } : null,
+    file && r.mode === "blame" ? { op: "file_blame", sandbox_id: r.id, args: { path: file } } : null,
+  ]);
   const lines = String(read.data?.content ?? "").split("\n");
   const owners: string[] = [];
   for (const rg of blame.data?.ranges ?? []) for (let i = 0; i < rg.line_count; i++) owners[rg.start_line - 1 + i] = rg.owner;
@@ -90,7 +92,7 @@ function Browser({ r, dir, file }: { r: FilesRoute; dir: string; file: string })
 }
 
 function Diff({ r }: { r: FilesRoute }) {
-  const d = useWatch("diff_workspace_session", { sandbox_id: r.id, args: { workspace_session_id: r.ws } });
+  const [d] = useWatches([{ op: "diff_workspace_session", sandbox_id: r.id, args: { workspace_session_id: r.ws } }]);
   return (
     <div>
       <ErrorBox error={d.error} />

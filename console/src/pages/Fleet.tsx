@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, op, OpError } from "../api";
-import { useNow, useWatch } from "../hooks";
+import { useNow, useWatches } from "../hooks";
 import { age, bytes, href } from "../lib";
 import { Badge, Card, ErrorBox, Loading, Spark } from "../ui";
 
@@ -120,8 +120,7 @@ function DestroyButton({ id }: { id: string }) {
 }
 
 export function Fleet() {
-  const snap = useWatch("snapshot");
-  const list = useWatch("list_sandboxes");
+  const [snap, list] = useWatches([{ op: "snapshot" }, { op: "list_sandboxes" }]);
   const now = useNow();
   const records: Record<string, any> = {};
   for (const r of list.data?.sandboxes ?? []) records[r.id] = r;

@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from "preact/hooks";
-import { useWatch } from "../hooks";
+import { useWatches } from "../hooks";
 import { href, pushBounded, rate } from "../lib";
 import { Badge, Card, ErrorBox, Loading, Spark } from "../ui";
 
@@ -15,7 +15,7 @@ function Check({ name, c }: { name: string; c: any }) {
 }
 
 export function Health() {
-  const h = useWatch("health");
+  const [h] = useWatches([{ op: "health" }]);
   const prev = useRef<{ v: number; t: number } | undefined>(undefined);
   const [opsRate, setOpsRate] = useState<number[]>([]);
   const d = h.data;

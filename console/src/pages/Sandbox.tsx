@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { commandStream, eventStream, op } from "../api";
-import { useNow, useWatch } from "../hooks";
+import { useNow, useWatches } from "../hooks";
 import { age, bytes, conflictsOf, href, Hunk, rangeText } from "../lib";
 import { Badge, Card, ErrorBox, Loading } from "../ui";
 
@@ -126,11 +126,13 @@ function summarize(a: Record<string, unknown> | undefined): string {
 }
 
 export function Sandbox({ id }: { id: string }) {
-  const snap = useWatch("snapshot", { sandbox_id: id });
-  const info = useWatch("inspect_sandbox", { sandbox_id: id });
-  const stack = useWatch("layerstack", { sandbox_id: id });
-  const pubs = useWatch("publish_history", { sandbox_id: id, args: { limit: 50 } });
-  const wfs = useWatch("workflows", { sandbox_id: id, args: { limit: 50 } });
+  const [snap, info, stack, pubs, wfs] = useWatches([
+    { op: "snapshot", sandbox_id: id },
+    { op: "inspect_sandbox", sandbox_id: id },
+    { op: "layerstack", sandbox_id: id },
+    { op: "publish_history", sandbox_id: id, args: { limit: 50 } },
+    { op: "workflows", sandbox_id: id, args: { limit: 50 } },
+  ]);
   const now = useNow();
   const [cmds, setCmds] = useState<Cmd[]>([]);
 
@@ -147,7 +149,7 @@ export function Sandbox({ id }: { id: string }) {
     setCmds((old) => {
       const seen = new Set(old.map((c) => c.id));
       const add = running.filter((c) => !seen.has(c.id));
-      return add.length ? [...add, ...old].slice(0, 8) : old;
+      return add.length ? [...add, ...old].slice(0, 3) : old; // at most 3 streams: a browser has 6 connections per host
     });
   }, [snap.data]);
 
