@@ -500,9 +500,12 @@ func (m *Metrics) summary() map[string]any {
 		case "eos_operation_duration_seconds":
 			for _, mt := range mf.GetMetric() {
 				op := label(mt.GetLabel(), "op")
-				if st := ops[op]; st != nil {
-					st.SumSecs += mt.GetHistogram().GetSampleSum()
+				st := ops[op]
+				if st == nil {
+					st = &opStat{}
+					ops[op] = st
 				}
+				st.SumSecs += mt.GetHistogram().GetSampleSum()
 			}
 		case "eos_publishes_total":
 			for _, mt := range mf.GetMetric() {

@@ -53,6 +53,12 @@ func queryInt(c *gin.Context, name string, def int) (int, *api.Error) {
 // consoleTerminal serves GET /console/terminal?sandbox_id=ID
 // [&workspace_session_id=WS][&rows=R&cols=C] as a WebSocket.
 func (s *Server) consoleTerminal(c *gin.Context) {
+	// Another site's page may not open a shell: refused before anything runs
+	// (the WebSocket handshake checks the origin again).
+	if aerr := sameOrigin(c); aerr != nil {
+		abort(c, aerr)
+		return
+	}
 	sandboxID := c.Query("sandbox_id")
 	rows, aerr := queryInt(c, "rows", 24)
 	if aerr != nil {

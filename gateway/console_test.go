@@ -91,6 +91,13 @@ func TestConsoleSignInAndCookieAuth(t *testing.T) {
 	}
 	require.Equal(t, n+2, fb.n(), "only the two authorized requests reached the backend")
 
+	// Another site's page cannot open a terminal: nothing runs.
+	n = fb.n()
+	resp, _ = consoleReq(t, addr, "GET", "/console/terminal?sandbox_id=eos-1&csrf="+csrf, "", map[string]string{"Cookie": ck,
+		"Origin": "http://evil.example", "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Equal(t, n, fb.n(), "a refused terminal ran nothing")
+
 	// A POST may not pass the CSRF token in the query; a GET stream may.
 	resp, _ = consoleReq(t, addr, "POST", "/v1/ops/list_sandboxes?csrf="+csrf, "{}", map[string]string{"Cookie": ck})
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)

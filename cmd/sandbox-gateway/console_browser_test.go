@@ -226,7 +226,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	if loc := p.location(); strings.Contains(loc, code) {
 		t.Fatalf("the code stayed in the URL: %s", loc)
 	}
-	// The same code again is refused, in the browser and over HTTP.
+	// The same code again is refused, in another browser profile and over HTTP.
+	{
+		other, cancel := chromedp.NewContext(ctx, chromedp.WithNewBrowserContext())
+		po := &page{t: t, ctx: other, base: base, shots: shots}
+		po.run("reuse the code", chromedp.Navigate(u))
+		po.until("reused code refused", hasText("#signin-message", "Sign-in refused"))
+		cancel()
+	}
 	if st, body := rawHTTP(t, g, "POST", "/console/session", fmt.Sprintf(`{"code":%q}`, code), map[string]string{"Content-Type": "application/json"}); st != http.StatusUnauthorized {
 		t.Fatalf("reused code: %d %s", st, body)
 	}

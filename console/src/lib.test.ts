@@ -3,6 +3,7 @@ import {
   age,
   bytes,
   conflictsOf,
+  crFold,
   href,
   parseDiff,
   parseRoute,
@@ -12,6 +13,7 @@ import {
   sparkline,
   stripAnsi,
   terminalAppend,
+  termLine,
 } from "./lib";
 
 describe("routes", () => {
@@ -95,9 +97,16 @@ describe("conflicts and diffs", () => {
 });
 
 describe("terminal", () => {
-  it("strips escape sequences and carriage returns", () => {
-    expect(stripAnsi("\x1b[1;32mok\x1b[0m\r")).toBe("ok");
+  it("strips escape sequences", () => {
+    expect(stripAnsi("\x1b[1;32mok\x1b[0m")).toBe("ok");
     expect(stripAnsi("\x1b]0;title\x07$ ")).toBe("$ ");
+  });
+  it("folds carriage returns like a terminal", () => {
+    expect(crFold("$ \r$ ")).toBe("$ ");
+    expect(crFold("progress 10%\rprogress 100%")).toBe("progress 100%");
+    expect(crFold("abcdef\rXY")).toBe("XYcdef");
+    expect(crFold("ok\r")).toBe("ok");
+    expect(termLine("\x1b[32m$ \x1b[0m\r\x1b[K$ ")).toBe("$ ");
   });
   it("appends lines and keeps at most max", () => {
     expect(terminalAppend("a", ["b", "c"])).toBe("a\nb\nc");

@@ -107,8 +107,20 @@ export function stripAnsi(s: string): string {
   return s
     .replace(/\x1b\[[0-?]*[ -/]*[@-~]/g, "")
     .replace(/\x1b\][^\x07\x1b]*(\x07|\x1b\\)/g, "")
-    .replace(/\x1b[@-Z\\-_]/g, "")
-    .replace(/\r/g, "");
+    .replace(/\x1b[@-Z\\-_]/g, "");
+}
+
+/** crFold applies carriage returns the way a terminal does: text after a
+ * "\r" overwrites the line from its start. */
+export function crFold(s: string): string {
+  let line = "";
+  for (const seg of s.split("\r")) line = seg + line.slice(seg.length);
+  return line;
+}
+
+/** termLine is one PTY line as the screen shows it. */
+export function termLine(s: string): string {
+  return crFold(stripAnsi(s));
 }
 
 export type LineRange = { start_line: number; line_count: number };
@@ -157,6 +169,6 @@ export function rate(prev: { v: number; t: number } | undefined, cur: { v: numbe
 /** terminalAppend folds a terminal output frame into the screen text. */
 export function terminalAppend(done: string, lines: string[], max = 2000): string {
   if (lines.length === 0) return done;
-  const all = (done ? done.split("\n") : []).concat(lines.map(stripAnsi));
+  const all = (done ? done.split("\n") : []).concat(lines.map(termLine));
   return all.slice(Math.max(0, all.length - max)).join("\n");
 }

@@ -139,7 +139,7 @@ export function Fleet() {
         {list.data && ids.length === 0 && <p class="muted">No sandboxes yet.</p>}
         {ids.length > 0 && (
           <div class="table-wrap">
-            <table class="fleet">
+            <table class="fleet cards">
               <thead>
                 <tr>
                   <th>Sandbox</th>
@@ -163,23 +163,23 @@ export function Fleet() {
                   const host = r.host ?? (d?.host ? `${d.host}:${d.port}` : "–");
                   return (
                     <tr data-sandbox={id}>
-                      <td>
+                      <td data-label="Sandbox">
                         <a href={href({ page: "sandbox", id })}>{id}</a>
                         <div class="muted small">{r.image}</div>
                       </td>
-                      <td>
+                      <td data-label="State">
                         <Badge v={r.state ?? s.lifecycle_state} /> {s.availability && s.availability !== "available" && <Badge v={s.availability} />}
                       </td>
-                      <td class="mono small">{host}</td>
-                      <td>{(s.workspaces ?? []).length || r.workspace_session_count || 0}</td>
-                      <td>
+                      <td class="mono small" data-label="Host">{host}</td>
+                      <td data-label="Sessions">{(s.workspaces ?? []).length || r.workspace_session_count || 0}</td>
+                      <td data-label="CPU">
                         <Spark values={hist.map((h) => h.cpu_percent ?? 0)} label="CPU %" fmt={(n) => `${n.toFixed(1)}%`} />
                       </td>
-                      <td>
+                      <td data-label="Memory">
                         <Spark values={hist.map((h) => h.memory_bytes ?? 0)} label="Memory" fmt={bytes} />
                       </td>
-                      <td>{age(r.created, now)}</td>
-                      <td>
+                      <td data-label="Age">{age(r.created, now)}</td>
+                      <td data-label="Actions">
                         <DestroyButton id={id} />
                       </td>
                     </tr>

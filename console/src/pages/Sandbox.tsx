@@ -184,7 +184,7 @@ export function Sandbox({ id }: { id: string }) {
           {snap.data && workspaces.length === 0 && <p class="muted">No sessions.</p>}
           {workspaces.length > 0 && (
             <div class="table-wrap">
-              <table>
+              <table class="cards">
                 <thead>
                   <tr>
                     <th>Session</th>
@@ -201,17 +201,17 @@ export function Sandbox({ id }: { id: string }) {
                 <tbody>
                   {workspaces.map((w) => (
                     <tr data-session={w.workspace_id}>
-                      <td class="mono">{w.workspace_id}</td>
-                      <td>{w.agent || <span class="muted">–</span>}</td>
-                      <td>
+                      <td class="mono" data-label="Session">{w.workspace_id}</td>
+                      <td data-label="Agent">{w.agent || <span class="muted">–</span>}</td>
+                      <td data-label="State">
                         <Badge v={w.lifecycle_state} />
                       </td>
-                      <td>{age(w.created, now)}</td>
-                      <td>
+                      <td data-label="Age">{age(w.created, now)}</td>
+                      <td data-label="Files changed">
                         {w.resources?.upper_entries ?? "–"} <span class="muted small">({bytes(w.resources?.upper_bytes)})</span>
                       </td>
-                      <td>{(w.active_namespace_executions ?? []).length}</td>
-                      <td class="links">
+                      <td data-label="Commands">{(w.active_namespace_executions ?? []).length}</td>
+                      <td class="links" data-label="Links">
                         <a href={href({ page: "files", id, ws: w.workspace_id, path: "", mode: "browse" })}>files</a>{" "}
                         <a href={href({ page: "files", id, ws: w.workspace_id, path: "", mode: "diff" })}>diff</a>{" "}
                         <a href={href({ page: "terminal", id, ws: w.workspace_id })}>terminal</a>

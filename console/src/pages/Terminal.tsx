@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { terminalURL } from "../api";
-import { href, stripAnsi, terminalAppend } from "../lib";
+import { href, termLine, terminalAppend } from "../lib";
 import { Badge, Card, ErrorBox } from "../ui";
 
 /** Terminal is an interactive shell under a PTY in a session (or the
@@ -44,7 +44,7 @@ export function Terminal({ id, ws }: { id: string; ws: string }) {
       const m = JSON.parse(ev.data);
       if (m.type === "output") {
         setScreen((sc) => terminalAppend(sc, m.lines ?? []));
-        setPartial(stripAnsi(m.partial ?? ""));
+        setPartial(termLine(m.partial ?? ""));
       } else if (m.type === "error") {
         setErr(m.error);
       } else if (m.type === "exit") {
