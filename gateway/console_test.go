@@ -69,6 +69,8 @@ func TestConsoleSignInAndCookieAuth(t *testing.T) {
 		require.Contains(t, []int{http.StatusUnauthorized, http.StatusBadRequest}, resp.StatusCode, body)
 	}
 	ck, csrf := consoleSignedIn(t, addr)
+	resp, _ = consoleReq(t, addr, "POST", "/console/code", "", map[string]string{"Cookie": ck, ConsoleCSRFHeader: csrf})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a browser cannot mint codes")
 
 	n := fb.n()
 	for _, tc := range []struct {

@@ -34,6 +34,7 @@ function App() {
   const route = useRoute();
   const [auth, setAuth] = useState<"checking" | "in" | "out">("checking");
   const [msg, setMsg] = useState("Not signed in.");
+  const [notice, setNotice] = useState("");
 
   useEffect(() => {
     if (route.page === "login") {
@@ -44,9 +45,14 @@ function App() {
           setAuth("in");
           dispatchEvent(new HashChangeEvent("hashchange")); // the route follows the replaced URL
         })
-        .catch((e) => {
-          setMsg(e instanceof OpError ? `Sign-in refused: ${e.err.message}` : String(e));
-          setAuth("out");
+        .catch(async (e) => {
+          const m = e instanceof OpError ? `Sign-in refused: ${e.err.message}` : String(e);
+          setMsg(m);
+          // A browser that is signed in already stays so, and says why the code failed.
+          const ok = await resume();
+          setNotice(ok ? m : "");
+          setAuth(ok ? "in" : "out");
+          dispatchEvent(new HashChangeEvent("hashchange"));
         });
       return;
     }
@@ -104,6 +110,14 @@ function App() {
         </button>
       </header>
       <main id="main" tabIndex={-1} data-page={cur}>
+        {notice && (
+          <div class="error" role="alert" id="notice">
+            {notice} You are still signed in.{" "}
+            <button class="link" onClick={() => setNotice("")}>
+              Dismiss
+            </button>
+          </div>
+        )}
         {page}
       </main>
     </>
