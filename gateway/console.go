@@ -39,7 +39,7 @@ const (
 	// ConsoleCodeTTL is how long a one-time code can be exchanged.
 	ConsoleCodeTTL = 2 * time.Minute
 	// ConsoleSessionTTL is how long a signed-in browser stays signed in.
-	ConsoleSessionTTL = 12 * time.Hour
+	ConsoleSessionTTL  = 12 * time.Hour
 	maxConsoleCodes    = 64
 	maxConsoleSessions = 256
 	// consoleWatchEvery is how often a console watch re-reads its view.

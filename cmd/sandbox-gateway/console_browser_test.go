@@ -232,6 +232,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	// with its cookie) and over HTTP.
 	p.run("reuse the code", chromedp.Navigate(u))
 	p.until("reused code refused", hasText("#notice", "Sign-in refused")+` && document.querySelector('main[data-page="fleet"]') !== null`)
+	p.run("dismiss the notice", chromedp.Click(chromedp.CSS("#notice button")))
+	p.until("notice gone", `document.querySelector('#notice') === null`)
 	if st, body := rawHTTP(t, g, "POST", "/console/session", fmt.Sprintf(`{"code":%q}`, code), map[string]string{"Content-Type": "application/json"}); st != http.StatusUnauthorized {
 		t.Fatalf("reused code: %d %s", st, body)
 	}
@@ -382,6 +384,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.until("health", hasText(`div[data-check="temporal"]`, "ok")+" && "+hasText(`div[data-check="docker"]`, "ok")+
 		fmt.Sprintf(` && document.querySelector('li[data-daemon=%q]') !== null`, id))
 	p.until("metrics", hasText("#ops", "publish_workspace_session"))
+	p.until("operations per second", hasText("#ops .spark-val", "ops/s"))
 	p.shoot("health", false)
 
 	// Fleet: the sandbox with its sessions; then destroy it from the page.

@@ -112,7 +112,7 @@ function App() {
       <main id="main" tabIndex={-1} data-page={cur}>
         {notice && (
           <div class="error" role="alert" id="notice">
-            {notice} You are still signed in.{" "}
+            {notice}. You are still signed in.{" "}
             <button class="link" onClick={() => setNotice("")}>
               Dismiss
             </button>
