@@ -24,7 +24,7 @@ function Tabs({ r }: { r: FilesRoute }) {
     <nav class="tabs" aria-label="File views">
       {tab("browse", "Browse")}
       {tab("diff", "Unpublished changes", !!r.ws)}
-      {tab("blame", "Blame")}
+      {tab("blame", "Blame (published)", !r.ws)}
     </nav>
   );
 }
@@ -118,6 +118,35 @@ function Diff({ r }: { r: FilesRoute }) {
   );
 }
 
+function SessionPicker({ r }: { r: FilesRoute }) {
+  const [sessions] = useWatches([{ op: "list_workspace_sessions", sandbox_id: r.id }]);
+  const list: any[] = sessions.data?.workspace_sessions ?? [];
+  return (
+    <label class="picker">
+      View{" "}
+      <select
+        id="files-session"
+        value={r.ws}
+        onChange={(e) => {
+          const ws = (e.target as HTMLSelectElement).value;
+          location.hash = href({ ...r, ws, mode: !ws && r.mode === "diff" ? "browse" : ws && r.mode === "blame" ? "browse" : r.mode });
+        }}
+      >
+        <option value="">published head</option>
+        {list
+          .filter((w) => !w.implicit)
+          .map((w) => (
+            <option value={w.workspace_session_id}>
+              {w.workspace_session_id}
+              {w.agent ? ` (${w.agent})` : ""}
+            </option>
+          ))}
+        {r.ws && !list.some((w) => w.workspace_session_id === r.ws) && <option value={r.ws}>{r.ws}</option>}
+      </select>
+    </label>
+  );
+}
+
 export function Files({ r }: { r: FilesRoute }) {
   const isDir = r.path === "" || r.path.endsWith("/");
   const dir = isDir ? r.path.replace(/\/$/, "") : parentOf(r.path);
@@ -139,7 +168,10 @@ export function Files({ r }: { r: FilesRoute }) {
           )}
         </div>
       </div>
-      <Tabs r={r} />
+      <div class="files-bar">
+        <Tabs r={r} />
+        <SessionPicker r={r} />
+      </div>
       <Card title={r.mode === "diff" ? "Unpublished changes" : r.mode === "blame" ? "Blame (who published each line)" : "Browse"}>
         {r.mode === "diff" && r.ws ? <Diff r={r} /> : <Browser r={r} dir={dir} file={file} />}
       </Card>
