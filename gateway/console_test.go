@@ -111,6 +111,7 @@ func TestConsoleSignInAndCookieAuth(t *testing.T) {
 
 	// Sign-in from another origin is refused before the code is spent.
 	resp, body = consoleReq(t, addr, "POST", "/console/code", "", map[string]string{"Authorization": "Bearer " + testToken})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	code := body[strings.Index(body, `"code":"`)+8:]
 	code = code[:strings.Index(code, `"`)]
 	resp, _ = consoleReq(t, addr, "POST", "/console/session", `{"code":"`+code+`"}`, map[string]string{"Origin": "http://evil.example"})
