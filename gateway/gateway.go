@@ -160,6 +160,10 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 		s.Metrics.observe(op.Name, 0, nil, aerr)
 		return nil, aerr
 	}
+	if aerr := checkUpload(op, req.Args); aerr != nil {
+		s.Metrics.observe(op.Name, 0, nil, aerr)
+		return nil, aerr
+	}
 	sandboxID := req.Scope.SandboxID
 	if req.Scope.Kind == api.ScopeSystem {
 		sandboxID, _ = req.Args["sandbox_id"].(string)
@@ -237,6 +241,7 @@ func (s *Server) routes() *gin.Engine {
 	authed.POST("/ops/:op", s.httpOp)
 	authed.GET("/sandboxes/:id/commands/:command_id/stream", s.streamCommand)
 	authed.GET("/sandboxes/:id/events/stream", s.streamEvents)
+	s.rawFileRoutes(authed)
 	// MCP over streamable HTTP, one endpoint per tool set.
 	e.Any("/mcp/:set", s.auth, s.serveMCP(s.mcpHandlers()))
 	s.consoleRoutes(e) // the operator console (console.go)
