@@ -298,6 +298,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("bearer: %d %s", st, body)
 	}
 
+	// Keyboard: Tab from the top of the page reaches the create form.
+	p.run("blur", chromedp.Evaluate[chromedp.Void]("document.activeElement && document.activeElement.blur()"))
+	reached := false
+	for i := 0; i < 12 && !reached; i++ {
+		p.run("tab", chromedp.KeyEvent("\t"))
+		id, err := chromedp.Run(p.ctx, chromedp.Evaluate[string]("document.activeElement ? document.activeElement.id : ''"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reached = id == "create-root"
+	}
+	if !reached {
+		t.Fatal("Tab never reached the workspace folder field")
+	}
+
 	// Create a sandbox from the Fleet page: a local image, a workspace folder.
 	ws := filepath.Join(testenv.TempRoot(t), fmt.Sprintf("console-ws-%d", time.Now().UnixNano()))
 	if err := os.MkdirAll(ws, 0o755); err != nil {
