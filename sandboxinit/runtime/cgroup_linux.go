@@ -197,3 +197,48 @@ func probeCgroup() error {
 	}
 	return nil
 }
+
+// net_cls classids (cgroup v1) of the daemon's own cgroup and of every
+// session's: the sandbox's nftables output chain tells the daemon's sockets
+// from a shared session's by them (firewall_linux.go). Sessions cannot
+// change theirs: they have no cgroup file system and no CAP_SYS_ADMIN.
+const (
+	daemonClassid  uint32 = 0x0e050001 // e05:1
+	sessionClassid uint32 = 0x0e050002 // e05:2
+)
+
+// daemonSocket is how nftables recognises a socket of the daemon itself:
+// on v1 by the net_cls classid of its cgroup, on v2 by the id of the
+// daemon's leaf cgroup (sessions live in the sibling "sessions").
+type daemonSocket struct {
+	v2      bool
+	classid uint32
+	cgid    uint64
+}
+
+// markDaemonCgroup makes the daemon's sockets recognisable: on v1 it writes
+// daemonClassid into the daemon's net_cls cgroup (sessions get
+// sessionClassid from their own config); on v2 it reads the id (inode) of
+// the daemon's leaf, which delegateV2 made. Idempotent.
+func markDaemonCgroup(setup cgroupSetup) (daemonSocket, error) {
+	if setup.v2 {
+		own, err := ownCgroupV2()
+		if err != nil {
+			return daemonSocket{}, err
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(cgroupRoot, own), &st); err != nil {
+			return daemonSocket{}, fmt.Errorf("%w: stat the daemon's cgroup %s: %v", ErrUnsupported, own, err)
+		}
+		return daemonSocket{v2: true, cgid: st.Ino}, nil
+	}
+	dir, err := cgroups.GetOwnCgroupPath("net_cls")
+	if err != nil {
+		return daemonSocket{}, fmt.Errorf("%w: the sandbox has no net_cls cgroup (cgroup v1): %v", ErrUnsupported, err)
+	}
+	f := filepath.Join(dir, "net_cls.classid")
+	if err := os.WriteFile(f, []byte(strconv.FormatUint(uint64(daemonClassid), 10)), 0); err != nil {
+		return daemonSocket{}, fmt.Errorf("%w: write %s: %v", ErrUnsupported, f, err)
+	}
+	return daemonSocket{classid: daemonClassid}, nil
+}

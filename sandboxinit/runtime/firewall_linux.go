@@ -9,7 +9,13 @@ package runtime
 //     isolated sessions have no route to each other whatever ip_forward
 //     says; postrouting masquerades the sessions' pool when it leaves
 //     through an interface that is not a session's, so an isolated session
-//     reaches what the sandbox reaches.
+//     reaches what the sandbox reaches; output lets only the daemon's own
+//     sockets open anything towards a session's veth (the forwarder):
+//     shared sessions live in the same network namespace and would reach
+//     every isolated session's listeners otherwise. The daemon's sockets
+//     are told by their cgroup (daemonSocket): net_cls classid on v1,
+//     "socket cgroupv2" on v2. Replies of what a session opened pass
+//     (ct established,related), by any protocol and address family.
 //   - Table inet "eos_s_<id>" per session with an egress policy other than
 //     default (applyEgress, before the session's init starts, again at
 //     Load): chains on input and forward, before "eos", that accept what
@@ -59,7 +65,7 @@ func sessionTable(id string) *nftables.Table {
 // ensureFirewall (re)writes table "eos" in one batch: created when
 // missing, its rules replaced when present, so a restarted daemon never
 // leaves a moment without them.
-func ensureFirewall() error {
+func ensureFirewall(ds daemonSocket) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoNftables, err)
@@ -73,6 +79,14 @@ func ensureFirewall() error {
 		ifname(expr.MetaKeyIIFNAME, sessionPrefix, false, expr.CmpOpEq),
 		ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq),
 		verdict(expr.VerdictDrop))})
+	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	toSession := ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq)
+	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, ctEstablished(), verdict(expr.VerdictAccept))})
+	for _, m := range ds.matches() {
+		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, m, verdict(expr.VerdictAccept))})
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, verdict(expr.VerdictDrop))})
 	nat := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
 	c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: concat(
@@ -86,9 +100,33 @@ func ensureFirewall() error {
 	return nil
 }
 
+// maxCgroupLevel bounds the cgroup v2 depth of the daemon's leaf: the
+// absolute level is not visible inside a cgroup namespace, so there is one
+// rule per level, and only the level the leaf really has can match (cgroup
+// ids are unique; deeper levels than a socket's cgroup never match).
+const maxCgroupLevel = 24
+
+// matches returns the expressions that each recognise the daemon's sockets.
+func (d daemonSocket) matches() [][]expr.Any {
+	if !d.v2 {
+		b := make([]byte, 4)
+		binary.NativeEndian.PutUint32(b, d.classid)
+		return [][]expr.Any{{&expr.Meta{Key: expr.MetaKeyCGROUP, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b}}}
+	}
+	b := make([]byte, 8)
+	binary.NativeEndian.PutUint64(b, d.cgid)
+	out := make([][]expr.Any, 0, maxCgroupLevel)
+	for l := uint32(1); l <= maxCgroupLevel; l++ {
+		out = append(out, []expr.Any{&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: l, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b}})
+	}
+	return out
+}
+
 // applyEgress replaces session id's egress table by one for e (none for the
 // default policy), in one batch.
-func applyEgress(id string, e Egress) error {
+func applyEgress(id string, e Egress, gateway netip.Addr) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoNftables, err)
@@ -109,6 +147,14 @@ func applyEgress(id string, e Egress) error {
 				Hooknum: hook.num, Priority: nftables.ChainPriorityRef(-10), Policy: &accept})
 			from := ifname(expr.MetaKeyIIFNAME, host, true, expr.CmpOpEq)
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(from, ctEstablished(), verdict(expr.VerdictAccept))})
+			if !e.None && hook.name == "input" {
+				// The daemon's resolver on the gateway (dns_linux.go):
+				// an allow-list session resolves any name.
+				for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+					c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(from, ipv4(),
+						ipAddr(16, netip.PrefixFrom(gateway, 32)), l4(proto), dport(53), verdict(expr.VerdictAccept))})
+				}
+			}
 			for _, r := range e.Allow {
 				for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
 					c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(from, ipv4(), ipAddr(16, r.Prefix),
@@ -125,7 +171,7 @@ func applyEgress(id string, e Egress) error {
 }
 
 // deleteEgress removes session id's egress table; a missing one is fine.
-func deleteEgress(id string) error { return applyEgress(id, Egress{}) }
+func deleteEgress(id string) error { return applyEgress(id, Egress{}, netip.Addr{}) }
 
 func concat(parts ...[]expr.Any) []expr.Any {
 	var out []expr.Any

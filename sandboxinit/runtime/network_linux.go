@@ -149,3 +149,12 @@ func vethAddr(id string) (string, error) {
 	}
 	return "", nil
 }
+
+// gatewayOf returns the sandbox end of the /30 of session address addr.
+func gatewayOf(addr string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(addr)
+	if err != nil || !a.Is4() || !addrPrefix.Contains(a) {
+		return netip.Addr{}, fmt.Errorf("session address %q is not in %s", addr, addrPrefix)
+	}
+	return a.Prev(), nil
+}

@@ -23,6 +23,9 @@ type Runtime struct {
 	mu       sync.Mutex
 	starting map[string]bool // ids between validation and a created container
 	netMu    sync.Mutex      // serialises subnet choice and veth creation
+
+	dnsMu sync.Mutex
+	dns   map[string]*dnsForwarder // isolated sessions' resolvers (dns_linux.go)
 }
 
 // New prepares the runtime: libcontainer's state root under stateRoot, the
@@ -34,6 +37,7 @@ func New(stateRoot string) (*Runtime, error) {
 		root:     filepath.Join(stateRoot, "containers"),
 		log:      slog.Default().With("component", "session_runtime"),
 		starting: make(map[string]bool),
+		dns:      make(map[string]*dnsForwarder),
 	}
 	var errs []error
 	netAdmin, err := checkCaps()
@@ -54,7 +58,11 @@ func New(stateRoot string) (*Runtime, error) {
 	}
 	r.fwErr = fmt.Errorf("%w: the sandbox has no NET_ADMIN", ErrNoNftables)
 	if r.netAdmin {
-		if r.fwErr = ensureFirewall(); r.fwErr != nil {
+		ds, err := markDaemonCgroup(r.cgroups)
+		if err == nil {
+			err = ensureFirewall(ds)
+		}
+		if r.fwErr = err; r.fwErr != nil {
 			r.log.Warn("isolated sessions are unavailable: the sandbox's nftables rules could not be written", "err", r.fwErr)
 		}
 	}
@@ -143,16 +151,20 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	cs := containerSpec{
 		id: spec.ID, rootfs: s.dirs.merged, workspace: spec.Workspace,
 		limits: spec.Limits, swap: r.cgroups.swap, noNewKeyring: r.seccomp.noNewKeyring,
-		seccomp: r.seccomp.session,
+		seccomp: r.seccomp.session, cgroupV1: !r.cgroups.v2,
 	}
 	cs.hiddenDirs, cs.hiddenFiles = splitHidden(spec.Hidden)
+	gateway := ""
 	if spec.Isolated {
 		if cs.net, err = r.createNet(spec); err != nil {
 			return nil, err
 		}
-		s.ip = cs.net.addr
+		s.ip, gateway = cs.net.addr, cs.net.gateway
+		if err := r.startSessionDNS(spec.ID, spec.Egress, gateway); err != nil {
+			return nil, err
+		}
 	}
-	if err := writeEtc(s.dirs, spec.ID, s.ip); err != nil {
+	if err := writeEtc(s.dirs, spec.ID, s.ip, sessionResolvConf(spec.Isolated, spec.Egress, gateway)); err != nil {
 		return nil, err
 	}
 	if s.c, err = createContainer(r.root, cs); err != nil {
@@ -191,7 +203,7 @@ func (r *Runtime) createNet(spec SessionSpec) (*netSpec, error) {
 		return nil, err
 	}
 	// Before the session's init runs: it never sends a packet unfiltered.
-	if err := applyEgress(spec.ID, spec.Egress); err != nil {
+	if err := applyEgress(spec.ID, spec.Egress, sn.gateway()); err != nil {
 		_ = deleteVeth(spec.ID)
 		return nil, err
 	}
@@ -220,7 +232,14 @@ func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
 			}
 			// The rules live in the sandbox's namespace and survive a
 			// daemon restart; rewrite them anyway (an older daemon had none).
-			if err := applyEgress(id, spec.Egress); err != nil {
+			gw, err := gatewayOf(s.ip)
+			if err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+			if err := applyEgress(id, spec.Egress, gw); err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+			if err := r.startSessionDNS(id, spec.Egress, gw.String()); err != nil {
 				return nil, fmt.Errorf("load %s: %w", id, err)
 			}
 		}

@@ -232,6 +232,7 @@ func (s *Session) teardown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if s.spec.Isolated {
+		s.r.stopSessionDNS(s.spec.ID)
 		if err := deleteVeth(s.spec.ID); err != nil {
 			errs = append(errs, err)
 		}
