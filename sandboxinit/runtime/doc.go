@@ -76,7 +76,14 @@
 //     isolated sessions (ErrUnsupported wrapping ErrNoNftables) instead of
 //     starting them unisolated; shared sessions are unaffected. They still
 //     reach the sandbox itself through their gateway (so the daemon and
-//     shared sessions' servers), and the sandbox reaches them.
+//     shared sessions' servers). Only the daemon reaches them (its forward
+//     route): the output chain drops anything new towards a session's
+//     veth unless the socket is the daemon's, told by its cgroup (net_cls
+//     classid on v1, the daemon's leaf by "socket cgroupv2" on v2) — a
+//     shared session sits in the same network namespace.
+//   - Isolated sessions resolve names through a forwarder of the daemon on
+//     their gateway, port 53 (dns.go), named in their /etc/resolv.conf;
+//     egress none gets no resolver.
 //   - An isolated session's SessionSpec.Egress other than the default is a
 //     table "eos_s_<id>" of its own (input and forward, before "eos"):
 //     replies to connections the sandbox opened pass, then the allow-list
