@@ -139,10 +139,11 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 		}
 
 		fromShared, fromOther, self := fmt.Sprintf("shared-%d", round), fmt.Sprintf("other-%d", round), fmt.Sprintf("self-%d", round)
-		_, ok = sb.probe(shared, "udp-send", ipIso, "9000", fromShared)
-		require.True(t, ok)
-		_, ok = sb.probe(other, "udp-send", ipIso, "9000", fromOther)
-		require.True(t, ok)
+		// The sandbox's output chain refuses a shared session's datagram
+		// at sendto (EPERM); another isolated session's is dropped on the
+		// way. Either way it must never arrive.
+		sb.probe(shared, "udp-send", ipIso, "9000", fromShared)
+		sb.probe(other, "udp-send", ipIso, "9000", fromOther)
 		_, ok = sb.probe(iso, "udp-send", "127.0.0.1", "9000", self)
 		require.True(t, ok)
 		var got string
@@ -169,7 +170,7 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 	check("at start")
 
 	h := sb.ok("health", map[string]any{})
-	docker(t, "exec", sb.name, "kill", "-9", fmt.Sprint(h["daemon_pid"]))
+	docker(t, "exec", sb.name, "sh", "-c", fmt.Sprintf("kill -9 %v", h["daemon_pid"])) // no kill binary in Debian's image
 	require.Eventually(t, func() bool {
 		st, out := sb.call("health", map[string]any{})
 		return st == 200 && out["daemon_pid"] != h["daemon_pid"]

@@ -132,17 +132,17 @@ func (r *Runtime) startSessionDNS(id string, e Egress, gateway string) error {
 	if err != nil {
 		return err
 	}
-	r.dnsMu.Lock()
+	r.netsMu.Lock()
 	r.dns[id] = f
-	r.dnsMu.Unlock()
+	r.netsMu.Unlock()
 	return nil
 }
 
 func (r *Runtime) stopSessionDNS(id string) {
-	r.dnsMu.Lock()
+	r.netsMu.Lock()
 	f := r.dns[id]
 	delete(r.dns, id)
-	r.dnsMu.Unlock()
+	r.netsMu.Unlock()
 	if f != nil {
 		f.close()
 	}

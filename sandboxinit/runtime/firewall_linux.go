@@ -9,13 +9,17 @@ package runtime
 //     isolated sessions have no route to each other whatever ip_forward
 //     says; postrouting masquerades the sessions' pool when it leaves
 //     through an interface that is not a session's, so an isolated session
-//     reaches what the sandbox reaches; output lets only the daemon's own
-//     sockets open anything towards a session's veth (the forwarder):
-//     shared sessions live in the same network namespace and would reach
-//     every isolated session's listeners otherwise. The daemon's sockets
-//     are told by their cgroup (daemonSocket): net_cls classid on v1,
-//     "socket cgroupv2" on v2. Replies of what a session opened pass
-//     (ct established,related), by any protocol and address family.
+//     reaches what the sandbox reaches; output drops anything new towards
+//     a session's veth, by any protocol and address family, so shared
+//     sessions (in the sandbox's network namespace) reach no isolated
+//     session; replies of what a session opened pass (ct
+//     established,related). The daemon's forward route does not need the
+//     veth: it connects from inside the session's namespace (netns_linux.go).
+//   - Table inet "eos_in" inside each isolated session's own namespace
+//     (isolateNetns, at Start before any of its processes runs, again at
+//     Load): input from eth0 accepts only ct established,related, so even a
+//     frame a shared session writes onto the veth with a packet socket
+//     (NET_RAW) opens nothing; the session has no NET_ADMIN to change it.
 //   - Table inet "eos_s_<id>" per session with an egress policy other than
 //     default (applyEgress, before the session's init starts, again at
 //     Load): chains on input and forward, before "eos", that accept what
@@ -65,7 +69,7 @@ func sessionTable(id string) *nftables.Table {
 // ensureFirewall (re)writes table "eos" in one batch: created when
 // missing, its rules replaced when present, so a restarted daemon never
 // leaves a moment without them.
-func ensureFirewall(ds daemonSocket) error {
+func ensureFirewall() error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoNftables, err)
@@ -83,9 +87,6 @@ func ensureFirewall(ds daemonSocket) error {
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	toSession := ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq)
 	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, ctEstablished(), verdict(expr.VerdictAccept))})
-	for _, m := range ds.matches() {
-		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, m, verdict(expr.VerdictAccept))})
-	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, verdict(expr.VerdictDrop))})
 	nat := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
@@ -98,30 +99,6 @@ func ensureFirewall(ds daemonSocket) error {
 		return fmt.Errorf("%w: write table %s: %v", ErrNoNftables, fwTable, err)
 	}
 	return nil
-}
-
-// maxCgroupLevel bounds the cgroup v2 depth of the daemon's leaf: the
-// absolute level is not visible inside a cgroup namespace, so there is one
-// rule per level, and only the level the leaf really has can match (cgroup
-// ids are unique; deeper levels than a socket's cgroup never match).
-const maxCgroupLevel = 24
-
-// matches returns the expressions that each recognise the daemon's sockets.
-func (d daemonSocket) matches() [][]expr.Any {
-	if !d.v2 {
-		b := make([]byte, 4)
-		binary.NativeEndian.PutUint32(b, d.classid)
-		return [][]expr.Any{{&expr.Meta{Key: expr.MetaKeyCGROUP, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b}}}
-	}
-	b := make([]byte, 8)
-	binary.NativeEndian.PutUint64(b, d.cgid)
-	out := make([][]expr.Any, 0, maxCgroupLevel)
-	for l := uint32(1); l <= maxCgroupLevel; l++ {
-		out = append(out, []expr.Any{&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: l, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b}})
-	}
-	return out
 }
 
 // applyEgress replaces session id's egress table by one for e (none for the
@@ -233,4 +210,25 @@ func ctEstablished() []expr.Any {
 	return []expr.Any{&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+}
+
+// isolateNetns (re)writes table "eos_in" in the network namespace ns (an
+// isolated session's): nothing new is accepted from eth0.
+func isolateNetns(ns int) error {
+	c, err := nftables.New(nftables.WithNetNSFd(ns))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoNftables, err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "eos_in"})
+	c.FlushTable(t)
+	accept := nftables.ChainPolicyAccept
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	eth0 := ifname(expr.MetaKeyIIFNAME, "eth0", true, expr.CmpOpEq)
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(eth0, ctEstablished(), verdict(expr.VerdictAccept))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(eth0, verdict(expr.VerdictDrop))})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("%w: write the session's table eos_in: %v", ErrNoNftables, err)
+	}
+	return nil
 }

@@ -49,7 +49,7 @@ func TestFirewallRules(t *testing.T) {
 	host, _ := linkNames(id)
 	rules := inNetns(t, func() {
 		for range 2 {
-			require.NoError(t, ensureFirewall(daemonSocket{classid: daemonClassid}))
+			require.NoError(t, ensureFirewall())
 			require.NoError(t, applyEgress(id, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Port: 443}}}, netip.MustParseAddr("10.200.0.5")))
 		}
 		require.NoError(t, applyEgress("ws-none", Egress{None: true}, netip.MustParseAddr("10.200.0.9")))
@@ -66,7 +66,6 @@ func TestFirewallRules(t *testing.T) {
 	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.1.0.0/16 udp dport 443 accept`, host)))
 	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" drop`, host)))
 	require.Equal(t, 1, strings.Count(rules, `oifname "eos-*" ct state established,related accept`), "replies to sessions")
-	require.Equal(t, 1, strings.Count(rules, fmt.Sprintf(`oifname "eos-*" meta cgroup %d accept`, daemonClassid)), "the daemon's sockets")
 	require.Equal(t, 1, strings.Count(rules, "\t"+`oifname "eos-*" drop`), "anything else towards a session")
 	require.Equal(t, 1, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.200.0.5 udp dport 53 accept`, host)), "the resolver, input only")
 	require.Equal(t, 1, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.200.0.5 tcp dport 53 accept`, host)))

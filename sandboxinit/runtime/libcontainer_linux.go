@@ -66,7 +66,6 @@ type containerSpec struct {
 	noNewKeyring bool
 	seccomp      *sessionFilter // nil only in tests
 	net          *netSpec
-	cgroupV1     bool // give the session sessionClassid (net_cls)
 }
 
 // netSpec is an isolated session's network: the veth peer (in the sandbox's
@@ -128,11 +127,6 @@ func buildConfig(cs containerSpec) *configs.Config {
 		}
 	}
 	res.CpuQuota, res.CpuPeriod = cs.limits.cfsQuota()
-	if cs.cgroupV1 {
-		// Not the daemon's classid: the sandbox's output chain lets only
-		// the daemon open connections to isolated sessions.
-		res.NetClsClassid = sessionClassid
-	}
 
 	caps := append([]string(nil), sessionCaps...)
 	return &configs.Config{

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/vishvananda/netns"
 )
 
 // Runtime creates and re-attaches sessions. It is safe for concurrent use.
@@ -24,8 +26,9 @@ type Runtime struct {
 	starting map[string]bool // ids between validation and a created container
 	netMu    sync.Mutex      // serialises subnet choice and veth creation
 
-	dnsMu sync.Mutex
-	dns   map[string]*dnsForwarder // isolated sessions' resolvers (dns_linux.go)
+	netsMu sync.Mutex
+	dns    map[string]*dnsForwarder // isolated sessions' resolvers (dns_linux.go)
+	netns  map[string]netns.NsHandle // isolated sessions' network namespaces (netns_linux.go)
 }
 
 // New prepares the runtime: libcontainer's state root under stateRoot, the
@@ -38,6 +41,7 @@ func New(stateRoot string) (*Runtime, error) {
 		log:      slog.Default().With("component", "session_runtime"),
 		starting: make(map[string]bool),
 		dns:      make(map[string]*dnsForwarder),
+		netns:    make(map[string]netns.NsHandle),
 	}
 	var errs []error
 	netAdmin, err := checkCaps()
@@ -58,11 +62,7 @@ func New(stateRoot string) (*Runtime, error) {
 	}
 	r.fwErr = fmt.Errorf("%w: the sandbox has no NET_ADMIN", ErrNoNftables)
 	if r.netAdmin {
-		ds, err := markDaemonCgroup(r.cgroups)
-		if err == nil {
-			err = ensureFirewall(ds)
-		}
-		if r.fwErr = err; r.fwErr != nil {
+		if r.fwErr = ensureFirewall(); r.fwErr != nil {
 			r.log.Warn("isolated sessions are unavailable: the sandbox's nftables rules could not be written", "err", r.fwErr)
 		}
 	}
@@ -151,7 +151,7 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	cs := containerSpec{
 		id: spec.ID, rootfs: s.dirs.merged, workspace: spec.Workspace,
 		limits: spec.Limits, swap: r.cgroups.swap, noNewKeyring: r.seccomp.noNewKeyring,
-		seccomp: r.seccomp.session, cgroupV1: !r.cgroups.v2,
+		seccomp: r.seccomp.session,
 	}
 	cs.hiddenDirs, cs.hiddenFiles = splitHidden(spec.Hidden)
 	gateway := ""
@@ -172,6 +172,13 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	}
 	if err := s.startInit(); err != nil {
 		return nil, err
+	}
+	if spec.Isolated {
+		// Before Start returns, so before any of the session's own
+		// processes runs.
+		if err := r.attachNetns(s); err != nil {
+			return nil, err
+		}
 	}
 	r.log.Info("session started", "session_id", spec.ID, "isolated", spec.Isolated, "ip", s.ip)
 	return s, nil
@@ -240,6 +247,9 @@ func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
 				return nil, fmt.Errorf("load %s: %w", id, err)
 			}
 			if err := r.startSessionDNS(id, spec.Egress, gw.String()); err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+			if err := r.attachNetns(s); err != nil {
 				return nil, fmt.Errorf("load %s: %w", id, err)
 			}
 		}

@@ -233,6 +233,7 @@ func (s *Session) teardown(ctx context.Context) error {
 	}
 	if s.spec.Isolated {
 		s.r.stopSessionDNS(s.spec.ID)
+		s.r.detachNetns(s.spec.ID)
 		if err := deleteVeth(s.spec.ID); err != nil {
 			errs = append(errs, err)
 		}
