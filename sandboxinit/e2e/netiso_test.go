@@ -3,7 +3,9 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -25,7 +27,10 @@ if cmd == "http":  # http PORT NAME: serve who.txt = NAME on IPv4 and IPv6
         def server_bind(self):
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             super().server_bind()
-    h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=d)
+    class H(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):  # no stderr: it is the old daemon's pipe after a restart
+            pass
+    h = functools.partial(H, directory=d)
     S(("::", int(sys.argv[2])), h).serve_forever()
 elif cmd == "get":  # get HOST PORT [SCOPE]: print who.txt
     host, port = sys.argv[2], int(sys.argv[3])
@@ -172,8 +177,16 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 	h := sb.ok("health", map[string]any{})
 	docker(t, "exec", sb.name, "sh", "-c", fmt.Sprintf("kill -9 %v", h["daemon_pid"])) // no kill binary in Debian's image
 	require.Eventually(t, func() bool {
-		st, out := sb.call("health", map[string]any{})
-		return st == 200 && out["daemon_pid"] != h["daemon_pid"]
+		req, _ := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/health", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+sb.token)
+		resp, err := sb.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
+			out["daemon_pid"] != nil && out["daemon_pid"] != h["daemon_pid"]
 	}, 60*time.Second, 200*time.Millisecond, "the daemon never came back")
 	check("after a daemon restart")
 
