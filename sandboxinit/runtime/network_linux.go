@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // linkNames are the names of an isolated session's veth pair in the
@@ -118,7 +119,8 @@ func deleteVeth(id string) error {
 		if err != nil {
 			continue // LinkNotFoundError, or already gone
 		}
-		if err := netlink.LinkDel(l); err != nil {
+		// ENODEV: the kernel removed it meanwhile (its namespace went away).
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 			return fmt.Errorf("delete %s: %w", name, err)
 		}
 	}

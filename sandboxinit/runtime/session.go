@@ -233,10 +233,10 @@ func (s *Session) teardown(ctx context.Context) error {
 	}
 	if s.spec.Isolated {
 		s.r.stopSessionDNS(s.spec.ID)
-		s.r.detachNetns(s.spec.ID)
 		if err := deleteVeth(s.spec.ID); err != nil {
 			errs = append(errs, err)
 		}
+		s.r.detachNetns(s.spec.ID)
 		if s.r.fwErr == nil {
 			if err := deleteEgress(s.spec.ID); err != nil {
 				errs = append(errs, err)
