@@ -22,7 +22,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-const sandboxResolvConf = "/etc/resolv.conf"
+// sandboxResolvConf is the sandbox's resolver configuration (a variable for
+// the tests).
+var sandboxResolvConf = "/etc/resolv.conf"
 
 // dnsForwarder serves one session's gateway address.
 type dnsForwarder struct {
@@ -63,12 +65,15 @@ func relay(network string) dns.HandlerFunc {
 	}
 }
 
-// startDNS listens on gateway:53 (UDP and TCP) and relays.
-func startDNS(gateway string) (*dnsForwarder, error) {
-	addr := net.JoinHostPort(gateway, "53")
+// startDNS listens on gateway:port (UDP and TCP; port "0" for any) and relays.
+func startDNS(gateway, port string) (*dnsForwarder, error) {
+	addr := net.JoinHostPort(gateway, port)
 	pc, err := net.ListenPacket("udp4", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dns forwarder on %s: %w", addr, err)
+	}
+	if port == "0" { // the tests: TCP on the port UDP got
+		addr = pc.LocalAddr().String()
 	}
 	ln, err := net.Listen("tcp4", addr)
 	if err != nil {
@@ -87,6 +92,14 @@ func startDNS(gateway string) (*dnsForwarder, error) {
 	}
 	wg.Wait()
 	return f, nil
+}
+
+// addr is where the forwarder listens for network "udp" or "tcp".
+func (f *dnsForwarder) addr(network string) string {
+	if network == "tcp" {
+		return f.servers[1].Listener.Addr().String()
+	}
+	return f.servers[0].PacketConn.LocalAddr().String()
 }
 
 func (f *dnsForwarder) close() {
@@ -128,7 +141,7 @@ func (r *Runtime) startSessionDNS(id string, e Egress, gateway string) error {
 	if e.None {
 		return nil
 	}
-	f, err := startDNS(gateway)
+	f, err := startDNS(gateway, "53")
 	if err != nil {
 		return err
 	}

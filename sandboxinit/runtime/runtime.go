@@ -27,7 +27,7 @@ type Runtime struct {
 	netMu    sync.Mutex      // serialises subnet choice and veth creation
 
 	netsMu sync.Mutex
-	dns    map[string]*dnsForwarder // isolated sessions' resolvers (dns_linux.go)
+	dns    map[string]*dnsForwarder  // isolated sessions' resolvers (dns_linux.go)
 	netns  map[string]netns.NsHandle // isolated sessions' network namespaces (netns_linux.go)
 }
 
