@@ -247,7 +247,8 @@ func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
 				return nil, fmt.Errorf("load %s: %w", id, err)
 			}
 			if err := r.startSessionDNS(id, spec.Egress, gw.String()); err != nil {
-				return nil, fmt.Errorf("load %s: %w", id, err)
+				// The session runs on; only its name resolution is gone.
+				r.log.Warn("isolated session without its resolver", "session_id", id, "err", err)
 			}
 			if err := r.attachNetns(s); err != nil {
 				return nil, fmt.Errorf("load %s: %w", id, err)
