@@ -57,6 +57,19 @@ elif cmd == "udp-listen":  # udp-listen PORT FILE: append every datagram
 elif cmd == "udp-send":  # udp-send HOST PORT MSG
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.sendto(sys.argv[4].encode(), (sys.argv[2], int(sys.argv[3])))
+elif cmd == "raw-udp":  # raw-udp IFACE DSTMAC SRC DST PORT MSG: a frame written with a packet socket
+    import struct
+    iface, mac, src, dst, port, msg = sys.argv[2], bytes.fromhex(sys.argv[3].replace(":", "")), sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7].encode()
+    udp = struct.pack("!HHHH", 40000, port, 8 + len(msg), 0) + msg
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton(dst))
+    c = sum(struct.unpack("!10H", hdr))
+    c = (c & 0xffff) + (c >> 16)
+    c = (c & 0xffff) + (c >> 16)
+    hdr = hdr[:10] + struct.pack("!H", ~c & 0xffff) + hdr[12:]
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((iface, 0))
+    own = open("/sys/class/net/" + iface + "/address").read().strip()
+    s.send(mac + bytes.fromhex(own.replace(":", "")) + b"\x08\x00" + hdr + udp)
 elif cmd == "resolve":  # resolve NAME: print its IPv4 addresses
     print(" ".join(sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[2], 80, socket.AF_INET)})))
 elif cmd == "ll6":  # ll6: this namespace's link-local address on eth0, or nothing
@@ -85,7 +98,8 @@ func (sb *sandbox) background(ws string, args ...string) {
 }
 
 // A shared session shares the daemon's network namespace, yet reaches no
-// isolated session: not over TCP, UDP or IPv6 link-local, while the
+// isolated session: not over TCP, UDP, IPv6 link-local or a frame written
+// onto the veth with a packet socket (NET_RAW), while the
 // daemon's forward route still does and the isolated session's own egress
 // (to the shared session's server) works; isolated sessions still do not
 // reach each other. Isolated sessions resolve names through the daemon
@@ -110,7 +124,7 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 	sb := startSandbox(t, images[1], tree, "--network", network)
 
 	shared := sb.session(nil)
-	iso, ipIso, _, _ := sb.isolatedSession(map[string]any{})
+	iso, ipIso, gwIso, _ := sb.isolatedSession(map[string]any{})
 	other, _, gwOther, _ := sb.isolatedSession(map[string]any{})
 	none, _, _, _ := sb.isolatedSession(map[string]any{"egress": "none"})
 	list, _, _, _ := sb.isolatedSession(map[string]any{"egress": []string{"10.200.0.0/16:1"}})
@@ -149,6 +163,14 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 		// way. Either way it must never arrive.
 		sb.probe(shared, "udp-send", ipIso, "9000", fromShared)
 		sb.probe(other, "udp-send", ipIso, "9000", fromOther)
+		// NET_RAW: a frame written straight onto the isolated session's
+		// veth, past the sandbox's output chain (the session's own table
+		// stops it).
+		mac := strings.TrimSpace(sb.exec(iso, "cat /sys/class/net/eth0/address")["output"].(string))
+		for _, l := range strings.Fields(sb.exec(shared, "ls /sys/class/net | grep '^eos-' || true")["output"].(string)) {
+			_, ok := sb.probe(shared, "raw-udp", l, mac, gwIso, ipIso, "9000", "shared-raw")
+			require.True(t, ok, "%s: the packet socket write itself", when)
+		}
 		_, ok = sb.probe(iso, "udp-send", "127.0.0.1", "9000", self)
 		require.True(t, ok)
 		var got string
