@@ -121,7 +121,9 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 
 	tree := baseTree()
 	tree["netprobe.py"] = netprobe
-	sb := startSandbox(t, images[1], tree, "--network", network)
+	// IPv6 on: the veths get link-local addresses, a path to close too.
+	sb := startSandbox(t, images[1], tree, "--network", network,
+		"--sysctl", "net.ipv6.conf.all.disable_ipv6=0", "--sysctl", "net.ipv6.conf.default.disable_ipv6=0")
 
 	shared := sb.session(nil)
 	iso, ipIso, gwIso, _ := sb.isolatedSession(map[string]any{})
