@@ -125,6 +125,9 @@ func NewCommand(group string, stdout, stderr io.Writer) *cobra.Command {
 	for _, op := range api.PublicOps(group) {
 		root.AddCommand(opCommand(group, op, g, stdout, stderr))
 	}
+	if group == api.GroupManagement {
+		root.AddCommand(consoleCommand(g, stdout))
+	}
 	return root
 }
 

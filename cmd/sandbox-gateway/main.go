@@ -156,6 +156,7 @@ func run() int {
 	}
 	fmt.Fprintf(os.Stderr, "  allowed roots (workspaces, exports): %s\n", strings.Join(hostPaths.Roots(), ", "))
 	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json; MCP: http://%s/mcp/{management,runtime,observability}; metrics: /metrics; health: /healthz\n", l.Addr(), l.Addr())
+	fmt.Fprintf(os.Stderr, "  console: http://%s/ (sign in with the URL `sandbox-manager-cli --gateway-endpoint %s console` prints)\n", l.Addr(), l.Addr())
 	fmt.Fprintf(os.Stderr, "  try: sandbox-manager-cli --gateway-endpoint %s create_sandbox --image eos-test-busybox:1 --workspace-root \"$PWD\"   (any local image; none is pulled)\n", l.Addr())
 	fmt.Fprintf(os.Stderr, "   or: curl -s -H \"Authorization: Bearer $(cat %s)\" -d '{}' http://%s/v1/ops/list_sandboxes\n", *tokenFile, l.Addr())
 
