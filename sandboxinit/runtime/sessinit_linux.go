@@ -27,6 +27,13 @@ const shutdownGrace = 2 * time.Second
 // optionally starts args as a first child, and on SIGTERM or SIGINT
 // terminates every other process of the session and returns 0.
 func SessionInitMain(args []string) int {
+	// Before anything else: nothing of the session runs unfiltered.
+	_, err := loadHandedFilter()
+	reportReady(err)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sessinit:", err)
+		return 1
+	}
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT)
 	srv := &execServer{waiters: make(map[int]chan int)}
