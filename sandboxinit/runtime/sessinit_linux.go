@@ -27,6 +27,12 @@ const shutdownGrace = 2 * time.Second
 // optionally starts args as a first child, and on SIGTERM or SIGINT
 // terminates every other process of the session and returns 0.
 func SessionInitMain(args []string) int {
+	if os.Getpid() != 1 {
+		// Its shutdown signals every process it can see (kill -1): run
+		// anywhere but as a pid namespace's init, that is the whole machine.
+		fmt.Fprintln(os.Stderr, "sessinit: refusing to run: not PID 1 of a session's pid namespace")
+		return 2
+	}
 	// Before anything else: nothing of the session runs unfiltered.
 	_, err := loadHandedFilter()
 	reportReady(err)
