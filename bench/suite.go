@@ -119,6 +119,7 @@ var scenarios = []scenario{
 	{"d", "Publish latency against change-set size", runPublishSize},
 	{"f", "Sandbox create for a 1k-file and a 20k-file repository", runSandboxCreate},
 	{"e", "Parallel agents in one sandbox", runAgents},
+	{"g", "Sessions per sandbox: create, memory and exec at 10, 50, 200 sessions", runSessions},
 }
 
 // Run starts the product and runs the chosen scenarios in order.

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
 	"github.com/opencontainers/cgroups"
 	_ "github.com/opencontainers/cgroups/devices" // device cgroup support for libcontainer's managers
 	devcfg "github.com/opencontainers/cgroups/devices/config"
@@ -35,7 +36,7 @@ func InitMain() {
 		libcontainer.Init() // exits the process
 	}
 	if len(os.Args) > 1 && os.Args[1] == "sessexec" { // a libcontainer exec in a session (seccompload_linux.go)
-		os.Exit(SessionExecMain(os.Args[2:]))
+		os.Exit(sessinit.ExecMain(os.Args[2:]))
 	}
 }
 

@@ -71,7 +71,7 @@ func checkSeccomp() (seccompSetup, error) {
 	if err != nil {
 		return s, err
 	}
-	if s.compiled, err = prog.memfd(); err != nil {
+	if s.compiled, err = prog.Memfd(); err != nil {
 		return s, err
 	}
 	return s, nil

@@ -79,7 +79,7 @@ func compileFilter(c *configs.Seccomp) (*compiledFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile seccomp filter: %w", err)
 	}
-	return &compiledFilter{prog: prog, flags: flags}, nil
+	return &compiledFilter{Prog: prog, Flags: flags}, nil
 }
 
 // scmpAction is runc's getAction for the actions session filters use.

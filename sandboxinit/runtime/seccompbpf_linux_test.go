@@ -28,8 +28,8 @@ func TestCompiledFilter(t *testing.T) {
 	require.NoError(t, err)
 	prog, err := compileFilter(sf.config())
 	require.NoError(t, err)
-	require.Greater(t, len(prog.prog), 100)
-	mf, err := prog.memfd()
+	require.Greater(t, len(prog.Prog), 100)
+	mf, err := prog.Memfd()
 	require.NoError(t, err)
 	defer mf.Close()
 

@@ -9,17 +9,19 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
 	"golang.org/x/sys/unix"
 )
 
 func TestCompiledFilterEncoding(t *testing.T) {
-	f := &compiledFilter{flags: unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW, prog: []unix.SockFilter{
+	f := &compiledFilter{Flags: unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW, Prog: []unix.SockFilter{
 		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4},
 		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 1, Jf: 2, K: 0xc000003e},
 		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
 	}}
-	b := f.encode()
-	got, err := decodeFilter(b)
+	b := f.Encode()
+	got, err := sessinit.DecodeFilter(b)
 	require.NoError(t, err)
 	require.Equal(t, f, got)
 	for name, bad := range map[string][]byte{
@@ -27,13 +29,13 @@ func TestCompiledFilterEncoding(t *testing.T) {
 		"magic":     append([]byte("EOSBPF2\n"), b[8:]...),
 		"truncated": b[:len(b)-3],
 		"longer":    append(append([]byte(nil), b...), 0, 0, 0, 0, 0, 0, 0, 0),
-		"no insns":  b[:len(filterMagic)+8],
+		"no insns":  b[:16],
 	} {
-		_, err := decodeFilter(bad)
+		_, err := sessinit.DecodeFilter(bad)
 		require.Error(t, err, name)
 	}
 
-	mf, err := f.memfd()
+	mf, err := f.Memfd()
 	require.NoError(t, err)
 	defer mf.Close()
 	_, err = mf.WriteAt([]byte("x"), 0)
@@ -83,7 +85,7 @@ func TestFilterChild(t *testing.T) {
 		t.Skip("the child of TestCompiledFilter")
 	}
 	require.NoError(t, unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-	present, err := loadHandedFilter()
+	present, err := sessinit.LoadHandedFilter()
 	require.True(t, present)
 	require.NoError(t, err)
 	errno := func(_, _ uintptr, e unix.Errno) string {

@@ -1,14 +1,14 @@
-package runtime
+package sessinit
 
 // Loading the sessions' precompiled seccomp filter (seccompbpf_linux.go
-// compiles it once per daemon). The daemon hands the program to a session
+// (package runtime) compiles it once per daemon). The daemon hands the program to a session
 // process as a sealed memfd and starts that process from the daemon's own
 // binary by descriptor (/proc/self/fd/N), never by a path inside the
 // session, whose root a session can write: a session cannot swap the
 // binary that is supposed to filter it.
 //
 //   - The session init: runc init execs the daemon binary as "sessinit"
-//     with EOS_SECCOMP_FD; SessionInitMain loads the filter (TSYNC: every
+//     with EOS_SECCOMP_FD; Main loads the filter (TSYNC: every
 //     thread of the Go process) before it serves anything, then reports
 //     on EOS_READY_FD. Start waits for that report and checks in
 //     /proc/<pid>/status that the init runs under one filter more than the
@@ -16,7 +16,7 @@ package runtime
 //     forked by the init and inherit the filter.
 //   - A libcontainer exec (TTY): runc init execs the daemon binary as
 //     "sessexec", which loads the filter and execs the command
-//     (SessionExecMain, dispatched by InitMain).
+//     (ExecMain, dispatched by runtime.InitMain).
 
 import (
 	"bufio"
@@ -34,27 +34,27 @@ import (
 
 // Environment variables naming descriptors a session process was handed.
 const (
-	seccompFDEnv = "EOS_SECCOMP_FD" // the sealed memfd with the program
-	exeFDEnv     = "EOS_EXE_FD"     // the daemon binary it was started from (closed at once)
-	readyFDEnv   = "EOS_READY_FD"   // the session init reports "filter loaded" here
+	SeccompFDEnv = "EOS_SECCOMP_FD" // the sealed memfd with the program
+	ExeFDEnv     = "EOS_EXE_FD"     // the binary it was started from (closed at once)
+	ReadyFDEnv   = "EOS_READY_FD"   // the session init reports "filter loaded" here
 )
 
-// compiledFilter is a seccomp program ready for seccomp(2).
-type compiledFilter struct {
-	prog  []unix.SockFilter
-	flags uint // SECCOMP_FILTER_FLAG_*
+// Filter is a seccomp program ready for seccomp(2).
+type Filter struct {
+	Prog  []unix.SockFilter
+	Flags uint // SECCOMP_FILTER_FLAG_*
 }
 
 const filterMagic = "EOSBPF1\n"
 
-// encode is the memfd's content: magic, flags, instruction count, the
+// Encode is the memfd's content: magic, flags, instruction count, the
 // instructions (8 bytes each, native order: the reader is this binary).
-func (f *compiledFilter) encode() []byte {
-	b := make([]byte, 0, len(filterMagic)+8+8*len(f.prog))
+func (f *Filter) Encode() []byte {
+	b := make([]byte, 0, len(filterMagic)+8+8*len(f.Prog))
 	b = append(b, filterMagic...)
-	b = binary.NativeEndian.AppendUint32(b, uint32(f.flags))
-	b = binary.NativeEndian.AppendUint32(b, uint32(len(f.prog)))
-	for _, in := range f.prog {
+	b = binary.NativeEndian.AppendUint32(b, uint32(f.Flags))
+	b = binary.NativeEndian.AppendUint32(b, uint32(len(f.Prog)))
+	for _, in := range f.Prog {
 		b = binary.NativeEndian.AppendUint16(b, in.Code)
 		b = append(b, in.Jt, in.Jf)
 		b = binary.NativeEndian.AppendUint32(b, in.K)
@@ -62,34 +62,35 @@ func (f *compiledFilter) encode() []byte {
 	return b
 }
 
-func decodeFilter(b []byte) (*compiledFilter, error) {
+// DecodeFilter reads what Encode wrote.
+func DecodeFilter(b []byte) (*Filter, error) {
 	if len(b) < len(filterMagic)+8 || string(b[:len(filterMagic)]) != filterMagic {
 		return nil, errors.New("not a compiled seccomp filter")
 	}
 	b = b[len(filterMagic):]
-	f := &compiledFilter{flags: uint(binary.NativeEndian.Uint32(b))}
+	f := &Filter{Flags: uint(binary.NativeEndian.Uint32(b))}
 	n := int(binary.NativeEndian.Uint32(b[4:]))
 	b = b[8:]
 	if n == 0 || n > unix.BPF_MAXINSNS || len(b) != 8*n {
 		return nil, fmt.Errorf("compiled seccomp filter: %d instructions in %d bytes", n, len(b))
 	}
-	f.prog = make([]unix.SockFilter, n)
-	for i := range f.prog {
+	f.Prog = make([]unix.SockFilter, n)
+	for i := range f.Prog {
 		in := b[8*i:]
-		f.prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(in), Jt: in[2], Jf: in[3], K: binary.NativeEndian.Uint32(in[4:])}
+		f.Prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(in), Jt: in[2], Jf: in[3], K: binary.NativeEndian.Uint32(in[4:])}
 	}
 	return f, nil
 }
 
 // memfd returns a sealed, read-only memfd holding the program, to hand to
 // session processes.
-func (f *compiledFilter) memfd() (*os.File, error) {
+func (f *Filter) Memfd() (*os.File, error) {
 	fd, err := unix.MemfdCreate("eos-session-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd for the seccomp filter: %w", err)
 	}
 	mf := os.NewFile(uintptr(fd), "eos-session-seccomp")
-	if _, err := mf.Write(f.encode()); err != nil {
+	if _, err := mf.Write(f.Encode()); err != nil {
 		mf.Close()
 		return nil, fmt.Errorf("write seccomp filter: %w", err)
 	}
@@ -103,11 +104,11 @@ func (f *compiledFilter) memfd() (*os.File, error) {
 
 // load installs the program on every thread of this process (TSYNC).
 // no_new_privs must be set already (runc init sets it).
-func (f *compiledFilter) load() error {
-	fprog := unix.SockFprog{Len: uint16(len(f.prog)), Filter: &f.prog[0]}
+func (f *Filter) Load() error {
+	fprog := unix.SockFprog{Len: uint16(len(f.Prog)), Filter: &f.Prog[0]}
 	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		uintptr(f.flags|unix.SECCOMP_FILTER_FLAG_TSYNC), uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(f.prog)
+		uintptr(f.Flags|unix.SECCOMP_FILTER_FLAG_TSYNC), uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(f.Prog)
 	if errno != 0 {
 		return fmt.Errorf("load seccomp filter: %w", errno)
 	}
@@ -117,24 +118,24 @@ func (f *compiledFilter) load() error {
 	return nil
 }
 
-// loadHandedFilter loads the filter named by EOS_SECCOMP_FD and closes the
+// LoadHandedFilter loads the filter named by EOS_SECCOMP_FD and closes the
 // descriptors the daemon handed over (filter, binary). present is false
 // when this process was given no filter.
-func loadHandedFilter() (present bool, err error) {
-	if v := os.Getenv(exeFDEnv); v != "" {
-		_ = os.Unsetenv(exeFDEnv)
+func LoadHandedFilter() (present bool, err error) {
+	if v := os.Getenv(ExeFDEnv); v != "" {
+		_ = os.Unsetenv(ExeFDEnv)
 		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
 			_ = unix.Close(fd)
 		}
 	}
-	v := os.Getenv(seccompFDEnv)
+	v := os.Getenv(SeccompFDEnv)
 	if v == "" {
 		return false, nil
 	}
-	_ = os.Unsetenv(seccompFDEnv)
+	_ = os.Unsetenv(SeccompFDEnv)
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
-		return true, fmt.Errorf("bad %s=%q", seccompFDEnv, v)
+		return true, fmt.Errorf("bad %s=%q", SeccompFDEnv, v)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
@@ -148,20 +149,20 @@ func loadHandedFilter() (present bool, err error) {
 	if _, err := unix.Pread(fd, b, 0); err != nil {
 		return true, fmt.Errorf("read seccomp filter: %w", err)
 	}
-	f, err := decodeFilter(b)
+	f, err := DecodeFilter(b)
 	if err != nil {
 		return true, err
 	}
-	return true, f.load()
+	return true, f.Load()
 }
 
 // reportReady writes the init's result to EOS_READY_FD and closes it.
 func reportReady(loadErr error) {
-	v := os.Getenv(readyFDEnv)
+	v := os.Getenv(ReadyFDEnv)
 	if v == "" {
 		return
 	}
-	_ = os.Unsetenv(readyFDEnv)
+	_ = os.Unsetenv(ReadyFDEnv)
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
 		return
@@ -174,11 +175,11 @@ func reportReady(loadErr error) {
 	_ = unix.Close(fd)
 }
 
-// SessionExecMain is a libcontainer exec in a session: load the handed
+// ExecMain is a libcontainer exec in a session: load the handed
 // filter, then exec args (resolved with the environment's PATH). It never
 // returns on success; 126 or 127 like a shell when it cannot.
-func SessionExecMain(args []string) int {
-	present, err := loadHandedFilter()
+func ExecMain(args []string) int {
+	present, err := LoadHandedFilter()
 	if err == nil && !present {
 		err = errors.New("no seccomp filter was handed over")
 	}
@@ -207,9 +208,9 @@ func SessionExecMain(args []string) int {
 	return 126
 }
 
-// seccompFilters reads the "Seccomp_filters" count of pid's status (-1 when
+// SeccompFilters reads the "Seccomp_filters" count of pid's status (-1 when
 // the kernel does not report it).
-func seccompFilters(pid string) (int, error) {
+func SeccompFilters(pid string) (int, error) {
 	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, err
