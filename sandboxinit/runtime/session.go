@@ -180,7 +180,9 @@ func (s *Session) startInit(ctx context.Context) error {
 	}
 	defer ln.Close() // the init holds its own copy
 	args := append([]string{s.spec.InitPath}, s.spec.InitArgs...)
-	env := mergeEnv(defaultEnv, s.spec.Env, []string{execFDEnv + "=3"})
+	// GOMAXPROCS=1 from the start: every P the Go runtime sets up before
+	// main (threads, caches) is memory an idle session keeps.
+	env := mergeEnv(defaultEnv, s.spec.Env, []string{execFDEnv + "=3", "GOMAXPROCS=1"})
 	extra := []*os.File{ln}
 	var readyR *os.File
 	if s.c.preloaded() {

@@ -41,6 +41,7 @@ func Main(args []string) int {
 	// One P: the init forks, reaps and relays; it needs no parallelism, and
 	// every P costs an idle session memory (caches, GC workers, threads).
 	goruntime.GOMAXPROCS(1)
+	_ = os.Unsetenv("GOMAXPROCS") // the daemon sets it for this process (before main), not for its children
 	if os.Getpid() != 1 {
 		// Its shutdown signals every process it can see (kill -1): run
 		// anywhere but as a pid namespace's init, that is the whole machine.
