@@ -120,6 +120,8 @@ var scenarios = []scenario{
 	{"f", "Sandbox create for a 1k-file and a 20k-file repository", runSandboxCreate},
 	{"e", "Parallel agents in one sandbox", runAgents},
 	{"g", "Sessions per sandbox: create, memory and exec at 10, 50, 200 sessions", runSessions},
+	{"h", "Publish and file_read against layer-stack depth, with and without autosquash", runDepth},
+	{"i", "file_read and publish against repository size", runRepoSize},
 }
 
 // Run starts the product and runs the chosen scenarios in order.
