@@ -30,6 +30,7 @@ func runDepth(ctx context.Context, s *Suite) (Section, error) {
 		series[name].X, series[name].Y = append(series[name].X, float64(x)), append(series[name].Y, y)
 	}
 	var order []string
+	var notes []string
 	for i, mode := range []struct {
 		name string
 		args []string
@@ -37,10 +38,13 @@ func runDepth(ctx context.Context, s *Suite) (Section, error) {
 		// Flags of the sandboxes created from now on; the next mode's
 		// sandbox is created after this one is gone.
 		activities.SetDaemonArgs(s.st.Acts, mode.args)
-		rows, err := s.depthRun(ctx, i, mode.name)
+		rows, stopped, err := s.depthRun(ctx, i, mode.name)
 		activities.SetDaemonArgs(s.st.Acts, nil)
 		if err != nil {
 			return Section{}, fmt.Errorf("autosquash %s: %w", mode.name, err)
+		}
+		if stopped != "" {
+			notes = append(notes, fmt.Sprintf("Autosquash %s: %s", mode.name, stopped))
 		}
 		for _, r := range rows {
 			t.Rows = append(t.Rows, []string{fmt.Sprint(r.depth), mode.name, fms(r.pub.P50), fms(r.pub.P99), fms(r.read.P50), fms(r.read.P99),
@@ -66,7 +70,7 @@ func runDepth(ctx context.Context, s *Suite) (Section, error) {
 		"the latency of the publishes that led there (the last 10 at most) and of `file_read` of a 4 KiB file of the base "+
 		"from a fresh session (its lookup passes every layer). Once with the daemon's autosquash (squash past 100 layers), once "+
 		"without (`-autosquash-at -1`). Baseline in the same run: `git add && git commit` in a worktree with as many commits, "+
-		"and `cat` of the same file there.", depthLevels), Tables: []Table{t}}, nil
+		"and `cat` of the same file there.", depthLevels), Tables: []Table{t}, Notes: notes}, nil
 }
 
 type depthRow struct {
@@ -74,39 +78,41 @@ type depthRow struct {
 	pub, read, git, cat Summary
 }
 
-func (s *Suite) depthRun(ctx context.Context, run int, mode string) ([]depthRow, error) {
+// depthRun grows one sandbox's stack through depthLevels. A publish or
+// read that fails ends the run there: stopped says where and why (the
+// rows so far stand).
+func (s *Suite) depthRun(ctx context.Context, run int, mode string) (rows []depthRow, stopped string, _ error) {
 	root := filepath.Join(s.o.WorkDir, fmt.Sprintf("depth-%d", run))
 	_ = os.RemoveAll(root)
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := MakeRepo(root, 20, 1024); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := os.WriteFile(filepath.Join(root, "f4k.txt"), []byte(content4k), 0o644); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := gitCommitAll(root, "f4k"); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	id, err := s.st.CreateSandbox(ctx, s.o.Image, root)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer s.st.DestroySandbox(id)
 	wt := filepath.Join(s.o.WorkDir, fmt.Sprintf("wt-depth-%d", run))
 	_ = os.RemoveAll(wt)
 	rmWT, err := GitWorktree(root, wt)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer rmWT()
 	ws, err := s.st.Session(ctx, id, "depth")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cas := "autosquash " + mode
-	var rows []depthRow
 	done := 0
 	for _, depth := range depthLevels {
 		op := fmt.Sprintf("publish@%d", depth)
@@ -118,7 +124,7 @@ func (s *Suite) depthRun(ctx context.Context, run int, mode string) ([]depthRow,
 				return s.st.Exec(ctx, id, ws, fmt.Sprintf("echo %d > layer-%d.txt", k, k))
 			}
 			if err := write(); err != nil {
-				return nil, err
+				return rows, fmt.Sprintf("writing the change for layer %d failed: %v", k+1, err), nil
 			}
 			pub := func(_, _ int) error {
 				_, err := s.st.Call(ctx, "publish_workspace_session", id, map[string]any{"workspace_session_id": ws, "keep": true})
@@ -130,22 +136,24 @@ func (s *Suite) depthRun(ctx context.Context, run int, mode string) ([]depthRow,
 				}
 				return gitCommitAll(wt, fmt.Sprint("layer ", k))
 			}
+			var perr error
 			if timed {
-				loadNoWarmup(s.Rec, "h", cas, op, 1, func(int) error { return pub(0, 0) })
+				loadNoWarmup(s.Rec, "h", cas, op, 1, func(int) error { perr = pub(0, 0); return perr })
 				loadNoWarmup(s.Rec, "h", cas, gop, 1, func(int) error { return gitc(0, 0) })
 			} else {
-				if err := pub(0, 0); err != nil {
-					return nil, fmt.Errorf("publish %d: %w", k, err)
+				perr = pub(0, 0)
+				if perr == nil {
+					perr = gitc(0, 0)
 				}
-				if err := gitc(0, 0); err != nil {
-					return nil, err
-				}
+			}
+			if perr != nil {
+				return rows, fmt.Sprintf("publishing layer %d failed: %v", k+1, perr), nil
 			}
 			done++
 		}
 		reader, err := s.st.Session(ctx, id, "depth-reader")
 		if err != nil {
-			return nil, err
+			return rows, fmt.Sprintf("a session over %d layers could not be created: %v", depth, err), nil
 		}
 		rop := fmt.Sprintf("file_read@%d", depth)
 		rw := Load(s.Rec, "h", cas, rop, 1, s.n(100), func(_, _ int) error {
@@ -162,7 +170,7 @@ func (s *Suite) depthRun(ctx context.Context, run int, mode string) ([]depthRow,
 			pub: s.summary("h", cas, op, 0, 0), git: s.summary("h", cas, gop, 0, 0),
 			read: s.summary("h", cas, rop, 0, rw), cat: s.summary("h", cas, cop, 0, cw)})
 	}
-	return rows, nil
+	return rows, "", nil
 }
 
 func gitCommitAll(dir, msg string) error {
