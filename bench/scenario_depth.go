@@ -48,7 +48,7 @@ func runDepth(ctx context.Context, s *Suite) (Section, error) {
 		}
 		for _, r := range rows {
 			t.Rows = append(t.Rows, []string{fmt.Sprint(r.depth), mode.name, fms(r.pub.P50), fms(r.pub.P99), fms(r.read.P50), fms(r.read.P99),
-				fms(r.git.P50), fms(r.cat.P50), ratio(r.git.P50, r.pub.P50), ratio(r.cat.P50, r.read.P50)})
+				fms(r.git.P50), fms(r.cat.P50), ratio(r.git.P50, r.pub.P50), ratioFine(r.cat.P50, r.read.P50)})
 			for _, p := range []struct {
 				name string
 				v    float64

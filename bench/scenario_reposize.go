@@ -66,7 +66,7 @@ func runRepoSize(ctx context.Context, s *Suite) (Section, error) {
 		r, p := s.summary("i", cas, "file_read", 0, rw), s.summary("i", cas, "publish", 0, pw)
 		c, g := s.summary("i", cas, "cat", 0, cw), s.summary("i", cas, "git commit", 0, gw)
 		t.Rows = append(t.Rows, []string{fmt.Sprint(n), fms(r.P50), fms(r.P99), fms(p.P50), fms(p.P99), fms(c.P50), fms(g.P50),
-			ratio(c.P50, r.P50), ratio(g.P50, p.P50)})
+			ratioFine(c.P50, r.P50), ratio(g.P50, p.P50)})
 		for _, x := range []struct {
 			s *Series
 			v float64

@@ -185,6 +185,15 @@ func ratio(base, ours time.Duration) string {
 	return fmt.Sprintf("%.1fx", float64(base)/float64(ours))
 }
 
+// ratioFine is ratio with two significant digits, for baselines that are
+// orders of magnitude apart (an in-process file read against an RPC).
+func ratioFine(base, ours time.Duration) string {
+	if ours <= 0 || base <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2gx", float64(base)/float64(ours))
+}
+
 func fops(v float64) string {
 	switch {
 	case v >= 100:
