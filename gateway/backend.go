@@ -38,6 +38,9 @@ type TemporalBackend struct {
 	// fan-out to the sandboxes (defaults 8 and 1.5 s per sandbox).
 	FleetConcurrency int
 	FleetTimeout     time.Duration
+	// DefaultSandboxTTL and DefaultSessionIdleTTL apply to create_sandbox
+	// calls without ttl / session_idle_ttl (0 = off).
+	DefaultSandboxTTL, DefaultSessionIdleTTL time.Duration
 
 	once      sync.Once
 	daemon    *daemonclient.Client

@@ -74,6 +74,7 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 	if st.Error != "" {
 		rec["error"] = st.Error
 	}
+	addLifecycle(rec, st)
 	return rec
 }
 
