@@ -12,7 +12,8 @@ import (
 // daemon (cmd/sandbox-sessinit), never the daemon binary, and it runs
 // under the session's own seccomp filter (one more than the daemon's,
 // loaded from the daemon's precompiled program) with no_new_privs — also
-// after a session was restarted over its upper dir by a daemon restart.
+// after a session that replaced the binaries in its own root was started
+// again over its upper dir by a container restart.
 func TestSessionInitIsTheSmallFilteredInit(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
 	a, b := sb.session(nil), sb.session(map[string]any{"network_profile": "isolated"})
@@ -42,7 +43,13 @@ func TestSessionInitIsTheSmallFilteredInit(t *testing.T) {
 		}
 	}
 	check("fresh")
-	// A container restart starts every session again over its upper dir.
+	// A session replaces the init and the daemon binary in its own root
+	// (its writes land in its private upper dir) with an unfiltered stand-in.
+	out := sb.exec(a, "for f in /usr/local/lib/eos/sandbox-sessinit /usr/local/lib/eos/sandbox-daemon; do "+
+		"printf '#!/bin/sh\\nexec sleep 100000\\n' > $f && chmod 755 $f && echo replaced $f; done")
+	require.Contains(t, out["output"], "replaced /usr/local/lib/eos/sandbox-sessinit", "%v", out)
+	// A container restart starts every session again over its upper dir:
+	// the daemon starts the init from its own files, not the session's.
 	docker(t, "restart", "-t", "5", sb.name)
 	sb.connect()
 	check("after a container restart")
