@@ -113,6 +113,12 @@ func startSandbox(t testing.TB, image string, base map[string]string, createArgs
 	b, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	file(strings.TrimPrefix(daemonPath, "/"), 0o755, b)
+	// The small session init next to it, as the product ships it: every
+	// session's PID 1 (the daemon binary itself runs sessions' inits only
+	// where it is missing; sandboxinit/runtime's TestSessionsInDocker covers that).
+	si, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "sandbox-sessinit"))
+	require.NoError(t, err)
+	file(strings.TrimPrefix(filepath.Dir(daemonPath), "/")+"/sandbox-sessinit", 0o755, si)
 	file("eos/secret/daemon.token", 0o600, []byte(sb.token))
 	for p, content := range base {
 		full := "eos/import/src/" + p

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Runtime creates and re-attaches sessions. It is safe for concurrent use.
@@ -21,6 +22,7 @@ type Runtime struct {
 	netAdmin bool
 	fwErr    error // why the sandbox's nftables rules could not be written (isolated sessions are refused)
 	log      *slog.Logger
+	exe      *os.File // this binary, for libcontainer execs of sessions (sessexec)
 
 	mu       sync.Mutex
 	starting map[string]bool // ids between validation and a created container
@@ -54,6 +56,9 @@ func New(stateRoot string) (*Runtime, error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkOverlay())
+	if r.exe, err = os.OpenFile("/proc/self/exe", os.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		errs = append(errs, fmt.Errorf("open own binary: %w", err))
+	}
 	if err := os.MkdirAll(r.root, 0o700); err != nil {
 		errs = append(errs, fmt.Errorf("create state root: %w", err))
 	}
@@ -151,7 +156,7 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	cs := containerSpec{
 		id: spec.ID, rootfs: s.dirs.merged, workspace: spec.Workspace,
 		limits: spec.Limits, swap: r.cgroups.swap, noNewKeyring: r.seccomp.noNewKeyring,
-		seccomp: r.seccomp.session,
+		seccomp: r.seccomp.session, preloaded: r.seccomp.compiled != nil,
 	}
 	cs.hiddenDirs, cs.hiddenFiles = splitHidden(spec.Hidden)
 	gateway := ""
@@ -170,7 +175,7 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	if s.c, err = createContainer(r.root, cs); err != nil {
 		return nil, err
 	}
-	if err := s.startInit(); err != nil {
+	if err := s.startInit(ctx); err != nil {
 		return nil, err
 	}
 	if spec.Isolated {
