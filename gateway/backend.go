@@ -15,6 +15,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // TemporalBackend serves the catalog: lifecycle ops as SandboxWorkflow
@@ -39,10 +40,18 @@ type TemporalBackend struct {
 	FleetConcurrency int
 	FleetTimeout     time.Duration
 
+	// LocalQueue is the host queue of this process's own workers ("" =
+	// none: --no-workers, every host is remote), LocalName its host name.
+	LocalQueue, LocalName string
+
 	once      sync.Once
 	daemon    *daemonclient.Client
 	mu        sync.Mutex
 	endpoints map[string]api.Endpoint
+	queues    map[string]string // sandbox id -> its host's queue
+	hostList  []workflows.HostInfo
+	hostsAt   time.Time
+	placed    map[string][]time.Time // when this gateway placed sandboxes, per queue
 }
 
 // daemons is the daemon client, with a resolver that asks the sandbox's
@@ -88,6 +97,9 @@ func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, ou
 	if sandboxID == "" {
 		return api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
 	}
+	if err := b.checkHost(ctx, sandboxID); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout())
 	defer cancel()
 	return mapErr(sandboxID, lifecycle.Update(ctx, b.Client, sandboxID, name, RequestID(ctx), out, args...))
@@ -98,6 +110,9 @@ func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, ou
 func (b *TemporalBackend) submit(ctx context.Context, sandboxID, name string, args ...any) (any, error) {
 	if sandboxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	if err := b.checkHost(ctx, sandboxID); err != nil {
+		return nil, err
 	}
 	acc, err := lifecycle.UpdateAsync(ctx, b.Client, sandboxID, name, RequestID(ctx), args...)
 	if err != nil {

@@ -41,6 +41,9 @@ type SandboxState struct {
 	Failure *api.Error `json:"failure,omitempty"`
 	Created time.Time  `json:"created"`
 	Runs    int        `json:"runs"`
+	// HostQueue is the task queue of the sandbox's host (SandboxInput's;
+	// "" = the shared queue, a single-host deployment).
+	HostQueue string `json:"host_queue,omitempty"`
 
 	// SharedRootHash is the base's root hash when the sandbox shares it
 	// with others created together (create_sandbox count): the same in
