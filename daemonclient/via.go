@@ -58,10 +58,14 @@ type pins struct {
 	m  map[string]string
 }
 
-func (p *pins) set(addr, fp string) {
+// set pins fp for addr and reports whether that changed the pin.
+func (p *pins) set(addr, fp string) bool {
+	fp = strings.ToLower(fp)
 	p.mu.Lock()
-	p.m[addr] = strings.ToLower(fp)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	old, ok := p.m[addr]
+	p.m[addr] = fp
+	return ok && old != fp
 }
 
 func (p *pins) get(addr string) string {
@@ -128,7 +132,10 @@ func (c *Client) viaBase(v *Via, sandboxID string) (string, error) {
 	if c.pins == nil {
 		return "", api.Errorf(api.KindInternal, nil, "this daemon client cannot reach forwarders")
 	}
-	c.pins.set(v.Addr, v.Fingerprint)
+	if c.pins.set(v.Addr, v.Fingerprint) {
+		// Kept-alive connections were verified against the old pin.
+		c.http.CloseIdleConnections()
+	}
 	return "https://" + v.Addr + ViaPrefix + sandboxID, nil
 }
 
