@@ -24,11 +24,12 @@ TPORT=${CLUSTER_TEMPORAL_PORT:-17933}
 GWADDR=${CLUSTER_GATEWAY:-127.0.0.1:17878}
 export TEMPORAL_ADDRESS=$CLUSTER_SUBNET.1:$TPORT
 HOSTS="h1 h2"
-host() { bash "$repo/scripts/cluster/host.sh" "$@"; }
+host() { bash "$repo/scripts/cluster/host.sh" "$@" 9>&-; }
 PGBIN=
 
 exec 9>/var/tmp/eos-cluster-test.lock
 flock -n 9 || { echo "test-cluster: another run holds /var/tmp/eos-cluster-test.lock"; exit 1; }
+# (every process started below closes fd 9, so the lock ends with this script)
 
 teardown() {
 	set +e
@@ -37,11 +38,14 @@ teardown() {
 		return
 	fi
 	for h in $HOSTS; do host down "$h" >/dev/null 2>&1; done
-	[ -s "$CLUSTER_DIR/gateway.pid" ] && kill "$(cat "$CLUSTER_DIR/gateway.pid")" 2>/dev/null
-	[ -s "$CLUSTER_DIR/temporal.pid" ] && kill "$(cat "$CLUSTER_DIR/temporal.pid")" 2>/dev/null
-	sleep 0.5
-	[ -s "$CLUSTER_DIR/gateway.pid" ] && kill -9 "$(cat "$CLUSTER_DIR/gateway.pid")" 2>/dev/null
-	[ -s "$CLUSTER_DIR/temporal.pid" ] && kill -9 "$(cat "$CLUSTER_DIR/temporal.pid")" 2>/dev/null
+	for p in gateway temporal; do
+		[ -s "$CLUSTER_DIR/$p.pid" ] || continue
+		pid=$(cat "$CLUSTER_DIR/$p.pid")
+		kill "$pid" 2>/dev/null
+		for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
 	if [ -s "$CLUSTER_DIR/pg/postmaster.pid" ]; then
 		PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/pg" -m immediate stop >/dev/null 2>&1
@@ -69,7 +73,7 @@ PGDATA=$CLUSTER_DIR/pg PGPORT=$PGPORT PG_FSYNC=off bash "$repo/deploy/cluster/se
 TEMPORAL_BIN=$TOOLS TEMPORAL_CONFIG=$CLUSTER_DIR/temporal TEMPORAL_BIND=$CLUSTER_SUBNET.1 TEMPORAL_PORT=$TPORT PGPORT=$PGPORT \
 	bash "$repo/deploy/cluster/setup-temporal.sh"
 setsid "$TOOLS/temporal-server" --root / --config "$CLUSTER_DIR/temporal" --env eos --allow-no-auth start \
-	>"$CLUSTER_DIR/logs/temporal.log" 2>&1 </dev/null &
+	>"$CLUSTER_DIR/logs/temporal.log" 2>&1 </dev/null 9>&- &
 echo $! >"$CLUSTER_DIR/temporal.pid"
 "$TOOLS/register-namespace" -address "$TEMPORAL_ADDRESS" -namespace default
 
@@ -88,7 +92,7 @@ done
 
 setsid "$BIN/sandbox-gateway" --no-workers --listen "$GWADDR" --state-dir "$CLUSTER_DIR/state-gw" \
 	--token-file "$CLUSTER_DIR/state-gw/gateway.token" --allow-root "$CLUSTER_DIR/work" --temporal-ui-url http://temporal-ui.test:8233 \
-	>"$CLUSTER_DIR/logs/gateway.log" 2>&1 </dev/null &
+	>"$CLUSTER_DIR/logs/gateway.log" 2>&1 </dev/null 9>&- &
 echo $! >"$CLUSTER_DIR/gateway.pid"
 for _ in $(seq 240); do grep -q "listening on" "$CLUSTER_DIR/logs/gateway.log" && break; sleep 0.25; done
 grep -q "listening on" "$CLUSTER_DIR/logs/gateway.log" || { cat "$CLUSTER_DIR/logs/gateway.log"; exit 1; }
@@ -103,4 +107,4 @@ ENV
 for h in $HOSTS; do echo "DOCKER_$h=unix://$CLUSTER_DIR/hosts/$h/docker.sock" >>"$CLUSTER_DIR/env"; done
 echo "test-cluster: running TestCluster"
 cd "$repo"
-EOS_CLUSTER_ENV=$CLUSTER_DIR/env $GO test -count=1 -timeout 10m -run "${CLUSTER_RUN:-^TestCluster}" ${CLUSTER_TESTFLAGS:--v} ./cmd/sandbox-gateway/
+EOS_CLUSTER_ENV=$CLUSTER_DIR/env $GO test 9>&- -count=1 -timeout 10m -run "${CLUSTER_RUN:-^TestCluster}" ${CLUSTER_TESTFLAGS:--v} ./cmd/sandbox-gateway/
