@@ -18,7 +18,9 @@ export CLUSTER_SUBNET=${CLUSTER_SUBNET:-10.213.7}
 export CLUSTER_BRIDGE=${CLUSTER_BRIDGE:-eosclbr0}
 export BIN=${BIN:-$repo/bin}
 export GO=${GO:-go}
-TOOLS=${CLUSTER_TOOLS:-/var/tmp/eos-cluster-tools} # the Temporal binaries, kept between runs (built once)
+# The Temporal binaries, kept between runs: built once per version of
+# scripts/cluster/tools (its go.sum and sources name the cache).
+TOOLS=${CLUSTER_TOOLS:-/var/tmp/eos-cluster-tools/$(cat "$repo"/scripts/cluster/tools/go.sum "$repo"/scripts/cluster/tools/register-namespace/*.go | sha256sum | cut -c1-12)}
 PGPORT=${CLUSTER_PGPORT:-55432}
 TPORT=${CLUSTER_TEMPORAL_PORT:-17933}
 GWADDR=${CLUSTER_GATEWAY:-127.0.0.1:17878}

@@ -5,7 +5,12 @@ module github.com/ephemeral-sandbox/sandbox/scripts/cluster/tools
 
 go 1.26
 
-require go.temporal.io/server v1.29.1
+require (
+	go.temporal.io/api v1.53.0
+	go.temporal.io/sdk v1.35.0
+	go.temporal.io/server v1.29.1
+	google.golang.org/protobuf v1.36.6
+)
 
 require (
 	cel.dev/expr v0.20.0 // indirect
@@ -126,8 +131,6 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.34.0 // indirect
 	go.opentelemetry.io/otel/trace v1.34.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.5.0 // indirect
-	go.temporal.io/api v1.53.0 // indirect
-	go.temporal.io/sdk v1.35.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/dig v1.18.0 // indirect
 	go.uber.org/fx v1.23.0 // indirect
@@ -147,7 +150,6 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/grpc v1.72.2 // indirect
-	google.golang.org/protobuf v1.36.6 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/validator.v2 v2.0.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
