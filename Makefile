@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build binaries daemon test test-cluster test-deps fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
+.PHONY: all build binaries daemon test test-cluster bench-cluster test-deps fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
 
 all: build
 
@@ -78,7 +78,15 @@ BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 bench: daemon test-deps
 	$(GO) run ./cmd/sandbox-bench -out bench/results $(BENCH_FLAGS)
+	$(MAKE) bench-cluster
 	$(MAKE) bench-inner
+
+# The cluster's extra hop: session create, exec and a small publish on a
+# remote host of the make test-cluster cluster beside make run, and the
+# cluster's capacity (sandboxes at once, publishes per second); writes
+# bench/results/cluster.md.
+bench-cluster: binaries test-deps
+	CLUSTER_RUN='^TestClusterBench$$' EOS_CLUSTER_BENCH_OUT=$(CURDIR)/bench/results/cluster.md bash scripts/cluster/test.sh
 
 bench-inner:
 	$(GO) test $(BENCH_INNER) | tee bench/results/inner-latest.txt

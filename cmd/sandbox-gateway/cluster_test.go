@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -373,3 +375,155 @@ func firstEvent(t *testing.T, g *testenv.Gateway, sandboxID string) string {
 	}
 	return sb.String()
 }
+
+// TestClusterBench measures what the extra hop costs (make bench-cluster,
+// in make bench): session create, exec and a small publish through the
+// cluster's gateway on a sandbox of a remote host (Temporal on
+// PostgreSQL, the daemon behind the host's forwarder), beside the same on
+// `make run` (a gateway with the embedded Temporal and its own workers);
+// then how many sandboxes the two hosts take at once and how many
+// publishes per second one cluster serves. It writes a Markdown page to
+// $EOS_CLUSTER_BENCH_OUT.
+func TestClusterBench(t *testing.T) {
+	out := os.Getenv("EOS_CLUSTER_BENCH_OUT")
+	if out == "" {
+		t.Skip("make bench-cluster runs it (EOS_CLUSTER_BENCH_OUT)")
+	}
+	c := loadCluster(t)
+	n := 20
+	if s := os.Getenv("EOS_CLUSTER_BENCH_N"); s != "" {
+		fmt.Sscan(s, &n)
+	}
+	local := testenv.StartGateway(t)
+	lc := &cluster{g: local, work: testenv.TempRoot(t)}
+
+	type target struct {
+		name string
+		c    *cluster
+		host string
+	}
+	targets := []target{{"make run (embedded Temporal, local daemon)", lc, ""}, {"cluster, remote host " + c.hosts[1], c, c.hosts[1]}}
+	ops := []string{"create_workspace_session", "exec_command", "publish (small)"}
+	lat := map[string]map[string][]time.Duration{}
+	for _, tg := range targets {
+		ws := filepath.Join(tg.c.work, "bench-ws-"+strings.ReplaceAll(client6(), "-", ""))
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(ws, "a.txt"), "a\n")
+		args := map[string]any{"image": testenv.Images[0], "workspace_root": ws}
+		if tg.host != "" {
+			args["host"] = tg.host
+		}
+		rec := tg.c.must(t, "create_sandbox", "", args)
+		id := rec["id"].(string)
+		lat[tg.name] = map[string][]time.Duration{}
+		timed := func(op string, f func()) {
+			start := time.Now()
+			f()
+			lat[tg.name][op] = append(lat[tg.name][op], time.Since(start))
+		}
+		for i := 0; i < n+2; i++ { // the first two warm up
+			var sid string
+			timed("create_workspace_session", func() {
+				sid = fmt.Sprint(tg.c.must(t, "create_workspace_session", id, map[string]any{})["workspace_session_id"])
+			})
+			timed("exec_command", func() { tg.c.must(t, "exec_command", id, map[string]any{"cmd": "echo hi", "workspace_session_id": sid}) })
+			tg.c.must(t, "file_write", id, map[string]any{"path": fmt.Sprintf("f%d.txt", i), "content": "x\n", "workspace_session_id": sid})
+			timed("publish (small)", func() { tg.c.must(t, "publish_workspace_session", id, map[string]any{"workspace_session_id": sid}) })
+			if i < 2 {
+				for _, op := range ops {
+					lat[tg.name][op] = nil
+				}
+			}
+		}
+		tg.c.must(t, "destroy_sandbox", "", map[string]any{"sandbox_id": id})
+	}
+
+	// Capacity: sandboxes created at once over both hosts, then publishes
+	// per second with one agent per sandbox.
+	per := 3
+	if s := os.Getenv("EOS_CLUSTER_BENCH_PER_HOST"); s != "" {
+		fmt.Sscan(s, &per)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var ids []string
+	start := time.Now()
+	for i := 0; i < per*len(c.hosts); i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ws := filepath.Join(c.work, fmt.Sprintf("cap-%d", i))
+			_ = os.MkdirAll(ws, 0o755)
+			writeFile(t, filepath.Join(ws, "a.txt"), "a\n")
+			rec := c.must(t, "create_sandbox", "", map[string]any{"image": testenv.Images[0], "workspace_root": ws})
+			mu.Lock()
+			ids = append(ids, rec["id"].(string))
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	createWall := time.Since(start)
+	placed := map[string]int{}
+	for _, h := range c.hosts {
+		for _, id := range ids {
+			placed[h] += len(c.containersOn(t, h, id))
+		}
+	}
+	pubs := 5
+	start = time.Now()
+	for _, id := range ids {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			for i := 0; i < pubs; i++ {
+				sid := fmt.Sprint(c.must(t, "create_workspace_session", id, map[string]any{})["workspace_session_id"])
+				c.must(t, "file_write", id, map[string]any{"path": fmt.Sprintf("p%d.txt", i), "content": "x\n", "workspace_session_id": sid})
+				c.must(t, "publish_workspace_session", id, map[string]any{"workspace_session_id": sid})
+			}
+		}(id)
+	}
+	wg.Wait()
+	pubWall := time.Since(start)
+	for _, id := range ids {
+		c.must(t, "destroy_sandbox", "", map[string]any{"sandbox_id": id})
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The cluster's extra hop (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Measured by `make bench-cluster` (TestClusterBench) on this machine: the cluster of `make test-cluster` "+
+		"(Temporal server on PostgreSQL, two Docker hosts in network namespaces, one `sandbox-gateway --no-workers`) beside "+
+		"`make run` (embedded Temporal, in-process workers), both on the same %d-core machine, %d samples per op after 2 warm-ups, "+
+		"sequential, over HTTP.\n\n", runtimeCPUs(), n)
+	b.WriteString("| op | make run p50 | p90 | cluster p50 | p90 | ratio (p50) |\n|---|---|---|---|---|---|\n")
+	for _, op := range ops {
+		l, r := lat[targets[0].name][op], lat[targets[1].name][op]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f× |\n", op, ms(pct(l, 50)), ms(pct(l, 90)), ms(pct(r, 50)), ms(pct(r, 90)),
+			float64(pct(r, 50))/float64(max(pct(l, 50), 1)))
+	}
+	fmt.Fprintf(&b, "\nCapacity through the one cluster: %d sandboxes created at once (least-loaded placement put %v) in %s "+
+		"(%.2f sandboxes/s); then one agent per sandbox, %d publishes each (session, write, publish): %d publishes in %s = **%.1f publishes/s**.\n",
+		len(ids), placed, createWall.Round(time.Millisecond), float64(len(ids))/createWall.Seconds(), pubs, pubs*len(ids),
+		pubWall.Round(time.Millisecond), float64(pubs*len(ids))/pubWall.Seconds())
+	t.Log("\n" + b.String())
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (p*len(s)+99)/100 - 1
+	return s[max(i, 0)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func runtimeCPUs() int { return runtime.NumCPU() }
+
+func client6() string { return fmt.Sprint(time.Now().UnixNano()) }
