@@ -107,6 +107,6 @@ HOSTS=$HOSTS
 HOST_SCRIPT=$repo/scripts/cluster/host.sh
 ENV
 for h in $HOSTS; do echo "DOCKER_$h=unix://$CLUSTER_DIR/hosts/$h/docker.sock" >>"$CLUSTER_DIR/env"; done
-echo "test-cluster: running TestCluster"
+echo "test-cluster: running ${CLUSTER_RUN:-TestCluster}"
 cd "$repo"
 EOS_CLUSTER_ENV=$CLUSTER_DIR/env $GO test 9>&- -count=1 -timeout 10m -run "${CLUSTER_RUN:-^TestCluster}" ${CLUSTER_TESTFLAGS:--v} ./cmd/sandbox-gateway/
