@@ -22,10 +22,11 @@ const (
 	// from for HostStaleAfter is lost (its sandboxes unavailable).
 	HostBeatInterval = 3 * time.Second
 	HostStaleAfter   = 4 * HostBeatInterval
-	// hostRegistryRunLength bounds one run's history: after that many
-	// beats the registry continues as new with the hosts it knows.
-	hostRegistryRunLength = 1000
 )
+
+// hostRegistryRun bounds one run's history: after that many beats the
+// registry continues as new with the hosts it knows (a var for tests).
+var hostRegistryRun = 1000
 
 // HostBeat is what a worker tells the registry about its host.
 type HostBeat struct {
@@ -71,7 +72,7 @@ func HostRegistryWorkflow(ctx workflow.Context, known []HostInfo) error {
 		return err
 	}
 	ch := workflow.GetSignalChannel(ctx, SignalHostBeat)
-	for n := 0; n < hostRegistryRunLength; n++ {
+	for n := 0; n < hostRegistryRun; n++ {
 		var b HostBeat
 		ch.Receive(ctx, &b)
 		if b.Name == "" || b.Queue == "" {
