@@ -300,7 +300,9 @@ func clusterSeedFlow(t *testing.T, c *cluster, host, id string) {
 	if rd := run("file_read", map[string]any{"path": "w.txt"}); rd["content"] != "hello\nedited" {
 		fail("read after edit: %s", mustJSON(rd))
 	}
-	sess := func() string { return fmt.Sprint(run("create_workspace_session", map[string]any{})["workspace_session_id"]) }
+	sess := func() string {
+		return fmt.Sprint(run("create_workspace_session", map[string]any{})["workspace_session_id"])
+	}
 	s1, s2, s3 := sess(), sess(), sess()
 	edit := func(s, old, new string) {
 		run("file_edit", map[string]any{"workspace_session_id": s, "path": "shared.txt", "edits": []map[string]any{{"old_string": old, "new_string": new}}})
@@ -428,7 +430,9 @@ func TestClusterBench(t *testing.T) {
 			timed("create_workspace_session", func() {
 				sid = fmt.Sprint(tg.c.must(t, "create_workspace_session", id, map[string]any{})["workspace_session_id"])
 			})
-			timed("exec_command", func() { tg.c.must(t, "exec_command", id, map[string]any{"cmd": "echo hi", "workspace_session_id": sid}) })
+			timed("exec_command", func() {
+				tg.c.must(t, "exec_command", id, map[string]any{"cmd": "echo hi", "workspace_session_id": sid})
+			})
 			tg.c.must(t, "file_write", id, map[string]any{"path": fmt.Sprintf("f%d.txt", i), "content": "x\n", "workspace_session_id": sid})
 			timed("publish (small)", func() { tg.c.must(t, "publish_workspace_session", id, map[string]any{"workspace_session_id": sid}) })
 			if i < 2 {
