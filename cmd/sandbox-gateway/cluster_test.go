@@ -153,6 +153,10 @@ func TestCluster(t *testing.T) {
 		t.Errorf("hostile host name: HTTP %d %s", st, mustJSON(e))
 	}
 
+	if hz := healthz(t, c.g); hz["status"] != "ok" {
+		t.Errorf("/healthz of the cluster: %s", mustJSON(hz))
+	}
+
 	// A sandbox on each host, created side by side.
 	ids := map[string]string{}
 	wss := map[string]string{}
@@ -220,6 +224,9 @@ func TestCluster(t *testing.T) {
 		_, rec := c.op(t, "inspect_sandbox", "", map[string]any{"sandbox_id": ids[h1]})
 		return rec["availability"] == "unavailable", mustJSON(rec)
 	})
+	if hz := healthz(t, c.g); hz["status"] != "degraded" || !strings.Contains(mustJSON(hz["docker"]), `"host":"`+h1+`"`) {
+		t.Errorf("/healthz with %s lost: %s", h1, mustJSON(hz))
+	}
 	st, e := c.op(t, "exec_command", ids[h1], map[string]any{"cmd": "true"})
 	if st == http.StatusOK || e["kind"] != "operation_failed" || !strings.Contains(fmt.Sprint(e["message"]), "host "+h1) {
 		t.Errorf("exec on the lost host: HTTP %d %s", st, mustJSON(e))
@@ -267,6 +274,12 @@ func TestCluster(t *testing.T) {
 	}
 	if rec := c.must(t, "inspect_sandbox", "", map[string]any{"sandbox_id": ids[h1]}); rec["availability"] == "unavailable" {
 		t.Errorf("h1's sandbox still unavailable: %s", mustJSON(rec))
+	}
+
+	// Workflow links point at the cluster's UI (--temporal-ui-url).
+	wv := c.must(t, "workflows", ids[h1], map[string]any{})
+	if !strings.Contains(mustJSON(wv), `"ui_url":"http://temporal-ui.test:8233/namespaces/default/workflows/sandbox%2F`+ids[h1]) {
+		t.Errorf("workflows view links: %s", mustJSON(wv))
 	}
 
 	// Destroy: each host's Engine is left clean.
@@ -531,3 +544,14 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Micros
 func runtimeCPUs() int { return runtime.NumCPU() }
 
 func client6() string { return fmt.Sprint(time.Now().UnixNano()) }
+
+func healthz(t *testing.T, g *testenv.Gateway) map[string]any {
+	t.Helper()
+	_, b, err := g.Get("/healthz", g.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}

@@ -109,4 +109,4 @@ ENV
 for h in $HOSTS; do echo "DOCKER_$h=unix://$CLUSTER_DIR/hosts/$h/docker.sock" >>"$CLUSTER_DIR/env"; done
 echo "test-cluster: running ${CLUSTER_RUN:-TestCluster}"
 cd "$repo"
-EOS_CLUSTER_ENV=$CLUSTER_DIR/env $GO test 9>&- -count=1 -timeout 10m -run "${CLUSTER_RUN:-^TestCluster}" ${CLUSTER_TESTFLAGS:--v} ./cmd/sandbox-gateway/
+EOS_CLUSTER_ENV=$CLUSTER_DIR/env $GO test 9>&- -count=1 -timeout 10m -run "${CLUSTER_RUN:-^TestCluster$}" ${CLUSTER_TESTFLAGS:--v} ./cmd/sandbox-gateway/
