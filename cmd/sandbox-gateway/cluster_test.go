@@ -2,6 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	tclient "go.temporal.io/sdk/client"
+
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
@@ -27,6 +32,7 @@ type cluster struct {
 	hosts  []string
 	docker map[string]string // host -> DOCKER_HOST
 	script string
+	env    map[string]string
 }
 
 func loadCluster(t *testing.T) *cluster {
@@ -51,7 +57,7 @@ func loadCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	c := &cluster{g: &testenv.Gateway{Addr: env["GATEWAY"], Token: strings.TrimSpace(string(tok))}, work: env["WORK"],
-		hosts: strings.Fields(env["HOSTS"]), docker: map[string]string{}, script: env["HOST_SCRIPT"]}
+		hosts: strings.Fields(env["HOSTS"]), docker: map[string]string{}, script: env["HOST_SCRIPT"], env: env}
 	for _, h := range c.hosts {
 		c.docker[h] = env["DOCKER_"+h]
 	}
@@ -134,6 +140,27 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("want two hosts, have %v", c.hosts)
 	}
 	h1, h2 := c.hosts[0], c.hosts[1]
+
+	// The cluster answers only certificates of its CA: a client without
+	// one (plaintext, or TLS without a client certificate) gets nowhere.
+	if addr := c.env["TEMPORAL"]; addr != "" {
+		pool := x509.NewCertPool()
+		if b, err := os.ReadFile(c.env["TLS_CA"]); err != nil || !pool.AppendCertsFromPEM(b) {
+			t.Fatalf("cluster CA: %v", err)
+		}
+		for name, opts := range map[string]tclient.ConnectionOptions{
+			"plaintext":          {},
+			"TLS without a cert": {TLS: &tls.Config{RootCAs: pool}},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			cl, err := tclient.DialContext(ctx, tclient.Options{HostPort: addr, ConnectionOptions: opts})
+			cancel()
+			if err == nil {
+				cl.Close()
+				t.Errorf("Temporal answered a client with %s", name)
+			}
+		}
+	}
 
 	// Host-scoped reads run on the named host; an unknown host is refused.
 	for _, h := range c.hosts {

@@ -5,7 +5,10 @@
 # version the product is tested with):
 #
 #   TEMPORAL_BIN=/usr/local/lib/eos TEMPORAL_CONFIG=/etc/eos/temporal \
-#   TEMPORAL_BIND=10.0.0.1 deploy/cluster/setup-temporal.sh
+#   TEMPORAL_BIND=10.0.0.1 [TEMPORAL_TLS_DIR=/etc/eos/tls] deploy/cluster/setup-temporal.sh
+#
+# With TEMPORAL_TLS_DIR (gen-tls.sh's files) the frontend and internode
+# traffic require client certificates of the cluster's CA.
 #   $TEMPORAL_BIN/temporal-server --root / --config $TEMPORAL_CONFIG --env eos start
 #
 # Idempotent: an existing database is upgraded to the newest schema.
@@ -41,6 +44,17 @@ sed -e "s|@BIND@|$TEMPORAL_BIND|g" -e "s|@FRONTEND@|$TEMPORAL_PORT|g" \
 	-e "s|@PGADDR@|$PGHOST:$PGPORT|g" -e "s|@PGUSER@|$PGUSER|g" -e "s|@PGPASSWORD@|$PGPASSWORD|g" \
 	-e "s|@DYNCONFIG@|$TEMPORAL_CONFIG/dynamicconfig/eos.yaml|g" \
 	"$here/temporal.yaml.tmpl" >"$TEMPORAL_CONFIG/eos.yaml"
+if [ -n "${TEMPORAL_TLS_DIR:-}" ]; then
+	# mTLS on the frontend and between the services, from gen-tls.sh's
+	# files: every client must present a certificate of the cluster's CA.
+	t=$TEMPORAL_TLS_DIR name=${TEMPORAL_TLS_SERVER_NAME:-$TEMPORAL_BIND}
+	side="server: {certFile: $t/temporal-server.pem, keyFile: $t/temporal-server.key, requireClientAuth: true, clientCaFiles: [$t/ca.pem]}"
+	client="client: {serverName: \"$name\", rootCaFiles: [$t/ca.pem]}"
+	printf '  tls:\n    internode:\n      %s\n      %s\n    frontend:\n      %s\n      %s\n' "$side" "$client" "$side" "$client" >"$TEMPORAL_CONFIG/tls.yaml"
+	awk -v f="$TEMPORAL_CONFIG/tls.yaml" '/# @TLS@/ { while ((getline l < f) > 0) print l; next } { print }' "$TEMPORAL_CONFIG/eos.yaml" >"$TEMPORAL_CONFIG/eos.yaml.tmp"
+	rm -f "$TEMPORAL_CONFIG/tls.yaml"
+	mv "$TEMPORAL_CONFIG/eos.yaml.tmp" "$TEMPORAL_CONFIG/eos.yaml"
+fi
 chmod 0600 "$TEMPORAL_CONFIG/eos.yaml"
 cp "$repo/deploy/temporal/dynamicconfig/eos.yaml" "$TEMPORAL_CONFIG/dynamicconfig/eos.yaml"
 echo "temporal: schema ready on $PGHOST:$PGPORT; config $TEMPORAL_CONFIG/eos.yaml (frontend $TEMPORAL_BIND:$TEMPORAL_PORT)"

@@ -48,7 +48,8 @@ start_worker() {
 	nsenter --net="/var/run/netns/$ns" env DOCKER_HOST="unix://$sock" TEMPORAL_ADDRESS="$TEMPORAL_ADDRESS" HOME="$d/home" \
 		setsid "$BIN/sandbox-worker" --host-name "$name" --advertise-addr "$(addr_of):7443" \
 		--state-dir "$CLUSTER_DIR/state-$name" --daemon-binary "$BIN/sandbox-daemon" --seccomp-profile "$BIN/seccomp.json" \
-		--allow-root "$CLUSTER_DIR/work" >>"$d/worker.log" 2>&1 </dev/null &
+		--allow-root "$CLUSTER_DIR/work" ${CLUSTER_TLS:+--hostlink-cert "$CLUSTER_TLS/hostlink-$name.pem" --hostlink-key "$CLUSTER_TLS/hostlink-$name.key"} \
+		>>"$d/worker.log" 2>&1 </dev/null &
 	echo $! >"$d/worker.pid"
 	wait_for "worker" 240 grep -q "worker running" "$d/worker.log"
 }

@@ -8,6 +8,7 @@
 #     the cluster bridge, its own Docker Engine and a sandbox-worker
 #     (--advertise-addr <addr>:7443)
 #   one sandbox-gateway --no-workers outside both
+#   mTLS to Temporal (deploy/cluster/gen-tls.sh), CA-signed forwarders
 #
 # Everything is torn down on exit, failure or interrupt (trap); logs are
 # kept in $CLUSTER_DIR.logs. Needs root, bin/ from `make binaries`.
@@ -71,9 +72,16 @@ ip link add "$CLUSTER_BRIDGE" type bridge
 ip addr add "$CLUSTER_SUBNET.1/24" dev "$CLUSTER_BRIDGE"
 ip link set "$CLUSTER_BRIDGE" up
 
+# mTLS everywhere: Temporal's frontend and internode traffic require a
+# certificate of the cluster's CA; the hosts' forwarders use CA-signed
+# certificates too (pinned by the gateway all the same).
+export CLUSTER_TLS=$CLUSTER_DIR/tls
+TEMPORAL_NAMES="IP:$CLUSTER_SUBNET.1" HOSTS="h1=$CLUSTER_SUBNET.11 h2=$CLUSTER_SUBNET.12" \
+	bash "$repo/deploy/cluster/gen-tls.sh" "$CLUSTER_TLS" >/dev/null
+export TEMPORAL_TLS_CA=$CLUSTER_TLS/ca.pem TEMPORAL_TLS_CERT=$CLUSTER_TLS/client.pem TEMPORAL_TLS_KEY=$CLUSTER_TLS/client.key
 PGDATA=$CLUSTER_DIR/pg PGPORT=$PGPORT PG_FSYNC=off bash "$repo/deploy/cluster/setup-postgres.sh"
 TEMPORAL_BIN=$TOOLS TEMPORAL_CONFIG=$CLUSTER_DIR/temporal TEMPORAL_BIND=$CLUSTER_SUBNET.1 TEMPORAL_PORT=$TPORT PGPORT=$PGPORT \
-	bash "$repo/deploy/cluster/setup-temporal.sh"
+	TEMPORAL_TLS_DIR=$CLUSTER_TLS bash "$repo/deploy/cluster/setup-temporal.sh"
 setsid "$TOOLS/temporal-server" --root / --config "$CLUSTER_DIR/temporal" --env eos --allow-no-auth start \
 	>"$CLUSTER_DIR/logs/temporal.log" 2>&1 </dev/null 9>&- &
 echo $! >"$CLUSTER_DIR/temporal.pid"
@@ -105,6 +113,8 @@ TOKEN_FILE=$CLUSTER_DIR/state-gw/gateway.token
 WORK=$CLUSTER_DIR/work
 HOSTS=$HOSTS
 HOST_SCRIPT=$repo/scripts/cluster/host.sh
+TEMPORAL=$TEMPORAL_ADDRESS
+TLS_CA=$CLUSTER_TLS/ca.pem
 ENV
 for h in $HOSTS; do echo "DOCKER_$h=unix://$CLUSTER_DIR/hosts/$h/docker.sock" >>"$CLUSTER_DIR/env"; done
 echo "test-cluster: running ${CLUSTER_RUN:-TestCluster}"

@@ -2,10 +2,15 @@
 // namespace on it unless it exists (a fresh SQL-backed cluster has none).
 //
 //	register-namespace -address 10.0.0.1:7233 -namespace default -retention 72h
+//
+// With TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY it connects
+// with mTLS, as the product's processes do.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,7 +45,13 @@ func main() {
 }
 
 func register(ctx context.Context, addr, ns string, retention time.Duration) error {
-	nc, err := client.NewNamespaceClient(client.Options{HostPort: addr})
+	opts := client.Options{HostPort: addr}
+	tlsCfg, err := tlsFromEnv()
+	if err != nil {
+		return err
+	}
+	opts.ConnectionOptions.TLS = tlsCfg
+	nc, err := client.NewNamespaceClient(opts)
 	if err != nil {
 		return err
 	}
@@ -55,4 +66,31 @@ func register(ctx context.Context, addr, ns string, retention time.Duration) err
 	// A new namespace takes a moment to reach every service's cache.
 	_, err = nc.Describe(rctx, ns)
 	return err
+}
+
+func tlsFromEnv() (*tls.Config, error) {
+	ca, cert, key := os.Getenv("TEMPORAL_TLS_CA"), os.Getenv("TEMPORAL_TLS_CERT"), os.Getenv("TEMPORAL_TLS_KEY")
+	if ca == "" && cert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	if ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("%s holds no certificate", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
 }
