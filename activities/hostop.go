@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
@@ -74,15 +77,17 @@ func LocalDaemon(ctx context.Context, a *Activities, sandboxID string) (api.Endp
 }
 
 // CountSandboxes is the number of this deployment's sandbox containers on
-// this host (the load a host's heartbeat reports).
+// this host (the load a host's heartbeat reports every few seconds: one
+// container list, no volume sizes).
 func CountSandboxes(ctx context.Context, a *Activities) (int, error) {
-	objs, err := a.ListSandboxObjects(ctx)
+	cs, err := a.docker.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelRole+"="+roleSandbox))})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, o := range objs {
-		if o.Container != "" && Owns(a, o) {
+	for _, c := range cs {
+		if c.Labels[LabelSandboxID] != "" && a.sameOwner(c.Labels) {
 			n++
 		}
 	}

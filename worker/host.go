@@ -56,6 +56,9 @@ func ServeHost(ctx context.Context, svc *Service, acts *activities.Activities, o
 	if err != nil || host == "" || port == "" || port == "0" {
 		return nil, fmt.Errorf("--advertise-addr %q: want host:port", o.Advertise)
 	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return nil, fmt.Errorf("--advertise-addr %q: gateways dial it, so it must be this host's address (listen on all with --hostlink-listen 0.0.0.0:%s)", o.Advertise, port)
+	}
 	var cert hostlink.Cert
 	if o.CertFile != "" {
 		cert, err = hostlink.LoadCert(o.CertFile, o.KeyFile)
