@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"sort"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -62,12 +61,7 @@ func HostRegistryWorkflow(ctx workflow.Context, known []HostInfo) error {
 		hosts[h.Name] = h
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryHosts, func() ([]HostInfo, error) {
-		out := make([]HostInfo, 0, len(hosts))
-		for _, h := range hosts {
-			out = append(out, h)
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-		return out, nil
+		return sortedHosts(hosts), nil
 	}); err != nil {
 		return err
 	}
@@ -90,10 +84,14 @@ func HostRegistryWorkflow(ctx workflow.Context, known []HostInfo) error {
 			hosts[b.Name] = HostInfo{HostBeat: b, LastSeen: workflow.Now(ctx)}
 		}
 	}
-	next := make([]HostInfo, 0, len(hosts))
-	for _, h := range hosts {
-		next = append(next, h)
+	return workflow.NewContinueAsNewError(ctx, HostRegistryWorkflowName, sortedHosts(hosts))
+}
+
+// sortedHosts lists the hosts by name (never in map order).
+func sortedHosts(hosts map[string]HostInfo) []HostInfo {
+	out := make([]HostInfo, 0, len(hosts))
+	for _, name := range workflow.DeterministicKeys(hosts) {
+		out = append(out, hosts[name])
 	}
-	sort.Slice(next, func(i, j int) bool { return next[i].Name < next[j].Name })
-	return workflow.NewContinueAsNewError(ctx, HostRegistryWorkflowName, next)
+	return out
 }
