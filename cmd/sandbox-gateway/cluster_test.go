@@ -273,6 +273,13 @@ func TestCluster(t *testing.T) {
 	if nodes[ids[h1]]["availability"] != "unavailable" || nodes[ids[h2]]["availability"] == "unavailable" {
 		t.Errorf("fleet snapshot with %s lost: %s / %s", h1, mustJSON(nodes[ids[h1]]), mustJSON(nodes[ids[h2]]))
 	}
+	res := c.must(t, "resources", "", map[string]any{})
+	rs, _ := res["sandboxes"].(map[string]any)
+	r1, _ := rs[ids[h1]].(map[string]any)
+	r2, _ := rs[ids[h2]].(map[string]any)
+	if r1["availability"] != "unavailable" || r2["availability"] != "available" || r2["current"] == nil {
+		t.Errorf("fleet resources with %s lost: %s", h1, mustJSON(res))
+	}
 	// The other host is unaffected: runtime, lifecycle and placement.
 	if out := c.must(t, "exec_command", ids[h2], map[string]any{"cmd": "cat shared.txt"}); !strings.Contains(fmt.Sprint(out["output"]), "ALPHA") {
 		t.Errorf("exec on %s while %s is lost: %s", h2, h1, mustJSON(out))
