@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build binaries daemon test test-cluster bench-cluster test-deps fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
+.PHONY: all build binaries daemon test test-cluster bench-cluster test-deps console console-test console-check console-screenshots fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
 
 all: build
 
@@ -31,10 +31,31 @@ daemon:
 test-deps:
 	bash scripts/ensure-docker.sh
 	bash scripts/build-test-images.sh
+	bash scripts/ensure-chromium.sh
+
+# The operator console (console/): TypeScript, bundled by Vite into
+# console/dist, which is committed and embedded by the gateway (go:embed), so
+# `go build` and `make run` need no Node. `make console` rebuilds it;
+# console-check fails when the committed bundle differs from a fresh build
+# (CI runs it); console-screenshots writes the README's screenshots.
+console:
+	bash scripts/ensure-node.sh
+	cd console && npm ci --no-audit --no-fund && npm test && npm run build
+
+console-test:
+	bash scripts/ensure-node.sh
+	cd console && npm ci --no-audit --no-fund && npm test
+
+console-check: console
+	@git diff --exit-code --stat -- console/dist && test -z "$$(git status --porcelain -- console/dist)" || \
+		{ echo "console/dist differs from a fresh build of console/: run make console and commit console/dist"; exit 1; }
+
+console-screenshots: daemon
+	EOS_CONSOLE_SCREENSHOTS=$(CURDIR)/console/screenshots $(GO) test -count=1 -run 'TestConsoleInBrowser' ./cmd/sandbox-gateway/
 
 # Every test, including the ones that need root (overlay mounts, mknod,
 # SIGKILLed child processes). CI runs as root.
-test: test-deps
+test: test-deps console-test
 	$(GO) vet $(PKGS)
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 	$(GO) test -count=1 -timeout 20m $(PKGS)

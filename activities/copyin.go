@@ -91,6 +91,7 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSp
 		return workflows.CopyReport{}, err
 	}
 
+	head := gitHeadOf(ctx, root) // the commit a git export builds on
 	w := &workspaceTar{ctx: ctx, root: root, prefix: strings.TrimPrefix(ImportDir, "/")}
 	stop := keepHeartbeating(ctx, 5*time.Second, w.progress)
 	defer stop()
@@ -110,6 +111,7 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSp
 		return workflows.CopyReport{}, fmt.Errorf("copy workspace %s into %s: %w", root, c.Name, cerr)
 	}
 	rep := w.report()
+	rep.GitHead = head
 	a.log.Info("workspace copied", "sandbox_id", spec.SandboxID, "root", root, "files", rep.Files,
 		"dirs", rep.Dirs, "symlinks", rep.Symlinks, "bytes", rep.Bytes, "skipped", rep.Skipped)
 	return rep, nil

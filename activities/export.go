@@ -53,6 +53,8 @@ func normalizeFormat(f string) (string, bool) {
 		return FormatTarZst, true
 	case FormatPatch:
 		return FormatPatch, true
+	case FormatGit:
+		return FormatGit, true
 	}
 	return "", false
 }
@@ -86,12 +88,32 @@ func (a *Activities) ExportChanges(ctx context.Context, spec workflows.ExportSpe
 	}
 	format, ok := normalizeFormat(spec.Format)
 	if !ok {
-		return nil, invalidArgument("unknown export format %q (dir, tar, tar-zst, patch)", spec.Format)
+		return nil, invalidArgument("unknown export format %q (dir, tar, tar-zst, patch, git)", spec.Format)
+	}
+	if (format == FormatGit) != (spec.Branch != "") {
+		return nil, invalidArgument("branch is required with format git, and only taken by it")
 	}
 	// Checked here again, as if a stranger sent the spec through Temporal.
-	dest, err := a.cfg.HostPaths.Dest("dest", spec.Dest, format == FormatDir)
+	dest, err := a.cfg.HostPaths.Dest("dest", spec.Dest, format == FormatDir || format == FormatGit)
 	if err != nil {
 		return nil, hostPathError(err)
+	}
+	if format == FormatGit {
+		if _, err := a.cfg.HostPaths.Workspace("dest", dest); err != nil { // an existing directory
+			return nil, hostPathError(err)
+		}
+		if spec.WorkspaceRoot != "" && filepath.Clean(spec.WorkspaceRoot) != dest {
+			return nil, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "dest", "dest": dest, "workspace_root": spec.WorkspaceRoot},
+				"format git writes to the repository at the sandbox's workspace_root %s (the published paths are relative to it), not %s", spec.WorkspaceRoot, dest)
+		}
+		var streamed atomic.Int64
+		stop := keepHeartbeating(ctx, 5*time.Second, func() any { return map[string]any{"bytes": streamed.Load()} })
+		defer stop()
+		res, err := a.exportGit(ctx, spec, dest, &streamed)
+		if err == nil {
+			a.log.Info("changes exported", "sandbox_id", spec.SandboxID, "format", format, "dest", dest, "branch", spec.Branch, "tip", res.Tip)
+		}
+		return res, err
 	}
 	if format != FormatDir {
 		if _, err := os.Lstat(dest); err == nil {

@@ -81,7 +81,19 @@ type Operation struct {
 	// public door.
 	Internal bool   `json:"internal,omitempty"`
 	Scope    string `json:"scope"`
+	// CLIUpload names a base64 arg the CLIs fill from a local file
+	// (--from LOCALFILE); CLIDownload a base64 result field they write to
+	// one (--to LOCALFILE, --force to overwrite). Other doors send the arg.
+	CLIUpload   string `json:"cli_upload,omitempty"`
+	CLIDownload string `json:"cli_download,omitempty"`
+	// RawHTTP is the method (PUT or GET) under which the op is also served
+	// as raw bytes at FilesPath: the body is CLIUpload's bytes, or the
+	// answer is CLIDownload's; the other args are query parameters.
+	RawHTTP string `json:"raw_http,omitempty"`
 }
+
+// FilesPath is the raw-bytes route of the ops with RawHTTP.
+const FilesPath = "/v1/sandboxes/{sandbox_id}/files"
 
 // Route is how the gateway serves a lifecycle operation.
 type Route string
@@ -225,9 +237,21 @@ var catalog = []Operation{
 			reqStr("image", "Docker image already on the host (nothing is pulled; list_docker_images lists them), e.g. ubuntu:24.04."),
 			{Name: "workspace_root", Type: TypeString, Required: true, Aliases: []string{"workspace-bind-root"}, Description: "Absolute host path imported as the sandbox's /workspace base: inside an allowed root of the gateway (--allow-root; default its user's home and start directory), with no symlink component, never /, a system directory or the gateway's state dir."},
 			intArg("count", int64(1), i64(1), i64(16), "How many identical sandboxes to create."),
+			str("ttl", "Pause the sandbox this long after it was created or last resumed, e.g. 24h (Go duration, 1s to 8784h; 0 = never; default the gateway's --default-sandbox-ttl). Pausing keeps every volume; resume_sandbox brings it back."),
+			str("session_idle_ttl", "Archive a workspace session unused for this long, e.g. 30m (Go duration, 1s to 8784h; 0 = never; default the gateway's --default-session-idle-ttl). Its unpublished work is kept: list_archived_sessions, restore_workspace_session."),
 			argHost,
 		},
 		Result: resSandbox},
+	{Name: "pause_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Stop a sandbox's container, keeping every volume.",
+		Description: "Stops the container (its CPU and memory are freed; running commands end) and keeps the state volume: published layers and every session with its unpublished work. Runtime operations on a paused sandbox are refused with failed_precondition until resume_sandbox. Refused with operation_conflict while a publish runs (details.publishing names the sessions); waits for a running refresh, squash or sessionless file change. Pausing a paused sandbox succeeds and says so (already: true). A sandbox past its ttl is paused the same way.",
+		Args:        []Arg{argSandboxID},
+		Result:      map[string]string{"sandbox_id": "string", "state": "string", "already": "boolean", "paused_at": "string", "paused_by": "string"}},
+	{Name: "resume_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
+		Summary:     "Start a paused sandbox again, with its sessions and their work.",
+		Description: "Starts the container, waits for its daemon, records where it listens now, and the daemon brings every session back over its kept upper dir (unpublished work intact). Resuming a running sandbox succeeds and says so (already: true). A ttl counts again from the resume.",
+		Args:        []Arg{argSandboxID},
+		Result:      map[string]string{"sandbox_id": "string", "state": "string", "already": "boolean", "daemon": "object", "workspace_sessions": "array", "expires_at": "string"}},
 	{Name: "list_sandboxes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "List all sandboxes.",
 		Description: "Returns {sandboxes:[record...]} with every known sandbox and its state.",
@@ -293,11 +317,14 @@ var catalog = []Operation{
 		Result:      map[string]string{"manifest_version": "integer", "squashed_blocks": "array", "swept_sessions": "array"}},
 	{Name: "export_changes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Progress: true,
 		Summary:     "Export all published changes of a sandbox to the host.",
-		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts.",
+		Description: "Folds every published layer above the base (newest wins) and writes it to dest: format dir applies the changes to the host directory, tar and tar-zst write an archive with whiteouts, patch a git-style patch. Format git writes the published history into the git repository at dest (the sandbox's workspace_root) as commits on branch, one per publish (author the session's agent, message naming the session and txid), by git plumbing: the working tree, index, HEAD and checked-out branches are never touched.",
 		Args: []Arg{argSandboxID,
 			reqStr("dest", "Absolute host path (directory for dir, file for tar formats), under the same rule as workspace_root: inside an allowed root, no symlink component."),
-			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst", "patch"}, Description: "Export encoding: a directory, a tar or tar.zst of the layers (OCI whiteouts), or a git-style patch of the published changes against the base."}},
-		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer"}},
+			{Name: "format", Type: TypeString, Default: "dir", Enum: []string{"dir", "tar", "tar-zst", "patch", "git"}, Description: "Export encoding: a directory, a tar or tar.zst of the layers (OCI whiteouts), a git-style patch of the published changes against the base, or commits on a branch of the git repository at dest."},
+			{Name: "branch", Type: TypeString, Pattern: `^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`, Description: "Format git: the branch to write (refs/heads/<branch>); refused when checked out, not a valid ref name, or existing and not an ancestor of the new commits (unless force)."},
+			boolArg("force", "Format git: move an existing branch even when it is not an ancestor of the new commits.")},
+		Result: map[string]string{"manifest_version": "integer", "format": "string", "layers_exported": "array", "files_written": "integer", "bytes_written": "integer",
+			"branch": "string", "tip": "string", "parent": "string", "commits": "array"}},
 
 	// --- runtime (sandbox scope) ---
 	{Name: "exec_command", Group: GroupRuntime, Scope: ScopeSandbox, Progress: true,
@@ -355,6 +382,19 @@ var catalog = []Operation{
 		Args: []Arg{reqStr("path", "File path."), reqStr("content", "Full new content."), argWS,
 			{Name: "executable", Type: TypeBool, Description: "Exec bit of a new file (existing files keep theirs)."}},
 		Result: map[string]string{"type": "string", "path": "string", "bytes_written": "integer"}},
+	{Name: "file_upload", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true, CLIUpload: "content_base64", RawHTTP: "PUT",
+		Summary:     "Create or overwrite a file with any bytes.",
+		Description: "Writes the bytes of content_base64 (standard base64) to path, like file_write but for binary files (images, archives, build outputs): NUL and invalid UTF-8 included. At most 8 MiB into a session; without workspace_session_id the write is published at once as its own layer, at most 1 MiB. HTTP: PUT /v1/sandboxes/<id>/files?path=P&workspace_session_id=W with the raw bytes as the body. CLI: --from LOCALFILE.",
+		Args: []Arg{reqStr("path", "File path, workspace-relative or under /workspace."),
+			{Name: "content_base64", Type: TypeString, Required: true, Pattern: `^[A-Za-z0-9+/]*={0,2}$`, Description: "The file's bytes, standard base64 with padding (the CLI reads them from --from LOCALFILE)."},
+			argWS,
+			{Name: "executable", Type: TypeBool, Description: "Exec bit of a new file (existing files keep theirs)."}},
+		Result: map[string]string{"type": "string", "path": "string", "bytes_written": "integer", "sha256": "string"}},
+	{Name: "file_download", Group: GroupRuntime, Scope: ScopeSandbox, CLIDownload: "content_base64", RawHTTP: "GET",
+		Summary:     "Read a whole file as bytes.",
+		Description: "Returns the bytes of a regular file (content_base64, standard base64), its size, sha256 and exec bit; any content, at most 8 MiB. Without workspace_session_id reads the published head. HTTP: GET /v1/sandboxes/<id>/files?path=P&workspace_session_id=W answers the raw bytes. CLI: --to LOCALFILE (an existing file needs --force).",
+		Args:        []Arg{reqStr("path", "File path, workspace-relative or under /workspace."), argWS},
+		Result:      map[string]string{"path": "string", "content_base64": "string", "size": "integer", "sha256": "string", "executable": "boolean"}},
 	{Name: "file_edit", Group: GroupRuntime, Scope: ScopeSandbox, AmendWhenSessionless: true,
 		Summary:     "Apply exact string replacements to a file.",
 		Description: "Applies edits in order; each old_string must occur exactly once unless replace_all. Files over 4 MiB are refused.",
@@ -395,7 +435,8 @@ var catalog = []Operation{
 			str("agent", "Free-form name of the agent owning the session."),
 			{Name: "limits", Type: TypeObject, Description: "cgroup limits {pids_max, memory_bytes, cpus}.", Schema: limitsSchema},
 			{Name: "egress", Type: TypeStringOrList, Default: "default", Enum: []string{"default", "none"},
-				Description: "Isolated sessions only: default reaches the sandbox and what it reaches (never other sessions' namespaces); none reaches nothing; a list of \"cidr:port\" (e.g. [\"10.0.0.0/8:443\"]) reaches only those, TCP and UDP."}},
+				Description: "Isolated sessions only: default reaches the sandbox and what it reaches (never other sessions' namespaces); none reaches nothing; a list of \"cidr:port\" (e.g. [\"10.0.0.0/8:443\"]) reaches only those, TCP and UDP."},
+			idArg(str("from", "Fork this workspace session: the new one starts as its workspace is now (its published base, shared, plus its unpublished changes, copied), then both go on and publish independently; arguments not given are inherited from it."))},
 		Result: map[string]string{"workspace_session_id": "string", "network_profile": "string", "finalize_policy": "string", "egress": "string|array"}},
 	{Name: "destroy_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
 		Summary:     "Discard a workspace session and its changes.",
@@ -417,6 +458,15 @@ var catalog = []Operation{
 		Description: "For a session that refuses exec, publish and refresh because it is left publishing or finalize_failed (a publish that never finished, a daemon or container restart, a failed remount): aborts its unfinished uncommitted publish, finalizes a committed one (which ends the session unless that publish kept it), and restarts the session over its upper dir, so its unpublished changes are kept. Safe to repeat; an active session stays as it is.",
 		Args:        []Arg{argWSReq},
 		Result:      map[string]string{"workspace_session_id": "string", "previous_state": "string", "state": "string", "aborted_txids": "array", "finalized_txids": "array", "destroyed": "boolean"}},
+	{Name: "list_archived_sessions", Group: GroupRuntime, Scope: ScopeSandbox,
+		Summary:     "List archived (idle-reaped) sessions and their kept work.",
+		Description: "Sessions archived after session_idle_ttl without use: id, agent, archived_at, files_changed (files, symlinks and deletions not published) and bytes. Bring one back with restore_workspace_session.",
+		Result:      map[string]string{"archived_sessions": "array"}},
+	{Name: "restore_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
+		Summary:     "Bring an archived session back as active, with its work.",
+		Description: "Restarts an archived session over its kept upper dir and base, so its unpublished changes are there again and it publishes as before. An unknown id is not_found; an active session is failed_precondition.",
+		Args:        []Arg{argWSReq},
+		Result:      map[string]string{"workspace_session_id": "string", "state": "string", "files_changed": "integer", "rebased": "boolean"}},
 	{Name: "list_workspace_sessions", Group: GroupRuntime, Scope: ScopeSandbox,
 		Summary:     "List workspace sessions.",
 		Description: "Returns live and archived sessions with their state and active commands.",
@@ -494,7 +544,7 @@ var catalog = []Operation{
 var asyncOps = map[string]bool{
 	"create_sandbox": true, "destroy_sandbox": true, "squash_layerstacks": true, "export_changes": true,
 	"create_workspace_session": true, "destroy_workspace_session": true, "publish_workspace_session": true,
-	"refresh_workspace_session": true,
+	"refresh_workspace_session": true, "pause_sandbox": true, "resume_sandbox": true,
 }
 
 var argAsync = boolArg("async", "Return as soon as the sandbox's workflow accepted the operation, with its workflow id, instead of waiting for the result (follow it in the Temporal UI).")
@@ -788,6 +838,11 @@ func OpenAPI() []byte {
 			},
 		}}
 	}
+	for i := range catalog {
+		if o := &catalog[i]; o.RawHTTP != "" && !o.Internal {
+			rawHTTPPath(paths, o, errResp)
+		}
+	}
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info":    map[string]any{"title": "sandbox-gateway", "version": "v1", "description": "Ephemeral Sandbox gateway. Authenticate with Authorization: Bearer <token from ~/.ephemeral-sandbox/gateway.token>."},
@@ -809,4 +864,31 @@ func OpenAPI() []byte {
 		panic(fmt.Sprintf("openapi: %v", err))
 	}
 	return b
+}
+
+// rawHTTPPath adds an op's raw-bytes route to the OpenAPI paths.
+func rawHTTPPath(paths map[string]any, o *Operation, errResp map[string]any) {
+	params := []any{map[string]any{"name": "sandbox_id", "in": "path", "required": true, "schema": map[string]any{"type": "string", "pattern": PatternID}}}
+	for _, a := range o.Args {
+		if a.Name == o.CLIUpload {
+			continue
+		}
+		params = append(params, map[string]any{"name": a.Name, "in": "query", "required": a.Required, "description": a.Description,
+			"schema": map[string]any{"type": jsonSchemaType(a.Type)}})
+	}
+	bytesContent := map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}
+	entry := map[string]any{"operationId": o.Name + "_raw", "tags": []string{o.Group}, "summary": o.Summary + " (raw bytes)",
+		"description": o.Description, "parameters": params, "responses": map[string]any{"default": errResp}}
+	if o.CLIUpload != "" {
+		entry["requestBody"] = map[string]any{"required": true, "content": bytesContent}
+		entry["responses"].(map[string]any)["200"] = map[string]any{"description": "result", "content": map[string]any{"application/json": map[string]any{"schema": o.resultSchema()}}}
+	} else {
+		entry["responses"].(map[string]any)["200"] = map[string]any{"description": "the file's bytes (X-Content-Sha256, X-Executable headers)", "content": bytesContent}
+	}
+	m, _ := paths[FilesPath].(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+		paths[FilesPath] = m
+	}
+	m[strings.ToLower(o.RawHTTP)] = entry
 }

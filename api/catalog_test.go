@@ -172,8 +172,15 @@ func TestOpenAPI(t *testing.T) {
 		t.Errorf("openapi %q", doc.OpenAPI)
 	}
 	pub := PublicOps("")
-	if len(doc.Paths) != len(pub) {
+	if len(doc.Paths) != len(pub)+1 { // and the raw-bytes route of file_upload / file_download
 		t.Errorf("%d paths for %d public ops", len(doc.Paths), len(pub))
+	}
+	for _, o := range pub {
+		if o.RawHTTP != "" {
+			if _, ok := doc.Paths[FilesPath][strings.ToLower(o.RawHTTP)]; !ok {
+				t.Errorf("no %s %s for %s", o.RawHTTP, FilesPath, o.Name)
+			}
+		}
 	}
 	for _, o := range pub {
 		if _, ok := doc.Paths["/v1/ops/"+o.Name]["post"]; !ok {

@@ -31,12 +31,17 @@ const (
 	// a publish), unlike it a retry of the same request without that fails
 	// again, so clients must not retry it blindly.
 	KindResourceExhausted = "resource_exhausted"
+	// KindFailedPrecondition: the object is not in a state that allows the
+	// operation (a paused sandbox asked to run a command, restoring a
+	// session that is not archived); details say which state and which
+	// operation changes it (details.hint). HTTP 409.
+	KindFailedPrecondition = "failed_precondition"
 )
 
 var kinds = map[string]bool{
 	KindInvalidRequest: true, KindOperationFailed: true, KindNotFound: true, KindInternal: true, KindUnknownOp: true,
 	KindUnauthorized: true, KindBadJSON: true, KindRequestTooLarge: true, KindServerBusy: true, KindShuttingDown: true,
-	KindConflict: true, KindOperationConflict: true, KindMethodNotAllowed: true, KindResourceExhausted: true,
+	KindConflict: true, KindOperationConflict: true, KindMethodNotAllowed: true, KindResourceExhausted: true, KindFailedPrecondition: true,
 }
 
 // IsKind reports whether k is one of the wire's error kinds.
@@ -88,7 +93,7 @@ func HTTPStatus(kind string) int {
 		return http.StatusTooManyRequests
 	case KindShuttingDown:
 		return http.StatusServiceUnavailable
-	case KindOperationFailed, KindConflict, KindOperationConflict:
+	case KindOperationFailed, KindConflict, KindOperationConflict, KindFailedPrecondition:
 		return http.StatusConflict
 	case KindMethodNotAllowed:
 		return http.StatusMethodNotAllowed

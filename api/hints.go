@@ -26,6 +26,8 @@ var opHints = map[string]Hints{
 	"resize_command":             {Idempotent: true},
 	"file_write":                 {Destructive: true, Idempotent: true},
 	"file_edit":                  {Destructive: true},
+	"file_upload":                {Destructive: true, Idempotent: true},
+	"file_download":              {ReadOnly: true, Idempotent: true},
 	"file_delete":                {Destructive: true, Idempotent: true},
 	"file_move":                  {Destructive: true},
 	"create_workspace_session":   {},
@@ -45,6 +47,10 @@ var opHints = map[string]Hints{
 	"list_workspace_sessions":    {ReadOnly: true, Idempotent: true},
 	"diff_workspace_session":     {ReadOnly: true, Idempotent: true},
 	"check_publish":              {ReadOnly: true, Idempotent: true},
+	"pause_sandbox":              {Destructive: true, Idempotent: true}, // running commands end
+	"resume_sandbox":             {Idempotent: true},
+	"list_archived_sessions":     {ReadOnly: true, Idempotent: true},
+	"restore_workspace_session":  {},
 }
 
 // Hints returns the operation's behaviour hints. Observability operations

@@ -193,9 +193,34 @@ type SessionDestroyed struct {
 // kept on the state volume.
 type ArchivedSession struct {
 	ID       string    `json:"workspace_session_id"`
+	Agent    string    `json:"agent,omitempty"`
 	Path     string    `json:"path"`
-	Archived time.Time `json:"archived"`
+	Archived time.Time `json:"archived_at"`
 	Bytes    int64     `json:"bytes"`
+	// FilesChanged counts the unpublished changes kept: files, symlinks
+	// and deletions in the session's upper dir.
+	FilesChanged int `json:"files_changed"`
+	// Restorable is false for an archive without a valid session record
+	// (a session dir a daemon could not read at boot): its files are kept
+	// but restore_workspace_session cannot bring it back.
+	Restorable bool `json:"restorable"`
+	// ArchivedBy is the request id of the archive_idle_sessions call that
+	// archived it, so a retried call reports the same sessions.
+	ArchivedBy string `json:"archived_by,omitempty"`
+}
+
+// RestoreSessionResult is restore_workspace_session's answer.
+type RestoreSessionResult struct {
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	State              string `json:"state"`
+	Agent              string `json:"agent,omitempty"`
+	NetworkProfile     string `json:"network_profile"`
+	FilesChanged       int    `json:"files_changed"`
+	// Rebased is true when the session's base layers were no longer
+	// leased (an archive made before leases were kept): it was restored
+	// over the current head, so a publish compares its changes with the
+	// head, not with what it started from.
+	Rebased bool `json:"rebased"`
 }
 
 // ArchiveResult is archive_idle_sessions' answer.
@@ -228,6 +253,27 @@ type ExportResult struct {
 	WhiteoutsEmitted      *int     `json:"whiteouts_emitted,omitempty"`
 	FilesChanged          *int     `json:"files_changed,omitempty"`
 	LiveWorkspaceSessions []string `json:"live_workspace_sessions,omitempty"` // ids of the sessions alive at export (the seed's list)
+	// Format git: the branch written, its commits (one per published
+	// layer, oldest first), where they start and what the branch was.
+	Branch       string      `json:"branch,omitempty"`
+	Parent       string      `json:"parent,omitempty"`        // the commit the first one builds on ("" = a root commit)
+	ParentSource string      `json:"parent_source,omitempty"` // workspace_copied_from (HEAD when the sandbox was created) or HEAD (at export)
+	PreviousTip  string      `json:"previous_tip,omitempty"`  // the branch before ("" = it was created)
+	Tip          string      `json:"tip,omitempty"`
+	Updated      *bool       `json:"updated,omitempty"` // false: the branch already held exactly these commits
+	Commits      []GitCommit `json:"commits,omitempty"`
+	SkippedPaths []string    `json:"skipped_paths,omitempty"` // published paths git cannot hold (.git components, devices)
+}
+
+// GitCommit is one commit of a git export: one published layer.
+type GitCommit struct {
+	SHA                string `json:"sha"`
+	TxID               string `json:"txid,omitempty"`
+	WorkspaceSessionID string `json:"workspace_session_id,omitempty"`
+	Agent              string `json:"agent,omitempty"`
+	LayerID            string `json:"layer_id"`
+	Time               string `json:"time"`
+	Subject            string `json:"subject"`
 }
 
 // RecoverResult is recover_workspace_session's answer: the publishes it

@@ -15,6 +15,8 @@ type CreateSessionArgs struct {
 	Limits         *SessionLimits `json:"limits,omitempty"`
 	// Egress is an isolated session's egress policy (nil = default).
 	Egress *Egress `json:"egress,omitempty"`
+	// From forks that session: the new one starts as its workspace is now.
+	From string `json:"from,omitempty"`
 }
 
 // SessionLimits are a session's cgroup limits on the wire.
@@ -38,6 +40,7 @@ type SessionInfo struct {
 	Egress             *Egress  `json:"egress,omitempty"` // isolated sessions
 	ActiveCommands     []string `json:"active_command_session_ids"`
 	IdleSeconds        int64    `json:"idle_seconds"`
+	ForkedFrom         string   `json:"forked_from,omitempty"` // the session it was forked from
 }
 
 // DestroySessionArgs are the arguments of destroy_workspace_session.
@@ -162,6 +165,23 @@ type InitBaseArgs struct {
 // ExportArgs select the export encoding.
 type ExportArgs struct {
 	Format string `json:"format,omitempty"` // tar (default), tar-zst, patch
+	// LayerID exports only that published layer (a tar of what its publish
+	// changed); the answer's X-Layer-Meta header is the base64 of its
+	// LayerExportMeta.
+	LayerID string `json:"layer_id,omitempty"`
+}
+
+// LayerExportMeta is who published an exported layer, and when.
+type LayerExportMeta struct {
+	LayerID string `json:"layer_id"`
+	Kind    string `json:"kind"`
+	TxID    string `json:"txid,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	Agent   string `json:"agent,omitempty"`
+	Message string `json:"message,omitempty"`
+	Time    string `json:"time"` // RFC 3339
+	// SquashedTxIDs: a squash layer's publishes, oldest first.
+	SquashedTxIDs []string `json:"squashed_txids,omitempty"`
 }
 
 // PublishStepArgs drive the publish steps the workflow layer runs one by

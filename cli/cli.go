@@ -125,6 +125,9 @@ func NewCommand(group string, stdout, stderr io.Writer) *cobra.Command {
 	for _, op := range api.PublicOps(group) {
 		root.AddCommand(opCommand(group, op, g, stdout, stderr))
 	}
+	if group == api.GroupManagement {
+		root.AddCommand(consoleCommand(g, stdout))
+	}
 	return root
 }
 
@@ -274,6 +277,12 @@ func opLong(op api.Operation) string {
 			b.WriteString("\n")
 		}
 	}
+	if op.CLIUpload != "" {
+		fmt.Fprintf(&b, "  --from LOCALFILE: send this local file's bytes as --%s.\n", kebab(op.CLIUpload))
+	}
+	if op.CLIDownload != "" {
+		fmt.Fprintf(&b, "  --to LOCALFILE: write the bytes of %s to this local file (the JSON line then omits them); --force replaces an existing one.\n", op.CLIDownload)
+	}
 	if len(op.Result) > 0 {
 		keys := make([]string, 0, len(op.Result))
 		for k := range op.Result {
@@ -324,7 +333,14 @@ func opCommand(group string, op api.Operation, g *globals, stdout, stderr io.Wri
 			}
 		}
 	}
+	lf := addLocalFileFlags(op, fs)
 	cmd.RunE = func(cmd *cobra.Command, posArgs []string) error {
+		if err := lf.fill(op, values); err != nil {
+			return err
+		}
+		if err := lf.check(); err != nil {
+			return err
+		}
 		args, err := buildArgs(op, values, posArgs)
 		if err != nil {
 			return err
@@ -353,6 +369,9 @@ func opCommand(group string, op api.Operation, g *globals, stdout, stderr io.Wri
 		pl.end()
 		if cerr != nil {
 			return &exitError{code: ExitError, err: api.AsError(cerr)}
+		}
+		if out, err = lf.write(op, out); err != nil {
+			return err
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, out); err != nil {

@@ -10,8 +10,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // EnvVar names the gateway YAML, as the seed's start script reads it.
@@ -28,6 +31,10 @@ type Config struct {
 	Applied, Ignored []string
 	// Notes are non-fatal remarks (e.g. a daemon YAML that is not there).
 	Notes []string
+	// DefaultSandboxTTL and DefaultSessionIdleTTL are the gateway YAML's
+	// lifecycle.default_sandbox_ttl and lifecycle.default_session_idle_ttl
+	// (ours, not the seed's): create_sandbox's defaults (0 = off).
+	DefaultSandboxTTL, DefaultSessionIdleTTL time.Duration
 }
 
 // Keys the daemon YAML may set (runtime.layerstack.autosquash_policies is
@@ -82,6 +89,9 @@ func Load(path string) (*Config, error) {
 	c := &Config{}
 	flat := map[string]any{}
 	flatten("", doc, flat)
+	if err := c.applyLifecycle(path, flat); err != nil {
+		return nil, err
+	}
 	if v, ok := flat[keyDaemonYAML]; ok {
 		s, ok := v.(string)
 		if !ok || s == "" {
@@ -123,6 +133,47 @@ func Load(path string) (*Config, error) {
 	sort.Strings(c.Ignored)
 	c.Ignored = slices.Compact(c.Ignored)
 	return c, nil
+}
+
+// Our lifecycle keys of the gateway YAML.
+const (
+	keySandboxTTL     = "lifecycle.default_sandbox_ttl"
+	keySessionIdleTTL = "lifecycle.default_session_idle_ttl"
+)
+
+// applyLifecycle reads (and removes from doc) the lifecycle defaults: Go
+// durations such as 30m or 24h, 0 for off, within api.MinTTL..api.MaxTTL.
+func (c *Config) applyLifecycle(file string, doc map[string]any) error {
+	for k, v := range doc {
+		if !strings.HasPrefix(k, "lifecycle.") && k != "lifecycle" {
+			continue
+		}
+		if k == "lifecycle" { // an empty section
+			delete(doc, k)
+			continue
+		}
+		var out *time.Duration
+		switch k {
+		case keySandboxTTL:
+			out = &c.DefaultSandboxTTL
+		case keySessionIdleTTL:
+			out = &c.DefaultSessionIdleTTL
+		default:
+			return fmt.Errorf("%s: unknown key %s (known: %s, %s)", file, k, keySandboxTTL, keySessionIdleTTL)
+		}
+		s := fmt.Sprint(v)
+		if v == nil {
+			s = "0"
+		}
+		d, err := api.ParseTTL(k, s)
+		if err != nil {
+			return fmt.Errorf("%s: %s", file, err.Message)
+		}
+		*out = d
+		c.Applied = append(c.Applied, k)
+		delete(doc, k)
+	}
+	return nil
 }
 
 func isDaemonKey(k string) bool {

@@ -39,6 +39,9 @@ type TemporalBackend struct {
 	// fan-out to the sandboxes (defaults 8 and 1.5 s per sandbox).
 	FleetConcurrency int
 	FleetTimeout     time.Duration
+	// DefaultSandboxTTL and DefaultSessionIdleTTL apply to create_sandbox
+	// calls without ttl / session_idle_ttl (0 = off).
+	DefaultSandboxTTL, DefaultSessionIdleTTL time.Duration
 
 	// LocalQueue is the host queue of this process's own workers ("" =
 	// none: --no-workers, every host is remote), LocalName its host name.

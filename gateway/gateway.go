@@ -73,6 +73,7 @@ type Server struct {
 	Metrics *Metrics
 
 	tokenSum [32]byte
+	console  *consoleAuth
 	engine   *gin.Engine
 	sem      chan struct{}
 	lineHook func(*jsonl.Request) // tests: runs before a JSON-lines dispatch
@@ -86,6 +87,7 @@ func New(b Backend, token string, log *slog.Logger) *Server {
 	s := &Server{Backend: b, Token: token, Log: log, MaxBody: MaxBodyBytes, sem: make(chan struct{}, MaxConcurrentConns)}
 	s.SetMetrics(NewMetrics())
 	s.tokenSum = sha256.Sum256([]byte(token))
+	s.console = newConsoleAuth()
 	s.engine = s.routes()
 	return s
 }
@@ -155,6 +157,10 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 		return nil, aerr
 	}
 	if aerr := op.Validate(req.Args); aerr != nil {
+		s.Metrics.observe(op.Name, 0, nil, aerr)
+		return nil, aerr
+	}
+	if aerr := checkUpload(op, req.Args); aerr != nil {
 		s.Metrics.observe(op.Name, 0, nil, aerr)
 		return nil, aerr
 	}
@@ -235,8 +241,10 @@ func (s *Server) routes() *gin.Engine {
 	authed.POST("/ops/:op", s.httpOp)
 	authed.GET("/sandboxes/:id/commands/:command_id/stream", s.streamCommand)
 	authed.GET("/sandboxes/:id/events/stream", s.streamEvents)
+	s.rawFileRoutes(authed)
 	// MCP over streamable HTTP, one endpoint per tool set.
 	e.Any("/mcp/:set", s.auth, s.serveMCP(s.mcpHandlers()))
+	s.consoleRoutes(e) // the operator console (console.go)
 	e.NoRoute(func(c *gin.Context) {
 		abort(c, api.Errorf(api.KindNotFound, nil, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
@@ -253,6 +261,15 @@ func abort(c *gin.Context, e *api.Error) {
 func (s *Server) auth(c *gin.Context) {
 	h := c.GetHeader("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if h == "" {
+		// A console browser: its cookie and the CSRF token bound to it.
+		if ok, refused := s.cookieAuthorized(c); ok || refused {
+			if ok {
+				c.Next()
+			}
+			return
+		}
+	}
 	if !ok || !s.authorized(strings.TrimSpace(tok)) {
 		c.Header("WWW-Authenticate", `Bearer realm="sandbox-gateway"`)
 		abort(c, errUnauthorized())

@@ -81,6 +81,11 @@ func (b *TemporalBackend) LifecycleProgress(ctx context.Context, name, sandboxID
 	case api.RouteHost:
 		return b.hostOp(ctx, op.Name, args)
 	}
+	if op.Name == workflows.UpdatePause || op.Name == workflows.UpdateResume {
+		// The daemon's endpoint changes (or goes): the next runtime call
+		// asks the workflow.
+		defer b.forget(sandboxID)
+	}
 	return b.updateOp(ctx, op, sandboxID, args, async, progress)
 }
 
@@ -95,7 +100,7 @@ func (b *TemporalBackend) updateOp(ctx context.Context, op *api.Operation, sandb
 		// work (the export activity checks again).
 		dest, _ := args["dest"].(string)
 		format, _ := args["format"].(string)
-		if _, err := b.hostPaths().Dest("dest", dest, format == "" || strings.EqualFold(format, "dir")); err != nil {
+		if _, err := b.hostPaths().Dest("dest", dest, format == "" || strings.EqualFold(format, "dir") || format == "git"); err != nil {
 			return nil, hostpath.Refusal(err)
 		}
 	}
@@ -217,6 +222,10 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	for i := range ids {
 		ids[i] = "eos-" + client.NewRequestID()
 	}
+	ttl, idle, err := b.lifecycleArgs(args)
+	if err != nil {
+		return nil, err
+	}
 	memo := map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}
 	spec := workflows.SandboxSpec{Image: image, WorkspaceRoot: root}
 	// Placement: every activity of the sandbox runs on its host's queue.
@@ -230,13 +239,14 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "async"}, "async create_sandbox takes count 1 (a group waits for its leader's base)")
 		}
 		spec.SandboxID = ids[0]
-		wid, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: queue, Spec: spec}, memo)
+		wid, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: queue, Spec: spec, SandboxTTL: ttl, SessionTTL: idle}, memo)
 		if err != nil {
 			return nil, mapErr(ids[0], err)
 		}
 		return map[string]any{"id": ids[0], "state": workflows.PhaseCreating, "workflow_id": wid, "workspace_root": root, "image": image}, nil
 	}
-	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: queue, Memo: memo, Progress: progress})
+	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: queue, Memo: memo, Progress: progress,
+		SandboxTTL: ttl, SessionTTL: idle})
 	if err != nil {
 		return nil, mapErr(ids[0], err)
 	}

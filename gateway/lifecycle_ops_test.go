@@ -29,7 +29,8 @@ func TestEveryRecordsOpHasAHandler(t *testing.T) {
 // workflow's update of the same name (the workflow registers it).
 func TestUpdateOpsAreWorkflowUpdates(t *testing.T) {
 	updates := map[string]bool{workflows.UpdateCreateSession: true, workflows.UpdateDestroySession: true, workflows.UpdatePublish: true,
-		workflows.UpdateRefresh: true, workflows.UpdateSquash: true, workflows.UpdateExport: true}
+		workflows.UpdateRefresh: true, workflows.UpdateSquash: true, workflows.UpdateExport: true,
+		workflows.UpdatePause: true, workflows.UpdateResume: true, workflows.UpdateRestoreSession: true}
 	for _, o := range api.PublicOps("") {
 		if o.Lifecycle && o.Route == api.RouteUpdate {
 			require.True(t, updates[o.Name], "%s is routed to a workflow update the sandbox workflow does not have", o.Name)

@@ -389,3 +389,7 @@ func (d *deadlineWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+
+// Hijack hands the connection over (the console's terminal WebSocket); gin
+// asserts http.Hijacker on the writer it wraps.
+func (d *deadlineWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return d.rc.Hijack() }

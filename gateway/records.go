@@ -83,6 +83,7 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 			rec["availability"] = "unavailable"
 		}
 	}
+	addLifecycle(rec, st)
 	return rec
 }
 

@@ -23,6 +23,9 @@ func (b *TemporalBackend) endpoint(ctx context.Context, id string) (api.Endpoint
 	if err != nil {
 		return ep, err
 	}
+	if workflows.IsPausedPhase(st.Phase) {
+		return ep, workflows.PausedError(id, st.Phase)
+	}
 	if st.Phase != workflows.PhaseReady || st.Container.Daemon.Port == 0 {
 		return ep, api.Errorf(api.KindInvalidRequest, map[string]any{"sandbox_id": id, "state": st.Phase}, "sandbox %s is %s", id, st.Phase)
 	}
@@ -64,6 +67,9 @@ func (b *TemporalBackend) RuntimeProgress(ctx context.Context, op, sandboxID str
 			return b.fleetResources(ctx)
 		}
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"op": op}, "%s needs a sandbox id", op)
+	}
+	if op == "snapshot" {
+		return b.sandboxSnapshot(ctx, sandboxID, args)
 	}
 	if o, ok := api.LookupOp(op); ok && o.Group == api.GroupObservability {
 		// The daemon's views name their sandbox; it does not know its id.

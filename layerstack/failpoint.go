@@ -22,6 +22,10 @@ const (
 	FailAfterAudit    = "after-audit"    // audit line appended
 	FailAfterTx       = "after-tx"       // transaction record written
 	FailSquashCommit  = "squash-before-manifest"
+	// A fork: its upper dir written, then its lease persisted (the
+	// caller has not recorded the new session yet).
+	FailForkAfterUpper = "fork-after-upper"
+	FailForkAfterLease = "fork-after-lease"
 )
 
 // CommitFailpoints lists the commit path's failpoints in order.

@@ -16,6 +16,8 @@ import (
 type CreateOptions struct {
 	HostQueue  string
 	SessionTTL time.Duration
+	// SandboxTTL pauses each sandbox this long after creation or resume.
+	SandboxTTL time.Duration
 	Memo       map[string]any
 	Progress   func(msg string) // nil: no progress
 	// Adopt recreates the workflows of orphaned sandboxes over their
@@ -40,7 +42,7 @@ func CreateSandboxes(ctx context.Context, c client.Client, spec workflows.Sandbo
 	if len(ids) > 1 {
 		leader.SharedBase = &workflows.SharedBase{Volume: workflows.BaseVolumeName(ids[0]), Leader: true}
 	}
-	first, err := createOne(ctx, c, workflows.SandboxInput{Spec: leader, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL, Adopt: o.Adopt}, o)
+	first, err := createOne(ctx, c, workflows.SandboxInput{Spec: leader, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL, SandboxTTL: o.SandboxTTL, Adopt: o.Adopt}, o)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +58,7 @@ func CreateSandboxes(ctx context.Context, c client.Client, spec workflows.Sandbo
 		go func(i int, in workflows.SandboxInput) {
 			defer wg.Done()
 			out[i], errs[i] = createOne(ctx, c, in, o)
-		}(i, workflows.SandboxInput{Spec: f, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL, BaseID: first.BaseID})
+		}(i, workflows.SandboxInput{Spec: f, HostQueue: o.HostQueue, SessionTTL: o.SessionTTL, SandboxTTL: o.SandboxTTL, BaseID: first.BaseID})
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)

@@ -20,6 +20,8 @@ func RenderResult(op string, v map[string]any) string {
 		renderCommand(&b, v)
 	case "file_read":
 		renderFileRead(&b, v)
+	case "file_download":
+		renderFileDownload(&b, v)
 	default:
 		outline(&b, v, "")
 	}
@@ -97,6 +99,21 @@ func renderFileRead(b *strings.Builder, v map[string]any) {
 	if next, ok := v["next_offset"].(float64); ok {
 		fmt.Fprintf(b, "[more: file_read offset %d]\n", int(next))
 	}
+}
+
+// maxTextBase64 is the largest content_base64 a file_download's text
+// rendering repeats; past it the bytes are only in structuredContent.
+const maxTextBase64 = 64 << 10
+
+func renderFileDownload(b *strings.Builder, v map[string]any) {
+	size, _ := v["size"].(float64)
+	fmt.Fprintf(b, "%v: %d bytes, sha256 %v, executable %v\n", v["path"], int64(size), v["sha256"], v["executable"])
+	c, _ := v["content_base64"].(string)
+	if len(c) <= maxTextBase64 {
+		b.WriteString("content_base64: " + c + "\n")
+		return
+	}
+	fmt.Fprintf(b, "[content_base64 (%d characters) is in the result's structuredContent]\n", len(c))
 }
 
 // renderConflicts lists each conflicting path with the line ranges of each

@@ -150,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.restoreSessions(ctx); err != nil {
 		return nil, err
 	}
+	d.sweepSessionLeases(ctx)
 	d.reconcilePublishes(ctx)
 	d.sweepTxns()
 	d.sweepTrash()

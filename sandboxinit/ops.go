@@ -20,7 +20,13 @@ import (
 func (d *Daemon) operations() map[string]handler {
 	return map[string]handler{
 		"create_workspace_session": op(func(ctx context.Context, rid string, a api.CreateSessionArgs) (any, error) {
-			s, err := d.createSession(ctx, a, false)
+			create := func(ctx context.Context, a api.CreateSessionArgs) (*session, error) {
+				return d.createSession(ctx, a, false)
+			}
+			if a.From != "" {
+				create = d.forkSession
+			}
+			s, err := create(ctx, a)
 			if err != nil {
 				return nil, err
 			}
@@ -29,7 +35,15 @@ func (d *Daemon) operations() map[string]handler {
 		"list_workspace_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
 			return map[string]any{"workspace_sessions": d.listSessions(), "archived_sessions": d.listArchived()}, nil
 		}),
-		"archive_idle_sessions": op(func(ctx context.Context, rid string, a ArchiveIdleArgs) (any, error) { return d.archiveIdle(ctx, a) }),
+		"archive_idle_sessions": op(func(ctx context.Context, rid string, a ArchiveIdleArgs) (any, error) {
+			return d.archiveIdle(ctx, rid, a)
+		}),
+		"list_archived_sessions": op(func(ctx context.Context, rid string, _ struct{}) (any, error) {
+			return map[string]any{"archived_sessions": d.listArchived()}, nil
+		}),
+		"restore_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) {
+			return d.restoreArchived(ctx, rid, a)
+		}),
 		"destroy_workspace_session": op(func(ctx context.Context, rid string, a api.DestroySessionArgs) (any, error) {
 			return d.destroySession(ctx, a)
 		}),
@@ -73,7 +87,11 @@ func (d *Daemon) operations() map[string]handler {
 			return d.fileWrite(ctx, rid, a)
 		}),
 		"file_edit": op(func(ctx context.Context, rid string, a api.FileEditArgs) (any, error) { return d.fileEdit(ctx, rid, a) }),
-		"file_list": op(func(ctx context.Context, rid string, a api.FileListArgs) (any, error) { return d.fileList(a) }),
+		"file_upload": op(func(ctx context.Context, rid string, a api.FileUploadArgs) (any, error) {
+			return d.fileUpload(ctx, rid, a)
+		}),
+		"file_download": op(func(ctx context.Context, rid string, a api.FileDownloadArgs) (any, error) { return d.fileDownload(a) }),
+		"file_list":     op(func(ctx context.Context, rid string, a api.FileListArgs) (any, error) { return d.fileList(a) }),
 		"file_delete": op(func(ctx context.Context, rid string, a api.FileDeleteArgs) (any, error) {
 			return d.fileDelete(ctx, rid, a)
 		}),
@@ -96,6 +114,9 @@ func (d *Daemon) operations() map[string]handler {
 			return res, err
 		}),
 		"export_layerstack": op(func(ctx context.Context, rid string, a api.ExportArgs) (any, error) {
+			if a.LayerID != "" {
+				return d.layerExport(ctx, a)
+			}
 			return &exportStream{d: d, format: a.Format, ctx: context.WithoutCancel(ctx)}, nil
 		}),
 	}

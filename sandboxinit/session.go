@@ -96,6 +96,11 @@ type sessionRecord struct {
 	Egress         *api.Egress    `json:"egress,omitempty"` // isolated only; nil = default
 	Created        time.Time      `json:"created"`
 	Generation     int            `json:"generation"`
+	ForkedFrom     string         `json:"forked_from,omitempty"`
+	// RestoredBy is the request id of the restore_workspace_session call
+	// that brought the session back from the archive (a retry answers the
+	// same).
+	RestoredBy string `json:"restored_by,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -134,7 +139,7 @@ func (d *Daemon) info(s *session) api.SessionInfo {
 	if seen.rt != nil {
 		inf.IP = seen.rt.IP()
 	}
-	inf.Egress = s.egress()
+	inf.Egress, inf.ForkedFrom = s.egress(), s.rec.ForkedFrom
 	if inf.ActiveCommands == nil {
 		inf.ActiveCommands = []string{}
 	}

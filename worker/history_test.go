@@ -105,6 +105,8 @@ func TestRecordHistories(t *testing.T) {
 		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 1), filepath.Join(out, "publish-keep.json"))
 	})
 
+	t.Run("lifecycle-ttl", func(t *testing.T) { recordLifecycleTTL(t, s, out) })
+
 	t.Run("publish-settles", func(t *testing.T) {
 		// A publish refused at prepare (a command still runs) is aborted;
 		// after the command is cancelled the next one commits (recorded
@@ -129,6 +131,50 @@ func TestRecordHistories(t *testing.T) {
 		s.writeHistory(t, h, id, filepath.Join(out, "publish-prepare-refused.json"))
 		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 2), filepath.Join(out, "publish-settled.json"))
 	})
+}
+
+// lifecycle-ttl: an idle session archived and restored, a user pause and
+// resume (and an idempotent second pause), then the TTL's pause, then
+// destroy.
+func recordLifecycleTTL(t *testing.T, s *stack, out string) {
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("line 1\n"), 0o644))
+	id := "rec-" + randHex(6)
+	t.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
+	_, err := s.svc.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue, SessionTTL: 2 * time.Second, SandboxTTL: 30 * time.Second,
+			Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: ws}})
+	require.NoError(t, err)
+	var st workflows.SandboxState
+	require.NoError(t, s.update(id, workflows.UpdateWaitReady, &st))
+	var o map[string]any
+	require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "idler"}))
+	sess := o["workspace_session_id"].(string)
+	s.daemon(id, st.Container.Daemon, "file_write", map[string]any{"workspace_session_id": sess, "path": "idle.txt", "content": "kept"})
+	state := func() workflows.SandboxState {
+		v, err := s.svc.Client.QueryWorkflow(context.Background(), workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+		require.NoError(t, err)
+		var st workflows.SandboxState
+		require.NoError(t, v.Get(&st))
+		return st
+	}
+	require.Eventually(t, func() bool { _, live := state().Sessions[sess]; return !live }, time.Minute, 200*time.Millisecond, "archived")
+	var r map[string]any
+	require.NoError(t, s.update(id, workflows.UpdateRestoreSession, &r, workflows.SessionRequest{WorkspaceSessionID: sess}))
+	var lr workflows.LifecycleResult
+	require.NoError(t, s.update(id, workflows.UpdatePause, &lr))
+	require.NoError(t, s.update(id, workflows.UpdatePause, &lr))
+	require.True(t, lr.Already)
+	require.NoError(t, s.update(id, workflows.UpdateResume, &lr))
+	require.Eventually(t, func() bool {
+		st := state()
+		return st.Phase == workflows.PhasePaused && st.Lifecycle.PausedBy == workflows.PausedByTTL
+	},
+		2*time.Minute, 200*time.Millisecond, "the ttl pauses")
+	var final workflows.SandboxState
+	require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+	s.waitClosed(t, workflows.SandboxWorkflowID(id))
+	s.saveHistory(t, id, workflows.SandboxWorkflowID(id), filepath.Join(out, "sandbox-lifecycle-ttl.json"))
 }
 
 // contended: publishes of two sessions sent at once, and a refresh of a

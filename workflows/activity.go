@@ -84,7 +84,14 @@ type ExportSpec struct {
 	SandboxID string       `json:"sandbox_id"`
 	Daemon    api.Endpoint `json:"daemon"`
 	Dest      string       `json:"dest"`   // absolute host path
-	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch
+	Format    string       `json:"format"` // dir (default), tar, tar-zst, patch, git
+	Branch    string       `json:"branch,omitempty"`
+	Force     bool         `json:"force,omitempty"`
+	// WorkspaceRoot (format git): the sandbox's workspace_root, the one
+	// dest the published paths are relative to.
+	WorkspaceRoot string `json:"workspace_root,omitempty"`
+	// GitParent (format git): the commit the workspace was copied from.
+	GitParent string `json:"git_parent,omitempty"`
 }
 
 // ImageInfo is one entry of list_docker_images.
@@ -105,6 +112,8 @@ type CopyReport struct {
 	// SkippedPaths lists the first few of them (relative to the root).
 	Skipped      int      `json:"skipped"`
 	SkippedPaths []string `json:"skipped_paths,omitempty"`
+	// GitHead is the root's git HEAD commit at the copy ("" = none).
+	GitHead string `json:"git_head,omitempty"`
 }
 
 // SharedBase is the base volume of a group of sandboxes created together.

@@ -32,4 +32,12 @@
 //   - A daemon answer that does not decode into its api type is an error.
 //   - The state struct is the continue-as-new payload; the workflow
 //     continues as new once Temporal suggests it and no handler is running.
+//   - Lifecycle a user turns on (lifecycle_ttl.go) never deletes: a TTL
+//     pauses the sandbox (its container stopped, every volume kept), and an
+//     idle session is archived with its work and its base. A pause waits for
+//     the updates accepted before it and is refused while a publish runs; a
+//     paused sandbox refuses runtime updates with failed_precondition. A
+//     failed resume stops the container again: a sandbox is running or
+//     paused, never in between, after any crash (the stop and start
+//     activities are idempotent and retried).
 package workflows

@@ -54,7 +54,12 @@ type sandbox struct {
 	// different sessions run side by side; one session's do not).
 	publishing map[string]bool
 	lost       bool
-	log        interface {
+	// busy counts running daemon-using updates (a pause waits for them);
+	// wakeRev changes when the run loop must recompute its timer
+	// (lifecycle_ttl.go).
+	busy, wakeRev   int
+	expirePostponed bool
+	log             interface {
 		Info(string, ...interface{})
 		Error(string, ...interface{})
 	}
@@ -94,9 +99,12 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 		if h.validate != nil {
 			opts.Validator = h.validate
 		}
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.fn, opts); err != nil {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.tracked(h.name, h.fn), opts); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.registerLifecycle(ctx); err != nil {
+		return nil, err
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, SignalContainerLost)
@@ -122,6 +130,9 @@ func (s *sandbox) queue() string {
 // create runs the creation saga: each step that made something pushes its
 // compensation; a failure runs them in reverse on a disconnected context.
 func (s *sandbox) create(ctx workflow.Context) (err error) {
+	if err := checkLifecycleInput(s.in); err != nil {
+		return err
+	}
 	spec := s.in.Spec
 	dctx := dockerOptions(ctx, s.queue())
 	var undo []func(workflow.Context) error
@@ -163,9 +174,11 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("create container", err)
 	}
 	if !s.in.Adopt {
-		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, nil); err != nil {
+		var copied CopyReport
+		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, &copied); err != nil {
 			return s.stepFailed("copy workspace", err)
 		}
+		s.state.GitHead = copied.GitHead
 	}
 	if err := workflow.ExecuteActivity(dctx, ActStartContainer, spec.SandboxID).Get(ctx, &info); err != nil {
 		return s.stepFailed("start container", err)
@@ -247,8 +260,9 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 		if s.in.SessionTTL > 0 {
 			wait = s.in.SessionTTL / 2
 		}
+		wait, rev := s.nextWake(ctx, wait), s.wakeRev
 		done, err := workflow.AwaitWithTimeout(ctx, wait, func() bool {
-			return s.state.Phase == PhaseStopped || s.lost || s.suggestContinue(ctx)
+			return s.state.Phase == PhaseStopped || s.lost || s.suggestContinue(ctx) || s.wakeRev != rev
 		})
 		if err != nil {
 			return SandboxResult{}, err
@@ -274,7 +288,10 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 			in.State = s.state
 			return SandboxResult{}, workflow.NewContinueAsNewError(ctx, SandboxWorkflowName, in)
 		case !done && s.in.SessionTTL > 0:
+			s.expire(ctx)
 			s.reap(ctx)
+		case !done:
+			s.expire(ctx)
 		}
 	}
 }
@@ -322,6 +339,9 @@ func (s *sandbox) validateReadyNoArg() error { return s.validateReady(CreateSess
 
 func (s *sandbox) validateReady(CreateSessionRequest) error {
 	if s.state.Phase != PhaseReady {
+		if err := s.errPaused(); err != nil {
+			return err
+		}
 		return apperr.Newf(api.KindInvalidRequest, map[string]any{"sandbox_id": s.id(), "state": s.state.Phase}, "sandbox %s is %s", s.id(), s.state.Phase)
 	}
 	return nil
@@ -357,10 +377,10 @@ func (s *sandbox) validateAmend(r AmendRequest) error {
 		return err
 	}
 	switch r.Op {
-	case "file_write", "file_edit", "file_delete", "file_move":
+	case "file_write", "file_edit", "file_delete", "file_move", "file_upload":
 		return nil
 	}
-	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, not %s", r.Op)
+	return apperr.Newf(api.KindInvalidRequest, map[string]any{"op": r.Op}, "amend supports file_write, file_edit, file_delete, file_move, file_upload, not %s", r.Op)
 }
 
 func (s *sandbox) validateExport(r ExportRequest) error {
@@ -369,6 +389,9 @@ func (s *sandbox) validateExport(r ExportRequest) error {
 	}
 	if r.Dest == "" || r.Dest[0] != '/' {
 		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "dest"}, "dest must be an absolute host path")
+	}
+	if (r.Format == "git") != (r.Branch != "") {
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "branch"}, "branch is required with format git, and only taken by it")
 	}
 	return nil
 }
@@ -502,7 +525,10 @@ func (s *sandbox) squash(ctx workflow.Context) (json.RawMessage, error) {
 
 func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResult, error) {
 	var out *api.ExportResult
-	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format}
+	spec := ExportSpec{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Dest: r.Dest, Format: r.Format, Branch: r.Branch, Force: r.Force}
+	if r.Format == "git" {
+		spec.WorkspaceRoot, spec.GitParent = s.in.Spec.WorkspaceRoot, s.state.GitHead
+	}
 	err := workflow.ExecuteActivity(dockerOptions(ctx, s.queue()), ActExportChanges, spec).Get(ctx, &out)
 	return out, err
 }
@@ -530,7 +556,9 @@ func (s *sandbox) destroy(ctx workflow.Context) (*SandboxState, error) {
 		_ = workflow.Await(ctx, func() bool { return s.state.Phase == PhaseStopped })
 		return s.state, nil
 	}
-	if err := workflow.Await(ctx, func() bool { return s.state.Phase != PhaseCreating }); err != nil {
+	if err := workflow.Await(ctx, func() bool {
+		return s.state.Phase != PhaseCreating && s.state.Phase != PhasePausing && s.state.Phase != PhaseResuming
+	}); err != nil {
 		return nil, err
 	}
 	s.state.Phase = PhaseStopping

@@ -15,6 +15,9 @@ type SandboxInput struct {
 	HostQueue string `json:"host_queue,omitempty"`
 	// SessionTTL reaps sessions idle for longer (0 = never).
 	SessionTTL time.Duration `json:"session_ttl,omitempty"`
+	// SandboxTTL pauses the sandbox this long after creation or its last
+	// resume (0 = never; lifecycle_ttl.go).
+	SandboxTTL time.Duration `json:"sandbox_ttl,omitempty"`
 	// BaseID is the shared base a group follower initialises from (the
 	// leader's, see SharedBase).
 	BaseID string `json:"base_id,omitempty"`
@@ -44,11 +47,17 @@ type SandboxState struct {
 	// HostQueue is the task queue of the sandbox's host (SandboxInput's;
 	// "" = the shared queue, a single-host deployment).
 	HostQueue string `json:"host_queue,omitempty"`
+	// Lifecycle holds the TTLs and the pause state (lifecycle_ttl.go).
+	Lifecycle *LifecycleState `json:"lifecycle,omitempty"`
 
 	// SharedRootHash is the base's root hash when the sandbox shares it
 	// with others created together (create_sandbox count): the same in
 	// every record of the group.
 	SharedRootHash string `json:"shared_root_hash,omitempty"`
+	// GitHead is the commit HEAD named in workspace_root's repository when
+	// the workspace was copied ("" = not a git work tree): a git export's
+	// parent.
+	GitHead string `json:"git_head,omitempty"`
 }
 
 // SessionRecord is what the workflow knows of a workspace session.
@@ -78,6 +87,8 @@ type CreateSessionRequest struct {
 	// Egress is passed to the daemon as given ("default", "none" or
 	// ["cidr:port", ...]); the daemon validates it.
 	Egress json.RawMessage `json:"egress,omitempty"`
+	// From: fork this session (the daemon checks it).
+	From string `json:"from,omitempty"`
 }
 
 // SessionRequest names a session (destroy, refresh).
@@ -105,6 +116,8 @@ type AmendRequest struct {
 type ExportRequest struct {
 	Dest   string `json:"dest"`
 	Format string `json:"format,omitempty"`
+	Branch string `json:"branch,omitempty"` // format git only
+	Force  bool   `json:"force,omitempty"`  // format git: move a branch that is not an ancestor
 }
 
 // PublishInput is PublishWorkflow's input. TxID is the workflow's own id.

@@ -114,10 +114,10 @@ func (c *cluster) hostCmd(t *testing.T, env []string, args ...string) {
 	}
 }
 
-// eventually polls cond until it holds; the bound only keeps a broken
+// clusterEventually polls cond until it holds; the bound only keeps a broken
 // cluster from hanging the run (the host-loss path waits out
 // workflows.HostStaleAfter, 12 s).
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
+func clusterEventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
@@ -247,7 +247,7 @@ func TestCluster(t *testing.T) {
 	// Lose h1: its worker dies (SIGKILL, no goodbye) and its Engine stops.
 	c.hostCmd(t, []string{"SIG=KILL"}, "stop-worker", h1)
 	c.hostCmd(t, nil, "stop-engine", h1)
-	eventually(t, "h1's sandbox listed unavailable", func() (bool, string) {
+	clusterEventually(t, "h1's sandbox listed unavailable", func() (bool, string) {
 		_, rec := c.op(t, "inspect_sandbox", "", map[string]any{"sandbox_id": ids[h1]})
 		return rec["availability"] == "unavailable", mustJSON(rec)
 	})
@@ -299,7 +299,7 @@ func TestCluster(t *testing.T) {
 	// h1 comes back: its sandbox is served again with its work intact.
 	c.hostCmd(t, nil, "start-engine", h1)
 	c.hostCmd(t, nil, "start-worker", h1)
-	eventually(t, "h1's sandbox served again", func() (bool, string) {
+	clusterEventually(t, "h1's sandbox served again", func() (bool, string) {
 		st, out := c.op(t, "file_read", ids[h1], map[string]any{"path": "shared.txt"})
 		return st == http.StatusOK && out["content"] == "ALPHA\nbravo\ncharlie\ndelta\nECHO", mustJSON(out)
 	})

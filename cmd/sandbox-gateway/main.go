@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
 	"github.com/ephemeral-sandbox/sandbox/config"
 	"github.com/ephemeral-sandbox/sandbox/gateway"
@@ -36,6 +37,8 @@ func run() int {
 		noWorkers = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
 		uiURL     = flag.String("temporal-ui-url", "", "base URL of a Temporal UI for workflow links (a cluster's; default: the embedded UI when it is on)")
 		cfgFile   = flag.String("config", os.Getenv(config.EnvVar), "the seed's gateway YAML (default $"+config.EnvVar+"); see README, Configuration from the seed's YAML")
+		defTTL    = flag.String("default-sandbox-ttl", "", "pause sandboxes this long after creation or resume unless create_sandbox passes ttl (Go duration, e.g. 24h; 0 = off; default the config's lifecycle.default_sandbox_ttl, else off)")
+		defIdle   = flag.String("default-session-idle-ttl", "", "archive workspace sessions unused this long unless create_sandbox passes session_idle_ttl (e.g. 30m; 0 = off; default the config's lifecycle.default_session_idle_ttl, else off)")
 	)
 	flag.Parse()
 	log := wf.Logger()
@@ -43,6 +46,24 @@ func run() int {
 	if err != nil {
 		log.Error("gateway config", "err", err)
 		return 1
+	}
+
+	sandboxTTL, idleTTL := cfg.DefaultSandboxTTL, cfg.DefaultSessionIdleTTL
+	if *defTTL != "" {
+		d, perr := api.ParseTTL("--default-sandbox-ttl", *defTTL)
+		if perr != nil {
+			log.Error("flags", "err", perr.Message)
+			return 2
+		}
+		sandboxTTL = d
+	}
+	if *defIdle != "" {
+		d, perr := api.ParseTTL("--default-session-idle-ttl", *defIdle)
+		if perr != nil {
+			log.Error("flags", "err", perr.Message)
+			return 2
+		}
+		idleTTL = d
 	}
 
 	token, err := client.EnsureToken(*tokenFile)
@@ -93,7 +114,8 @@ func run() int {
 	if *noWorkers && wf.HostQueue == "" {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace, HostPaths: hostPaths}
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace, HostPaths: hostPaths,
+		DefaultSandboxTTL: sandboxTTL, DefaultSessionIdleTTL: idleTTL}
 	if !*noWorkers {
 		// Sandboxes on this process's own workers are on this machine;
 		// others are on the hosts of the registry, behind their forwarders.
@@ -140,6 +162,7 @@ func run() int {
 	}
 	fmt.Fprintf(os.Stderr, "  allowed roots (workspaces, exports): %s\n", strings.Join(hostPaths.Roots(), ", "))
 	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json; MCP: http://%s/mcp/{management,runtime,observability}; metrics: /metrics; health: /healthz\n", l.Addr(), l.Addr())
+	fmt.Fprintf(os.Stderr, "  console: http://%s/ (sign in with the URL `sandbox-manager-cli --gateway-endpoint %s console` prints)\n", l.Addr(), l.Addr())
 	fmt.Fprintf(os.Stderr, "  try: sandbox-manager-cli --gateway-endpoint %s create_sandbox --image eos-test-busybox:1 --workspace-root \"$PWD\"   (any local image; none is pulled)\n", l.Addr())
 	fmt.Fprintf(os.Stderr, "   or: curl -s -H \"Authorization: Bearer $(cat %s)\" -d '{}' http://%s/v1/ops/list_sandboxes\n", *tokenFile, l.Addr())
 

@@ -76,6 +76,12 @@ func TestRefusalsReachEveryDoorIntact(t *testing.T) {
 			kind: api.KindInvalidRequest, message: "is not present on this Docker host"},
 		{name: "unknown sandbox", op: "inspect_sandbox", args: map[string]any{"sandbox_id": "eos-nope"},
 			kind: api.KindInvalidRequest, message: "sandbox not found: eos-nope"},
+		{name: "fork of an unknown session", op: "create_workspace_session", sandbox: id, args: map[string]any{"from": "ws-nope"},
+			kind: api.KindNotFound, message: "workspace session not found: ws-nope"},
+		{name: "binary upload escaping the workspace", op: "file_upload", sandbox: id,
+			args: map[string]any{"path": "../x.bin", "content_base64": "AAEC", "workspace_session_id": a}, kind: api.KindInvalidRequest, message: "invalid path"},
+		{name: "git export where there is no repository", op: "export_changes",
+			args: map[string]any{"sandbox_id": id, "dest": ws, "format": "git", "branch": "eos/x"}, kind: api.KindInvalidRequest, message: "not inside a git working tree"},
 	}
 	mcpClients := map[string]*mcpclient.Client{}
 	for _, set := range []string{"management", "runtime"} {

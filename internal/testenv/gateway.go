@@ -54,6 +54,7 @@ type Gateway struct {
 	// Dir and HostQueue start it again in the same place (Options).
 	Dir       string
 	HostQueue string
+	args      []string
 	exited    chan struct{}
 }
 
@@ -99,15 +100,16 @@ func StartGateway(t testing.TB) *Gateway {
 // GatewayOptions place a gateway process; a restarted gateway reuses the
 // first one's (same state dir, home, token, host queue and address).
 type GatewayOptions struct {
-	Dir       string // holds state/, home/ and gateway.token ("" = a new temp dir)
-	Addr      string // "" = a free port
-	HostQueue string // "" = a new one
-	Reconcile bool   // run the start-up reconciler (off by default in tests)
+	Dir       string   // holds state/, home/ and gateway.token ("" = a new temp dir)
+	Addr      string   // "" = a free port
+	HostQueue string   // "" = a new one
+	Reconcile bool     // run the start-up reconciler (off by default in tests)
+	Args      []string // more sandbox-gateway flags (kept by Options)
 }
 
 // Options are the options that start this gateway again as it was.
 func (g *Gateway) Options() GatewayOptions {
-	return GatewayOptions{Dir: g.Dir, Addr: g.Addr, HostQueue: g.HostQueue}
+	return GatewayOptions{Dir: g.Dir, Addr: g.Addr, HostQueue: g.HostQueue, Args: g.args}
 }
 
 // StartGatewayWith is StartGateway in a given place.
@@ -126,18 +128,18 @@ func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
 		o.HostQueue = fmt.Sprintf("eos-host-test-%d", time.Now().UnixNano())
 	}
 	g := &Gateway{Addr: o.Addr, Dir: o.Dir, HostQueue: o.HostQueue, StateDir: filepath.Join(o.Dir, "state"), Bins: bins,
-		Home: filepath.Join(o.Dir, "home"), Stderr: &SyncBuffer{}}
+		Home: filepath.Join(o.Dir, "home"), Stderr: &SyncBuffer{}, args: o.Args}
 	if err := os.MkdirAll(g.Home, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	tokenFile := filepath.Join(o.Dir, "gateway.token")
-	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"),
-		"--listen", g.Addr, "--token-file", tokenFile, "--state-dir", g.StateDir,
+	args := []string{"--listen", g.Addr, "--token-file", tokenFile, "--state-dir", g.StateDir,
 		"--temporal-embedded-address", "127.0.0.1:0", "--temporal-ui", "off",
 		"--host-queue", o.HostQueue,
 		"--daemon-binary", daemon,
 		"--seccomp-profile", filepath.Join(RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
-		fmt.Sprintf("--reconcile=%v", o.Reconcile), "--allow-root", TempRoot(t))
+		fmt.Sprintf("--reconcile=%v", o.Reconcile), "--allow-root", TempRoot(t)}
+	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"), append(args, o.Args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+g.Home)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {
