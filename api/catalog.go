@@ -444,10 +444,18 @@ var catalog = []Operation{
 		Args:        []Arg{argWSReq, argGrace, boolArg("force", "Kill running commands.")},
 		Result:      map[string]string{"workspace_session_id": "string", "destroyed": "boolean", "evicted_upperdir_bytes": "integer"}},
 	{Name: "publish_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true, Progress: true,
-		Summary:     "Publish a session's changes as a new layer.",
-		Description: "Commits the session's changes if they do not conflict with what was published since it started. The session is destroyed unless keep. On rejection the session is retained and details.publish_rejection explains why.",
-		Args:        []Arg{argWSReq, argGrace, boolArg("keep", "Keep the session, moved onto the new head."), str("message", "Publish message.")},
-		Result:      map[string]string{"workspace_session_id": "string", "publish": "object", "destroyed": "boolean", "evicted_upperdir_bytes": "integer"}},
+		Summary: "Publish a session's changes as a new layer.",
+		Description: "Commits the session's changes if they do not conflict with what was published since it started. The session is destroyed unless keep. On rejection the session is retained and details.publish_rejection explains why. " +
+			"With verify it is a verified publish (a merge queue inside the sandbox): the command runs (sh -c) in a throwaway session of the would-be head (the current head with the session's changes merged; a conflict is reported as above before anything runs), with the session's network profile, egress and limits, and the publish commits only if it exits 0, onto exactly the head it verified; if another publish moved the head meanwhile it merges onto the new head and verifies again (verify_retries times). " +
+			"A failing command is operation_failed with details.stage verify, reason verify_failed, exit_code, status, output_tail (the last 16 KiB), verified_head; a head that kept moving is operation_conflict with details.reason head_kept_moving; either way nothing is committed and the session keeps its work. " +
+			"Verified publishes of one sandbox run one at a time in the order they were accepted (the snapshot's publish_queue: session, position, state, started_at); a publish without verify does not wait for them. The result then has verify (exit_code, output_tail, verified_head, attempts).",
+		Args: []Arg{argWSReq, argGrace, boolArg("keep", "Keep the session, moved onto the new head."), str("message", "Publish message."),
+			{Name: "verify", Type: TypeString, Pattern: `\S`, Description: "Verified publish: the command that must exit 0 on the would-be head before anything commits (e.g. \"make test\")."},
+			{Name: "verify_timeout_s", Type: TypeInt, Min: i64(1), Max: i64(MaxVerifyTimeoutS), Aliases: []string{"verify-timeout"},
+				Description: "Verified publish: the command's time limit in seconds (default 600); a command that overruns fails the publish (status timed_out)."},
+			{Name: "verify_retries", Type: TypeInt, Min: i64(0), Max: i64(MaxVerifyRetries),
+				Description: "Verified publish: how often to merge onto a head that moved during verification and verify again (default 2)."}},
+		Result: map[string]string{"workspace_session_id": "string", "publish": "object", "destroyed": "boolean", "evicted_upperdir_bytes": "integer"}},
 	{Name: "refresh_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox, Lifecycle: true,
 		Summary:     "Move a session onto the latest published state.",
 		Description: "Rebases the session's unpublished changes onto the current head, merging per line; fails on conflict.",
@@ -485,7 +493,7 @@ var catalog = []Operation{
 	// --- observability ---
 	{Name: "snapshot", Group: GroupObservability, Scope: ScopeEither,
 		Summary:     "Snapshot of a sandbox, or of the fleet without --sandbox-id.",
-		Description: "Sandbox form: lifecycle state, daemon, resources (latest sample and the last minute), workspaces with their running commands, and the layer stack's sizes. System form: {sandboxes:[...]}.",
+		Description: "Sandbox form: lifecycle state, daemon, resources (latest sample and the last minute), workspaces with their running commands, the layer stack's sizes, and publish_queue (the verified publishes waiting or running, in order: workspace_session_id, position, state queued or verifying, started_at). System form: {sandboxes:[...]}.",
 		Result:      map[string]string{"sandbox_id": "string", "lifecycle_state": "string", "availability": "string", "sampled_at_unix_ms": "integer", "errors": "array", "daemon": "object", "resources": "object", "workspaces": "array", "stack": "object"}},
 	{Name: "trace", Group: GroupObservability, Scope: ScopeSandbox,
 		Summary: "Spans of one request.", Description: "The trace id is the request id of a call; calls the workflow layer makes for it (<workflow>/update/<request id>, <txid>/<step>) are found by either end, so a publish's txid shows all its steps. last selects the most recent. Spans nest by parent with their offset from the trace's start and their events inline.",

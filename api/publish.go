@@ -161,6 +161,23 @@ type PublishFinalResult struct {
 	EvictedUpperdirBytes *int64          `json:"evicted_upperdir_bytes,omitempty"`
 }
 
+// PublishTxResult is publish_workspace_session's answer with exactly_once:
+// Clean true is the commit (the finalize result, which the sandbox
+// workflow returns as it is), Clean false the rejection (nothing was
+// committed and the session is active with its changes).
+type PublishTxResult struct {
+	PublishFinalResult
+	Clean bool `json:"clean"`
+	*Rejection
+	// Verify: a verified publish's last verification (passed when Clean;
+	// else, without conflicts, it failed, or HeadKeptMoving).
+	Verify         *VerifyReport `json:"verify,omitempty"`
+	HeadKeptMoving bool          `json:"head_kept_moving,omitempty"`
+}
+
+// Rejected reports whether the publish was refused by the head.
+func (r *PublishTxResult) Rejected() bool { return r.Rejection != nil }
+
 // PublishAbortResult is publish_abort's answer. NotPrepared: nothing of
 // the txid was prepared (its prepare failed, was rejected or never ran),
 // so the abort changed nothing but refusing a later prepare of it.

@@ -60,6 +60,58 @@ type PublishArgs struct {
 	Keep               bool   `json:"keep,omitempty"`
 	Message            string `json:"message,omitempty"`
 	GraceS             *int   `json:"grace_s,omitempty"`
+	// ExactlyOnce (the sandbox workflow's publish): TxID is required and
+	// the publish happens once however often it is retried, a retry
+	// answering as the first call did; the answer is a PublishTxResult
+	// (a rejection is an answer, not an error), and closing a session
+	// that is not kept runs after the answer (the boot reconcile finishes
+	// it after a crash).
+	ExactlyOnce bool `json:"exactly_once,omitempty"`
+	// Verify (with ExactlyOnce) commits only if Verify.Cmd exits 0 in a
+	// throwaway session of the would-be head (see PublishVerify).
+	Verify *PublishVerify `json:"verify,omitempty"`
+}
+
+// Verified publish bounds (publish_workspace_session verify,
+// verify_timeout_s, verify_retries).
+const (
+	DefaultVerifyTimeoutS = 600
+	MaxVerifyTimeoutS     = 3600
+	DefaultVerifyRetries  = 2
+	MaxVerifyRetries      = 5
+	MaxVerifyCmdBytes     = 16 << 10
+	// VerifyOutputTailBytes caps the output a verification returns.
+	VerifyOutputTailBytes = 16 << 10
+)
+
+// PublishVerify is a verified publish's check: Cmd runs (sh -c) in a
+// throwaway session whose /workspace is the would-be head (the head with
+// the session's change set merged), with the session's network profile,
+// egress and limits, for at most TimeoutMS; the publish commits only if it
+// exits 0, and only onto the head it verified (compare and commit). If the
+// head moved meanwhile the change is merged onto the new head and verified
+// again, at most Retries times.
+type PublishVerify struct {
+	Cmd       string `json:"cmd"`
+	TimeoutMS int64  `json:"timeout_ms"`
+	Retries   int    `json:"retries"`
+}
+
+// VerifyReport is what a verification found: in a verified publish's
+// result (verify), or in the details of its rejection.
+type VerifyReport struct {
+	Passed bool `json:"passed"`
+	// Status is the command's (ok, error, timed_out, cancelled).
+	Status     string `json:"status"`
+	ExitCode   *int   `json:"exit_code"`
+	OutputTail string `json:"output_tail"`
+	// OutputTruncated: the output was longer than its tail.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	// VerifiedHead is the head the change set was merged onto and
+	// verified against (and, when it passed and committed, committed onto).
+	VerifiedHead Revision `json:"verified_head"`
+	Attempts     int      `json:"attempts"`
+	WallTimeMS   int64    `json:"wall_time_ms"`
 }
 
 // SessionArgs name a session.

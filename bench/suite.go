@@ -18,7 +18,7 @@ type Options struct {
 	Scale     float64 // multiplies every sample count and duration
 	Agents    []int   // concurrency levels of the parallel-agents scenario
 	AgentTime time.Duration
-	Only      []string // scenario keys to run (a..f); empty = all
+	Only      []string // scenario keys to run (a..f, p); empty = all
 	WorkDir   string   // repositories, worktrees, scratch
 	Stack     StackOptions
 	Log       *slog.Logger
@@ -117,6 +117,7 @@ var scenarios = []scenario{
 	{"b", "Session create vs docker run and git worktree add", runSessionCreate},
 	{"c", "4 KiB file read and write vs docker exec", runFiles},
 	{"d", "Publish latency against change-set size", runPublishSize},
+	{"p", "Small publish (one 4 KiB file) vs git add -A && git commit, in rounds", runSmallPublish},
 	{"f", "Sandbox create for a 1k-file and a 20k-file repository", runSandboxCreate},
 	{"e", "Parallel agents in one sandbox", runAgents},
 }

@@ -96,6 +96,7 @@ func (b *TemporalBackend) sandboxSnapshot(ctx context.Context, sandboxID string,
 			node["errors"] = []any{map[string]any{"kind": api.KindFailedPrecondition, "message": workflows.PausedError(sandboxID, st.Phase).Message}}
 		}
 		node["lifecycle"] = lifecycleView(st)
+		node["publish_queue"] = publishQueue(st)
 		return node, nil
 	}
 	body, err := json.Marshal(withArg(args, "sandbox_id", sandboxID))
@@ -117,5 +118,15 @@ func (b *TemporalBackend) sandboxSnapshot(ctx context.Context, sandboxID string,
 	if lv := lifecycleView(st); lv != nil {
 		node["lifecycle"] = lv
 	}
+	node["publish_queue"] = publishQueue(st)
 	return node, nil
+}
+
+// publishQueue is the workflow's queue of verified publishes waiting or
+// running, in order (never null).
+func publishQueue(st *workflows.SandboxState) []*workflows.QueuedPublish {
+	if st.PublishQueue == nil {
+		return []*workflows.QueuedPublish{}
+	}
+	return st.PublishQueue
 }

@@ -118,7 +118,8 @@ func (b *TemporalBackend) forget(id string) {
 	delete(b.endpoints, id)
 }
 
-// workflowsView lists a sandbox's workflow and its publish children, newest
+// workflowsView lists a sandbox's workflow (with its last_publish) and the
+// publish children of runs from before publishes were one activity, newest
 // first, with links into the Temporal UI.
 func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, limit int) (any, error) {
 	if sandboxID == "" {
@@ -131,7 +132,29 @@ func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, l
 	if len(out) == 0 {
 		return nil, notFoundSandbox(sandboxID)
 	}
+	b.freshLastPublish(ctx, sandboxID, out)
 	return map[string]any{"view": "workflows", "sandbox_id": sandboxID, "workflows": out}, nil
+}
+
+// freshLastPublish sets the last_publish of the sandbox's running
+// workflow in out from the workflow itself: visibility (the list) catches
+// up with a memo upsert only some time after the publish returned, its
+// describe at once.
+func (b *TemporalBackend) freshLastPublish(ctx context.Context, sandboxID string, out []map[string]any) {
+	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
+	if err != nil {
+		return
+	}
+	info := d.GetWorkflowExecutionInfo()
+	lp := decodeMemo(info.GetMemo().GetFields())[workflows.MemoLastPublish]
+	if lp == nil {
+		return
+	}
+	for _, w := range out {
+		if w["run_id"] == info.GetExecution().GetRunId() {
+			w[workflows.MemoLastPublish] = lp
+		}
+	}
 }
 
 // sandboxQuery selects a sandbox's workflow and its publishes (the id is
@@ -156,6 +179,11 @@ func (b *TemporalBackend) listWorkflows(ctx context.Context, query string, limit
 				"start_time": e.GetStartTime().AsTime(), "history_length": e.GetHistoryLength()}
 			if ct := e.GetCloseTime(); ct != nil {
 				w["close_time"] = ct.AsTime()
+			}
+			// A sandbox's latest publish (each publish's record is in the
+			// workflow's history, one memo upsert per publish).
+			if lp := decodeMemo(e.GetMemo().GetFields())[workflows.MemoLastPublish]; lp != nil {
+				w[workflows.MemoLastPublish] = lp
 			}
 			if u := b.uiURL(e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()); u != "" {
 				w["ui_url"] = u

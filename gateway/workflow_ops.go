@@ -35,6 +35,9 @@ func (b *TemporalBackend) listWorkflowsOp(ctx context.Context, _ string, args ma
 	if err != nil {
 		return nil, mapErr("", err)
 	}
+	if id, _ := args["sandbox_id"].(string); id != "" {
+		b.freshLastPublish(ctx, id, out)
+	}
 	return map[string]any{"workflows": out}, nil
 }
 

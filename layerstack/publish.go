@@ -33,6 +33,21 @@ type PublishRequest struct {
 	// session for the capture can thaw it there rather than across the
 	// commit.
 	SourcesRead func()
+	// ExpectVersion, when set, commits only onto the head of that manifest
+	// version (compare and commit: a verified publish commits exactly the
+	// tree it verified); another head fails with *HeadMovedError and
+	// nothing is written.
+	ExpectVersion int64
+}
+
+// HeadMovedError: the head is no longer the version a publish expected.
+type HeadMovedError struct {
+	Expected int64
+	Head     Revision
+}
+
+func (e *HeadMovedError) Error() string {
+	return fmt.Sprintf("the head moved: expected manifest version %d, found %d", e.Expected, e.Head.ManifestVersion)
 }
 
 // RouteSummary counts changed paths by route.
@@ -362,6 +377,10 @@ func (t *txn) result(plan []planned, head *Manifest, layerID string) *PublishRes
 func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked bool) (*PublishResult, error) {
 	s.gcMu.RLock()
 	head := s.head.Load()
+	if v := tx.req.ExpectVersion; v > 0 && head.Version != v {
+		s.gcMu.RUnlock()
+		return nil, &HeadMovedError{Expected: v, Head: head.Revision()}
+	}
 	plan, sum, err := tx.plan(lease.Layers, head)
 	if err != nil {
 		s.gcMu.RUnlock()

@@ -53,6 +53,35 @@ func (s *Store) Refresh(ctx context.Context, leaseID string, cs *ChangeSet, newU
 	return res, nil
 }
 
+// StageOnHead writes the would-be head of publishing cs (captured over
+// lease leaseID): cs resolved against the current head, as an upper dir
+// newUpper (which must not exist) over a new lease at that head, acquired
+// for owner. Unlike Refresh the source lease is kept and the upper dir is
+// written even when the lease is on the head. On conflict it returns the
+// *ConflictError a publish would, and nothing is written.
+func (s *Store) StageOnHead(ctx context.Context, leaseID string, cs *ChangeSet, newUpper, owner string) (*RefreshResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	lease, err := s.Lease(leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(newUpper); err == nil {
+		return nil, fmt.Errorf("%w: stage target %s already exists", ErrBadRequest, newUpper)
+	}
+	l := *lease
+	l.Owner = owner
+	s.commitMu.Lock()
+	res, err := s.refreshLocked(ctx, &l, s.head.Load(), cs, newUpper)
+	s.commitMu.Unlock()
+	if err != nil {
+		_ = removeAll(newUpper)
+		return nil, err
+	}
+	return res, nil
+}
+
 func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest, cs *ChangeSet, newUpper string) (*RefreshResult, error) {
 	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner})
 	if err != nil {

@@ -419,3 +419,23 @@ func TestProgressOverStdio(t *testing.T) {
 		return strings.Contains(strings.Join(msgs, "\n"), "step 2")
 	}, 5*time.Second, 10*time.Millisecond)
 }
+
+// A verified publish on MCP: the runtime tool declares verify and its
+// bounds (from the catalog) and passes them to the gateway as given.
+func TestVerifiedPublishTool(t *testing.T) {
+	op, ok := api.LookupOp("publish_workspace_session")
+	require.True(t, ok)
+	props := mcp.InputSchema(mcp.SetRuntime, op)["properties"].(map[string]any)
+	require.Equal(t, "string", props["verify"].(map[string]any)["type"])
+	require.EqualValues(t, 1, props["verify_timeout_s"].(map[string]any)["minimum"])
+	require.EqualValues(t, api.MaxVerifyTimeoutS, props["verify_timeout_s"].(map[string]any)["maximum"])
+	require.EqualValues(t, api.MaxVerifyRetries, props["verify_retries"].(map[string]any)["maximum"])
+	f := &fakeCaller{}
+	cl := connect(t, mcp.SetRuntime, f, false)
+	res := callTool(t, cl, "publish_workspace_session", map[string]any{"sandbox_id": "eos-1", "workspace_session_id": "ws-1",
+		"verify": "make test", "verify_timeout_s": 30, "verify_retries": 1})
+	require.False(t, res.IsError, text(res))
+	require.Equal(t, "publish_workspace_session", f.last().op)
+	require.Equal(t, "make test", f.last().args["verify"])
+	require.EqualValues(t, 30, f.last().args["verify_timeout_s"])
+}

@@ -114,7 +114,10 @@ type Daemon struct {
 	creating int // sessions admitted by admitSession and not yet in sessions
 	// txs serialises the steps of one publish transaction (prepare,
 	// commit, finalize, abort, and the boot reconcile), never two.
-	txs     txLocks
+	txs txLocks
+	// bg counts the finalizes running after their publish answered
+	// (publishTx); Close waits for them.
+	bg      sync.WaitGroup
 	obs     *observe.Observer
 	started time.Time
 }
@@ -162,6 +165,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 // the container's stop ends them.
 func (d *Daemon) Close(ctx context.Context) error {
 	d.cmds.Shutdown(ctx, d.cfg.ShutdownGrace)
+	d.waitFinalizes(ctx)
 	return errors.Join(d.closeObservability(), d.store.Close())
 }
 

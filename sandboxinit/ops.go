@@ -47,7 +47,12 @@ func (d *Daemon) operations() map[string]handler {
 		"destroy_workspace_session": op(func(ctx context.Context, rid string, a api.DestroySessionArgs) (any, error) {
 			return d.destroySession(ctx, a)
 		}),
-		"publish_workspace_session": op(func(ctx context.Context, rid string, a api.PublishArgs) (any, error) { return d.publishSession(ctx, a) }),
+		"publish_workspace_session": op(func(ctx context.Context, rid string, a api.PublishArgs) (any, error) {
+			if a.ExactlyOnce {
+				return d.publishTx(ctx, a)
+			}
+			return d.publishSession(ctx, a)
+		}),
 		"refresh_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.refreshSession(ctx, a) }),
 		"recover_workspace_session": op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.recoverSession(ctx, a) }),
 		"diff_workspace_session":    op(func(ctx context.Context, rid string, a api.SessionArgs) (any, error) { return d.diffSession(ctx, a) }),

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
@@ -101,7 +99,7 @@ func (d *Daemon) confine(s *session, err error) string {
 		msg = strings.ReplaceAll(msg, s.upper(), ".")
 		msg = strings.ReplaceAll(msg, s.merged()+"/", "")
 	}
-	return stateVolumePath(d.cfg.StateDir).ReplaceAllString(msg, "(daemon state)")
+	return hideStatePaths(msg, d.cfg.StateDir)
 }
 
 // confineErr is err as a client may read it: the message of a refusal, or
@@ -127,16 +125,37 @@ func (d *Daemon) confineErr(err error) error {
 	return err
 }
 
-var stateVolumePaths sync.Map // state dir -> *regexp.Regexp
-
-// stateVolumePath matches a path under dir.
-func stateVolumePath(dir string) *regexp.Regexp {
-	if re, ok := stateVolumePaths.Load(dir); ok {
-		return re.(*regexp.Regexp)
+// hideStatePaths replaces every path under dir in msg with "(daemon
+// state)": dir standing alone (not inside another word or path, such as a
+// txid publish/eos-...), with whatever path follows it.
+func hideStatePaths(msg, dir string) string {
+	dir = filepath.Clean(dir)
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, dir)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		end := i + len(dir)
+		if (i > 0 && pathByte(msg[i-1])) || (end < len(msg) && msg[end] != '/' && pathByte(msg[end])) {
+			b.WriteString(msg[:end])
+			msg = msg[end:]
+			continue
+		}
+		if end < len(msg) && msg[end] == '/' {
+			for end < len(msg) && !strings.ContainsRune(" \t\n\r:'\"", rune(msg[end])) {
+				end++
+			}
+		}
+		b.WriteString(msg[:i])
+		b.WriteString("(daemon state)")
+		msg = msg[end:]
 	}
-	re := regexp.MustCompile(regexp.QuoteMeta(filepath.Clean(dir)) + `(/[^\s:'"]*)?`)
-	stateVolumePaths.Store(dir, re)
-	return re
+}
+
+func pathByte(c byte) bool {
+	return c == '/' || c == '.' || c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (_ map[string]any, retErr error) {

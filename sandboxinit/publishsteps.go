@@ -43,6 +43,9 @@ type preparedPublish struct {
 	// or the boot reconcile of a daemon that restarted before the commit
 	// (whose workflow may start the publish over).
 	AbortedBy string `json:"aborted_by,omitempty"`
+	// Answer is an exactly-once publish's answer when it ended without a
+	// commit (a verification that failed): a retry gets it again.
+	Answer *api.PublishTxResult `json:"answer,omitempty"`
 
 	conflict *layerstack.ConflictError // the dry run's rejection, for the publish history
 }

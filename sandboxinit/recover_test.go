@@ -368,4 +368,8 @@ func TestConfine(t *testing.T) {
 	require.Equal(t, api.KindOperationFailed, e.Kind, "a refusal keeps its kind and details")
 	require.Equal(t, "publish", e.Details["stage"])
 	require.Equal(t, "publish failed: rename (daemon state): busy", e.Message)
+	// A txid naming the sandbox (publish/eos-<uuid>/...) is not a path
+	// under a state dir /eos.
+	require.Equal(t, "publish publish/eos-1/ws-2/9 aborted; open (daemon state)", hideStatePaths("publish publish/eos-1/ws-2/9 aborted; open /eos/txns/x", "/eos"))
+	require.Equal(t, "(daemon state) and (daemon state)", hideStatePaths("/eos and /eos/a/b", "/eos/"))
 }

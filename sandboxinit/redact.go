@@ -32,7 +32,26 @@ func (r *redactor) text(s string) string {
 		}
 		return "."
 	})
-	return r.state.ReplaceAllString(s, "<state>")
+	return replaceStandalone(s, r.state, "<state>")
+}
+
+// replaceStandalone replaces re's matches in s with repl, except a match
+// inside another path or word (a txid such as publish/eos-<uuid>/... is no
+// path under a state dir /eos).
+func replaceStandalone(s string, re *regexp.Regexp, repl string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range re.FindAllStringIndex(s, -1) {
+		i, j := m[0], m[1]
+		if (i > 0 && pathByte(s[i-1])) || (j < len(s) && s[j] != '/' && pathByte(s[j])) {
+			continue
+		}
+		b.WriteString(s[last:i])
+		b.WriteString(repl)
+		last = j
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // redact returns err with the paths in its message and string details

@@ -16,6 +16,7 @@ func TestRedactKeepsStatePathsFromClients(t *testing.T) {
 		"read /eos/secret: permission denied":                         "read <state>: permission denied",
 		"stat /eos/layers/l-1/x, and /eos":                            "stat <state>, and <state>",
 		"/eosx/file stays":                                            "/eosx/file stays",
+		"publish publish/eos-1f/ws-2/7 was aborted":                   "publish publish/eos-1f/ws-2/7 was aborted",
 		"nothing to redact":                                           "nothing to redact",
 	} {
 		require.Equal(t, want, r.text(in), in)

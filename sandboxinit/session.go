@@ -101,6 +101,9 @@ type sessionRecord struct {
 	// that brought the session back from the archive (a retry answers the
 	// same).
 	RestoredBy string `json:"restored_by,omitempty"`
+	// VerifyTxID marks a verified publish's throwaway session: never
+	// restored (a daemon that restarts removes it).
+	VerifyTxID string `json:"verify_txid,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -381,6 +384,10 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 			continue
 		}
 		s.act.touch()
+		if s.rec.VerifyTxID != "" {
+			d.removeThrowaway(ctx, s)
+			continue
+		}
 		if d.pendingPublish(s.rec.ID) {
 			s.setState(StatePublishing)
 		}

@@ -164,8 +164,20 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 	s := &stack{t: t, secret: r.secret}
 	ep := st.Container.Daemon
 
-	for i, fp := range []string{"CallDaemon:publish_prepare", "CallDaemon:publish_commit", "CallDaemon:publish_finalize"} {
-		t.Run(fp, func(t *testing.T) {
+	// A publish is one exactly-once daemon call (publish_workspace_session by
+	// its txid): the worker dies after the daemon committed and answered,
+	// before Temporal recorded it; the retry gets the same answer. Verified
+	// or not.
+	for i, tc := range []struct {
+		fp     string
+		verify *string
+	}{{"CallDaemon:publish_workspace_session", nil}, {"CallDaemon:publish_workspace_session", ptr("grep -c step f.txt")}} {
+		fp := tc.fp
+		name := fp
+		if tc.verify != nil {
+			name += "/verified"
+		}
+		t.Run(name, func(t *testing.T) {
 			s.t = t
 			var sess map[string]any
 			require.NoError(t, r.update(id, workflows.UpdateCreateSession, &sess, workflows.CreateSessionRequest{}))
@@ -183,7 +195,7 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 			res := make(chan result, 1)
 			go func() {
 				var o map[string]any
-				err := r.update(id, workflows.UpdatePublish, &o, workflows.PublishRequest{WorkspaceSessionID: wsID})
+				err := r.update(id, workflows.UpdatePublish, &o, workflows.PublishRequest{WorkspaceSessionID: wsID, Verify: tc.verify})
 				res <- result{o, err}
 			}()
 			r.awaitFailpoint(fp)
@@ -236,6 +248,8 @@ func (quietLogger) Warn(string, ...interface{})  {}
 func (quietLogger) Error(string, ...interface{}) {}
 
 var _ = json.Marshal
+
+func ptr[T any](v T) *T { return &v }
 
 // TestDaemonCrashMidCommit kills the daemon inside the layer store's commit
 // (through the store's failpoint file), once letting the supervisor restart

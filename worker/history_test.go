@@ -105,6 +105,37 @@ func TestRecordHistories(t *testing.T) {
 		s.saveHistory(t, id, workflows.PublishWorkflowID(id, sess, 1), filepath.Join(out, "publish-keep.json"))
 	})
 
+	t.Run("publish-one-activity", func(t *testing.T) {
+		// Publishes as one exactly-once activity: a clean one, a
+		// conflicting one, a kept one, a verified one that passes and one
+		// that fails (recorded with versionPublishOneActivity).
+		id, ep := s.recordCreate(t)
+		var sess []string
+		for i := 0; i < 5; i++ {
+			var o map[string]any
+			require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: fmt.Sprintf("agent-%d", i)}))
+			sess = append(sess, o["workspace_session_id"].(string))
+		}
+		for i, script := range []string{"sed -i 's/^line 2$/LINE TWO/' f.txt", "sed -i 's/^line 2$/line deux/' f.txt",
+			"sed -i 's/^line 5$/LINE FIVE/' f.txt", "echo ok > v.txt", "echo bad > w.txt"} {
+			o := s.daemon(id, ep, "exec_command", map[string]any{"cmd": script, "workspace_session_id": sess[i], "yield_time_ms": 30000})
+			require.Equal(t, "ok", o["status"])
+		}
+		var pub map[string]any
+		require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[0], Message: "clean"}))
+		require.ErrorContains(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[1]}), "publish rejected")
+		require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[2], Keep: true}))
+		pass, fail := "test -f v.txt", "cat w.txt; exit 3"
+		require.NoError(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[3], Verify: &pass}))
+		require.ErrorContains(t, s.update(id, workflows.UpdatePublish, &pub, workflows.PublishRequest{WorkspaceSessionID: sess[4], Verify: &fail}), "exited 3")
+		var final workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+		s.waitClosed(t, workflows.SandboxWorkflowID(id))
+		h := s.history(t, workflows.SandboxWorkflowID(id))
+		require.NotContains(t, scheduledActivities(h), "PublishWorkflow")
+		s.writeHistory(t, h, id, filepath.Join(out, "sandbox-publish-one-activity.json"))
+	})
+
 	t.Run("lifecycle-ttl", func(t *testing.T) { recordLifecycleTTL(t, s, out) })
 
 	t.Run("publish-settles", func(t *testing.T) {

@@ -1,7 +1,8 @@
 // Package workflows holds the durable lifecycle of sandboxes on Temporal:
 // SandboxWorkflow, one entity per sandbox (id "sandbox/<id>"),
-// PublishWorkflow, a child per publish, and HostOpWorkflow, one read of a
-// Docker host (images, directories, counters) run on that host's worker.
+// PublishWorkflow, the child per publish of runs recorded before publishes
+// became one call, and HostOpWorkflow, one read of a Docker host (images,
+// directories, counters) run on that host's worker.
 //
 // The package declares the activities it runs (activity.go): their
 // registered names and their input and output types. Package activities
@@ -16,8 +17,15 @@
 //   - Everything that commits to a sandbox's layer stack (publish, amend,
 //     refresh, squash) runs under one workflow mutex: commits are serialised
 //     per sandbox.
-//   - A publish is exactly once: its transaction id is the child workflow's
-//     id, and every daemon step (prepare, commit, finalize) is idempotent by
+//   - A publish is exactly once: one daemon call (publish_workspace_session
+//     with exactly_once, versionPublishOneActivity) by its transaction id
+//     publish/<sandbox>/<session>/<n>, which the daemon commits once and
+//     answers the same however often it is retried (a regular activity on
+//     the host's queue: the update is accepted durably in the workflow task
+//     that schedules it, so a worker or server killed mid-publish loses
+//     nothing). Verified publishes queue in workflow order
+//     (publishVerified). In runs recorded before, the transaction id is
+//     the child workflow's id, and every daemon step (prepare, commit, finalize) is idempotent by
 //     that id, so retries and worker crashes at any step converge. A
 //     publish that did not commit always ends with abort (also after a
 //     failed prepare), and abort and finalize retry on a disconnected

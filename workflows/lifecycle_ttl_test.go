@@ -275,7 +275,7 @@ func TestTTLWaitsForARunningPublish(t *testing.T) {
 	e.happyCreate()
 	prepares := 0
 	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
-		if call.Op == "publish_prepare" {
+		if call.Op == UpdatePublish { // the one exactly-once publish call
 			prepares++
 			if prepares < 9 { // about 20 s of Temporal's retries
 				return nil, errors.New("daemon busy")

@@ -77,3 +77,18 @@ func resolveOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumAttempts: 3},
 	})
 }
+
+// verifyOptions: a verified publish's one daemon call, which runs for as
+// long as its verifications may (budget). CallDaemon heartbeats every 2 s,
+// so a worker that dies mid-call is noticed in seconds; the retry joins
+// the daemon's call by its txid.
+func verifyOptions(ctx workflow.Context, hostQueue string, budget time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              hostQueue,
+		ScheduleToCloseTimeout: 2*budget + 10*time.Minute,
+		StartToCloseTimeout:    budget + time.Minute,
+		HeartbeatTimeout:       6 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 5 * time.Second, MaximumAttempts: 10, NonRetryableErrorTypes: nonRetryable},
+	})
+}

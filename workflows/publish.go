@@ -3,6 +3,8 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -205,4 +207,222 @@ func hostQueue(q string) string {
 		return TaskQueue
 	}
 	return q
+}
+
+// versionPublishOneActivity marks runs in which a publish is one
+// exactly-once daemon call from the sandbox workflow's update handler
+// (publishTx) instead of a PublishWorkflow child running prepare, commit
+// and finalize. Runs recorded before replay the child.
+const versionPublishOneActivity = "publish-one-activity"
+
+// MemoLastPublish is the sandbox workflow's memo key holding its latest
+// publish (a PublishRecord); every publish upserts it, so the workflow's
+// history holds one record per publish (WorkflowPropertiesModified).
+const MemoLastPublish = "last_publish"
+
+// PublishRecord is what the sandbox workflow records of one publish.
+type PublishRecord struct {
+	TxID               string `json:"txid"`
+	WorkspaceSessionID string `json:"workspace_session_id"`
+	UpdateID           string `json:"update_id,omitempty"`
+	// Outcome: committed, no_op, rejected or failed.
+	Outcome         string    `json:"outcome"`
+	LayerID         string    `json:"layer_id,omitempty"`
+	ManifestVersion int64     `json:"manifest_version,omitempty"`
+	Conflicts       int       `json:"conflicts,omitempty"`
+	Error           string    `json:"error,omitempty"`
+	Verified        bool      `json:"verified,omitempty"`
+	At              time.Time `json:"at"`
+	Publishes       int       `json:"publishes"`
+}
+
+// publishTx publishes one session as one activity: the daemon's
+// publish_workspace_session with exactly_once under the transaction id
+// txid (the id the child workflow had), which the daemon commits once
+// however often the activity is retried (a worker or daemon crash), and
+// answers as the first time. The daemon closes a session that is not kept
+// after it answered, so finalize is off this path. Outcomes and result
+// shapes are the child's: the finalize result, the same rejection error,
+// the daemon's refusals unwrapped.
+func (s *sandbox) publishTx(ctx workflow.Context, r PublishRequest, txid string) (json.RawMessage, error) {
+	return s.publishCall(daemonOptions(ctx, s.queue()), r, txid, nil, 0)
+}
+
+// publishCall runs the daemon's exactly-once publish (verified when v is
+// set; timeout bounds the call, 0 the client's default) on the activity
+// options of actx.
+func (s *sandbox) publishCall(actx workflow.Context, r PublishRequest, txid string, v *api.PublishVerify, timeout time.Duration) (json.RawMessage, error) {
+	ctx := actx
+	updateID := workflow.GetCurrentUpdateInfo(ctx).ID
+	args, err := json.Marshal(api.PublishArgs{WorkspaceSessionID: r.WorkspaceSessionID, TxID: txid, Keep: r.Keep, Message: r.Message, ExactlyOnce: true, Verify: v})
+	if err != nil {
+		return nil, err
+	}
+	rid := txid + "/publish"
+	if updateID != "" {
+		rid += "/" + updateID
+	}
+	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: UpdatePublish, Args: args, RequestID: rid, Timeout: timeout}
+	rec := PublishRecord{TxID: txid, WorkspaceSessionID: r.WorkspaceSessionID, UpdateID: updateID, Verified: v != nil}
+	var raw json.RawMessage
+	if err := workflow.ExecuteActivity(actx, ActCallDaemon, call).Get(ctx, &raw); err != nil {
+		err = unwrapChild(err)
+		rec.Outcome, rec.Error = "failed", err.Error()
+		s.recordPublish(ctx, rec)
+		return nil, err
+	}
+	var res api.PublishTxResult
+	if err := decode(UpdatePublish, raw, &res); err != nil {
+		return nil, err
+	}
+	if res.Rejected() {
+		rec.Outcome, rec.Conflicts = "rejected", len(res.Conflicts)
+		s.recordPublish(ctx, rec)
+		return nil, rejected(&api.PublishStepResult{Rejection: res.Rejection}, PublishInput{TxID: txid, SessionID: r.WorkspaceSessionID})
+	}
+	if !res.Clean && res.Verify != nil {
+		rec.Outcome = "verify_failed"
+		if res.HeadKeptMoving {
+			rec.Outcome = "head_kept_moving"
+		}
+		s.recordPublish(ctx, rec)
+		return nil, verifyRejected(&res, v, txid, r.WorkspaceSessionID)
+	}
+	if res.Publish == nil {
+		return nil, apperr.Newf(api.KindInternal, map[string]any{"op": UpdatePublish, "txid": txid}, "the daemon's answer to %s has no publish", UpdatePublish)
+	}
+	var out []byte
+	if v != nil {
+		out, err = json.Marshal(verifiedResult{PublishFinalResult: res.PublishFinalResult, Verify: res.Verify})
+	} else {
+		out, err = json.Marshal(res.PublishFinalResult)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.state.Publishes++
+	if !r.Keep {
+		delete(s.state.Sessions, r.WorkspaceSessionID)
+	}
+	rec.Outcome, rec.LayerID, rec.ManifestVersion = "committed", res.Publish.LayerID, res.Publish.Revision.ManifestVersion
+	if res.Publish.NoOp {
+		rec.Outcome = "no_op"
+	}
+	s.recordPublish(ctx, rec)
+	return out, nil
+}
+
+// recordPublish upserts the sandbox workflow's last_publish memo. A memo
+// that cannot be written is logged: the publish itself stands.
+func (s *sandbox) recordPublish(ctx workflow.Context, rec PublishRecord) {
+	rec.At, rec.Publishes = workflow.Now(ctx).UTC(), s.state.Publishes
+	if err := workflow.UpsertMemo(ctx, map[string]interface{}{MemoLastPublish: rec}); err != nil {
+		s.log.Error("recording the publish in the memo failed", "txid", rec.TxID, "error", err)
+	}
+}
+
+// verifiedResult is a verified publish's result: the publish's, plus the
+// verification that let it commit.
+type verifiedResult struct {
+	api.PublishFinalResult
+	Verify *api.VerifyReport `json:"verify,omitempty"`
+}
+
+// validateVerify checks a verified publish's arguments before the update
+// is accepted (bad input changes nothing: not even the publish sequence).
+func validateVerify(r PublishRequest) error {
+	if r.Verify == nil {
+		return nil
+	}
+	bad := func(arg, format string, a ...any) error {
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": arg, "op": UpdatePublish}, format, a...)
+	}
+	if strings.TrimSpace(*r.Verify) == "" {
+		return bad("verify", "verify: the command is empty")
+	}
+	if len(*r.Verify) > api.MaxVerifyCmdBytes {
+		return bad("verify", "verify: the command is longer than %d bytes", api.MaxVerifyCmdBytes)
+	}
+	if t := r.VerifyTimeoutS; t != nil && (*t < 1 || *t > api.MaxVerifyTimeoutS) {
+		return bad("verify_timeout_s", "verify_timeout_s must be between 1 and %d (seconds), not %d", api.MaxVerifyTimeoutS, *t)
+	}
+	if n := r.VerifyRetries; n != nil && (*n < 0 || *n > api.MaxVerifyRetries) {
+		return bad("verify_retries", "verify_retries must be between 0 and %d, not %d", api.MaxVerifyRetries, *n)
+	}
+	return nil
+}
+
+// publishVerified queues a verified publish behind the sandbox's others
+// (they run one at a time, in the order the workflow accepted them; the
+// queue is in the state, so the snapshot shows it) and runs it as one
+// exactly-once daemon call. A publish without verify does not queue: it
+// may commit while a verified one runs, which then finds the head moved
+// and verifies again on the new head.
+func (s *sandbox) publishVerified(ctx workflow.Context, r PublishRequest, txid string) (json.RawMessage, error) {
+	q := &QueuedPublish{WorkspaceSessionID: r.WorkspaceSessionID, TxID: txid, UpdateID: workflow.GetCurrentUpdateInfo(ctx).ID,
+		State: "queued", EnqueuedAt: workflow.Now(ctx).UTC()}
+	s.state.PublishQueue = append(s.state.PublishQueue, q)
+	s.renumberQueue()
+	defer func() {
+		for i, e := range s.state.PublishQueue {
+			if e == q {
+				s.state.PublishQueue = append(s.state.PublishQueue[:i:i], s.state.PublishQueue[i+1:]...)
+				break
+			}
+		}
+		s.renumberQueue()
+	}()
+	if err := workflow.Await(ctx, func() bool { return s.state.PublishQueue[0] == q }); err != nil {
+		return nil, err
+	}
+	started := workflow.Now(ctx).UTC()
+	q.State, q.StartedAt = "verifying", &started
+	v := &api.PublishVerify{Cmd: *r.Verify, TimeoutMS: api.DefaultVerifyTimeoutS * 1000, Retries: api.DefaultVerifyRetries}
+	if r.VerifyTimeoutS != nil {
+		v.TimeoutMS = *r.VerifyTimeoutS * 1000
+	}
+	if r.VerifyRetries != nil {
+		v.Retries = int(*r.VerifyRetries)
+	}
+	// Every attempt may run the command to its limit, plus the throwaway
+	// sessions and the commit.
+	budget := time.Duration(v.TimeoutMS)*time.Millisecond*time.Duration(v.Retries+1) + 5*time.Minute
+	return s.publishCall(verifyOptions(ctx, s.queue(), budget), r, txid, v, budget)
+}
+
+func (s *sandbox) renumberQueue() {
+	for i, e := range s.state.PublishQueue {
+		e.Position = i + 1
+	}
+}
+
+// verifyRejected is the error of a verified publish that did not commit:
+// the command failed on the would-be head (operation_failed, stage verify,
+// with its exit code and output), or the head kept moving under it
+// (operation_conflict, reason head_kept_moving). The session keeps its
+// changes.
+func verifyRejected(res *api.PublishTxResult, v *api.PublishVerify, txid, sessionID string) error {
+	rep := res.Verify
+	det := map[string]any{"stage": "verify", "session_retained": true, "txid": txid, "workspace_session_id": sessionID,
+		"exit_code": rep.ExitCode, "status": rep.Status, "output_tail": rep.OutputTail, "verified_head": rep.VerifiedHead,
+		"attempts": rep.Attempts, "verify": v.Cmd}
+	if rep.OutputTruncated {
+		det["output_truncated"] = true
+	}
+	if res.HeadKeptMoving {
+		det["reason"] = "head_kept_moving"
+		return apperr.New(api.Errorf(api.KindOperationConflict, det,
+			"verified publish rejected: the head moved during each of %d verification(s); nothing was committed, publish again", rep.Attempts))
+	}
+	det["reason"] = "verify_failed"
+	why := "failed"
+	switch {
+	case rep.Status == api.StatusTimedOut:
+		why = fmt.Sprintf("timed out after %d s", v.TimeoutMS/1000)
+	case rep.ExitCode != nil:
+		why = fmt.Sprintf("exited %d", *rep.ExitCode)
+	}
+	return apperr.New(api.Errorf(api.KindOperationFailed, det,
+		"verified publish rejected: the verify command %s on the would-be head (manifest version %d); nothing was committed and the session keeps its changes",
+		why, rep.VerifiedHead.ManifestVersion))
 }

@@ -361,6 +361,9 @@ func (s *sandbox) validateSession(r SessionRequest) error {
 }
 
 func (s *sandbox) validatePublish(r PublishRequest) error {
+	if err := validateVerify(r); err != nil {
+		return err
+	}
 	return s.validateSession(SessionRequest{WorkspaceSessionID: r.WorkspaceSessionID})
 }
 
@@ -442,7 +445,8 @@ func (s *sandbox) destroySession(ctx workflow.Context, r SessionRequest) (json.R
 	return out, nil
 }
 
-// publish runs a PublishWorkflow child. Publishes of different sessions run
+// publish runs one exactly-once daemon call (publishTx; runs recorded
+// before ran a PublishWorkflow child). Publishes of different sessions run
 // side by side: the daemon's layer store serializes the commits themselves
 // (its writer lock, a re-check against the head it commits on), so only
 // the few milliseconds of a commit are one at a time, not each publish's
@@ -464,6 +468,18 @@ func (s *sandbox) publish(ctx workflow.Context, r PublishRequest) (json.RawMessa
 	}
 	s.state.PublishSeq++
 	id := PublishWorkflowID(s.id(), r.WorkspaceSessionID, s.state.PublishSeq)
+	if workflow.GetVersion(ctx, versionPublishOneActivity, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		if r.Verify != nil {
+			return s.publishVerified(ctx, r, id)
+		}
+		return s.publishTx(ctx, r, id)
+	}
+	// Runs recorded before publishes were one activity replay the child.
+	if r.Verify != nil {
+		// Never reached in replay: no recorded run had verified publishes.
+		return nil, apperr.Newf(api.KindOperationFailed, map[string]any{"sandbox_id": s.id(), "arg": "verify"},
+			"verified publish needs a newer run of sandbox %s's workflow; it starts with its next continue-as-new (publish without verify meanwhile)", s.id())
+	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id, TaskQueue: TaskQueue})
 	in := PublishInput{SandboxID: s.id(), HostQueue: s.in.HostQueue, Daemon: s.state.Container.Daemon,
 		SessionID: r.WorkspaceSessionID, TxID: id, Keep: r.Keep, Message: r.Message, RequestID: workflow.GetCurrentUpdateInfo(ctx).ID}

@@ -60,6 +60,12 @@ func okDaemon(call DaemonCall) (json.RawMessage, error) {
 		return json.RawMessage(`{"base_id":"B-1"}`), nil
 	case "create_workspace_session":
 		return json.RawMessage(`{"workspace_session_id":"ws-1","network_profile":"shared"}`), nil
+	case "publish_workspace_session":
+		var a api.PublishArgs
+		if err := json.Unmarshal(call.Args, &a); err != nil || !a.ExactlyOnce || a.TxID == "" {
+			return nil, apperr.Newf(api.KindInvalidRequest, nil, "the sandbox workflow publishes exactly once by a txid: %s", call.Args)
+		}
+		return json.RawMessage(`{"txid":"` + a.TxID + `","workspace_session_id":"` + a.WorkspaceSessionID + `","publish":{"no_op":false,"layer_id":"L-2"},"destroyed":true,"clean":true}`), nil
 	case "publish_prepare":
 		return json.RawMessage(`{"clean":true}`), nil
 	case "publish_commit":
@@ -271,53 +277,48 @@ func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 }
 
-// A conflict found by prepare, or by a commit that lost to a publish that
-// landed after prepare, reaches the caller with its report; the publish is
-// aborted and the session kept.
+// A conflict the daemon's publish reports reaches the caller with its
+// report, as the child's did (kind operation_failed, the conflicts, the
+// txid); the session is kept, and nothing else is asked of the daemon (no
+// abort or finalize: the exactly-once publish committed nothing).
 func TestPublishConflictReachesTheCaller(t *testing.T) {
-	const report = `{"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`
-	for _, at := range []string{"publish_prepare", "publish_commit"} {
-		t.Run(at, func(t *testing.T) {
-			e := newEnv(t)
-			e.happyCreate()
-			aborted, finalized := false, false
-			e.daemon(func(call DaemonCall) (json.RawMessage, error) {
-				switch call.Op {
-				case at:
-					return json.RawMessage(report), nil
-				case "publish_abort":
-					aborted = true
-				case "publish_finalize":
-					finalized = true
-				}
-				return okDaemon(call)
-			})
-			e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
-			e.script(time.Second,
-				step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
-				step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
-					var app *temporal.ApplicationError
-					require.True(t, errors.As(err, &app), "%v", err)
-					var det map[string]any
-					require.NoError(t, app.Details(&det))
-					require.Equal(t, "operation_failed", det["kind"])
-					require.Contains(t, det["details"], "conflicts")
-				}, then: func() {
-					// The session is kept for the agent to fix and publish again.
-					v, err := e.QueryWorkflow(QueryState)
-					require.NoError(t, err)
-					var st SandboxState
-					require.NoError(t, v.Get(&st))
-					require.Contains(t, st.Sessions, "ws-1")
-				}},
-				step{name: UpdateDestroy, check: ok(t)},
-			)
-			e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
-			require.NoError(t, e.GetWorkflowError())
-			require.True(t, aborted)
-			require.False(t, finalized)
-		})
-	}
+	const report = `{"txid":"t","workspace_session_id":"ws-1","publish":null,"destroyed":false,"clean":false,"conflicts":[{"path":"f.txt","kind":"content"}],"head_revision":{"manifest_version":3},"publish_rejection":{"path":"f.txt","reason":"source_conflict"}}`
+	e := newEnv(t)
+	e.happyCreate()
+	var ops []string
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		ops = append(ops, call.Op)
+		if call.Op == UpdatePublish {
+			return json.RawMessage(report), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	e.script(time.Second,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: func(_ json.RawMessage, err error) {
+			ae, ok := apperr.From(err)
+			require.True(t, ok, "%v", err)
+			require.Equal(t, api.KindOperationFailed, ae.Kind)
+			require.Contains(t, ae.Message, "publish rejected: 1 conflicting path(s)")
+			d := ae.Details
+			require.Contains(t, d, "conflicts")
+			require.Equal(t, PublishWorkflowID("sb1", "ws-1", 1), d["txid"])
+			require.Equal(t, true, d["session_retained"])
+		}, then: func() {
+			// The session is kept for the agent to fix and publish again.
+			v, err := e.QueryWorkflow(QueryState)
+			require.NoError(t, err)
+			var st SandboxState
+			require.NoError(t, v.Get(&st))
+			require.Contains(t, st.Sessions, "ws-1")
+			require.Zero(t, st.Publishes)
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, []string{"init_base", "create_workspace_session", UpdatePublish}, ops)
 }
 
 func TestContinueAsNewCarriesState(t *testing.T) {
@@ -386,7 +387,7 @@ func TestOnePublishPerSessionAtATime(t *testing.T) {
 	e.happyCreate()
 	var prepares []string
 	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).After(200 * time.Millisecond).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
-		if call.Op == "publish_prepare" {
+		if call.Op == UpdatePublish {
 			var a struct {
 				WS string `json:"workspace_session_id"`
 			}
@@ -444,4 +445,174 @@ func TestCreateSessionPassesEgress(t *testing.T) {
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
 	require.NoError(t, e.GetWorkflowError())
 	require.JSONEq(t, `{"network_profile":"isolated","egress":["10.0.0.0/8:443"]}`, string(sent))
+}
+
+// Verified publishes queue in the order the workflow accepted them: the
+// second's daemon call starts after the first's ended, the queue is in the
+// state meanwhile, and the daemon is asked for exactly-once verified
+// publishes with the defaults filled in.
+func TestVerifiedPublishesQueueInOrder(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	var calls []api.PublishArgs
+	var seen [][]QueuedPublish
+	n := 0
+	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).After(time.Second).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
+		if call.Op == "create_workspace_session" {
+			n++
+			return json.RawMessage(fmt.Sprintf(`{"workspace_session_id":"ws-%d","network_profile":"shared"}`, n)), nil
+		}
+		if call.Op == UpdatePublish {
+			var a api.PublishArgs
+			require.NoError(t, json.Unmarshal(call.Args, &a))
+			calls = append(calls, a)
+			return json.RawMessage(`{"txid":"` + a.TxID + `","workspace_session_id":"` + a.WorkspaceSessionID + `","publish":{"no_op":false},"destroyed":true,"clean":true,` +
+				`"verify":{"passed":true,"status":"ok","exit_code":0,"output_tail":"ok\n","verified_head":{"manifest_version":2},"attempts":1}}`), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	results := map[string]error{}
+	outs := map[string]string{}
+	cmd := "make test"
+	send := func(id, ws string) {
+		e.UpdateWorkflow(UpdatePublish, id, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { results[id] = err },
+			OnComplete: func(v interface{}, err error) {
+				results[id] = err
+				if b, ok := v.(json.RawMessage); ok {
+					outs[id] = string(b)
+				}
+			},
+		}, PublishRequest{WorkspaceSessionID: ws, Verify: &cmd})
+	}
+	// Virtual time: every daemon call takes 1 s; the sessions exist at 7 s,
+	// the first publish's call runs 7-8 s, the second's 8-9 s.
+	e.script(5*time.Second,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t), then: func() {
+			send("first", "ws-1")
+			send("second", "ws-2")
+		}})
+	snap := func() {
+		v, err := e.QueryWorkflow(QueryState)
+		require.NoError(t, err)
+		var st SandboxState
+		require.NoError(t, v.Get(&st))
+		var q []QueuedPublish
+		for _, p := range st.PublishQueue {
+			q = append(q, *p)
+		}
+		seen = append(seen, q)
+	}
+	e.RegisterDelayedCallback(snap, 7500*time.Millisecond)
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(UpdateDestroy, "destroy", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(error) {}, OnComplete: func(interface{}, error) {}})
+	}, time.Minute)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.NoError(t, results["first"])
+	require.NoError(t, results["second"])
+	require.Contains(t, outs["first"], `"verify":{"passed":true`)
+	require.Len(t, calls, 2)
+	require.Equal(t, "ws-1", calls[0].WorkspaceSessionID, "in the order accepted")
+	require.Equal(t, "ws-2", calls[1].WorkspaceSessionID)
+	for _, c := range calls {
+		require.True(t, c.ExactlyOnce)
+		require.NotNil(t, c.Verify)
+		require.Equal(t, api.PublishVerify{Cmd: "make test", TimeoutMS: api.DefaultVerifyTimeoutS * 1000, Retries: api.DefaultVerifyRetries}, *c.Verify)
+	}
+	require.Len(t, seen, 1)
+	require.Len(t, seen[0], 2, "both queued while the first verifies: %+v", seen)
+	require.Equal(t, "ws-1", seen[0][0].WorkspaceSessionID)
+	require.Equal(t, "verifying", seen[0][0].State)
+	require.NotNil(t, seen[0][0].StartedAt)
+	require.Equal(t, 1, seen[0][0].Position)
+	require.Equal(t, "queued", seen[0][1].State)
+	require.Equal(t, 2, seen[0][1].Position)
+	require.Nil(t, seen[0][1].StartedAt)
+}
+
+// A failed verification reaches the caller with the command's exit code and
+// output; the session is kept.
+func TestVerifiedPublishFailureReachesTheCaller(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		if call.Op == UpdatePublish {
+			return json.RawMessage(`{"txid":"t","workspace_session_id":"ws-1","publish":null,"destroyed":false,"clean":false,` +
+				`"verify":{"passed":false,"status":"error","exit_code":3,"output_tail":"FAIL: TestX\n","verified_head":{"manifest_version":4},"attempts":1}}`), nil
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	cmd := "exit 3"
+	e.script(time.Second,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)},
+		step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1", Verify: &cmd}}, check: func(_ json.RawMessage, err error) {
+			ae, ok := apperr.From(err)
+			require.True(t, ok, "%v", err)
+			require.Equal(t, api.KindOperationFailed, ae.Kind)
+			require.Contains(t, ae.Message, "exited 3")
+			require.Equal(t, "verify", ae.Details["stage"])
+			require.Equal(t, "verify_failed", ae.Details["reason"])
+			require.Equal(t, "FAIL: TestX\n", ae.Details["output_tail"])
+			require.EqualValues(t, 3, *(ae.Details["exit_code"].(*int)))
+		}, then: func() {
+			v, err := e.QueryWorkflow(QueryState)
+			require.NoError(t, err)
+			var st SandboxState
+			require.NoError(t, v.Get(&st))
+			require.Contains(t, st.Sessions, "ws-1")
+			require.Empty(t, st.PublishQueue)
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+}
+
+// Bad verify arguments are refused before the update is accepted: nothing
+// reaches the daemon.
+func TestVerifiedPublishRefusesBadInput(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	published := 0
+	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
+		if call.Op == UpdatePublish {
+			published++
+		}
+		return okDaemon(call)
+	})
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	sp := func(s string) *string { return &s }
+	ip := func(n int64) *int64 { return &n }
+	refused := func(arg string) func(json.RawMessage, error) {
+		return func(_ json.RawMessage, err error) {
+			ae, ok := apperr.From(err)
+			require.True(t, ok, "%v", err)
+			require.Equal(t, api.KindInvalidRequest, ae.Kind, "%v", err)
+			require.Equal(t, arg, ae.Details["arg"])
+		}
+	}
+	steps := []step{{name: UpdateCreateSession, args: []any{CreateSessionRequest{}}, check: ok(t)}}
+	for _, c := range []struct {
+		r   PublishRequest
+		arg string
+	}{
+		{PublishRequest{WorkspaceSessionID: "ws-1", Verify: sp("")}, "verify"},
+		{PublishRequest{WorkspaceSessionID: "ws-1", Verify: sp("  \n")}, "verify"},
+		{PublishRequest{WorkspaceSessionID: "ws-1", Verify: sp("true"), VerifyTimeoutS: ip(0)}, "verify_timeout_s"},
+		{PublishRequest{WorkspaceSessionID: "ws-1", Verify: sp("true"), VerifyTimeoutS: ip(1 << 40)}, "verify_timeout_s"},
+		{PublishRequest{WorkspaceSessionID: "ws-1", Verify: sp("true"), VerifyRetries: ip(-1)}, "verify_retries"},
+		{PublishRequest{WorkspaceSessionID: "ws-1", Verify: sp("true"), VerifyRetries: ip(99)}, "verify_retries"},
+	} {
+		steps = append(steps, step{name: UpdatePublish, args: []any{c.r}, check: refused(c.arg)})
+	}
+	steps = append(steps, step{name: UpdateDestroy, check: ok(t)})
+	e.script(time.Second, steps...)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.Zero(t, published)
 }

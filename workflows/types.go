@@ -38,8 +38,11 @@ type SandboxState struct {
 	Sessions   map[string]*SessionRecord `json:"sessions"`
 	Archived   []ArchivedSession         `json:"archived_sessions,omitempty"`
 	PublishSeq int                       `json:"publish_seq"`
-	Publishes  int                       `json:"publishes"`
-	Error      string                    `json:"error,omitempty"`
+	// PublishQueue holds the verified publishes waiting or running, in
+	// order.
+	PublishQueue []*QueuedPublish `json:"publish_queue,omitempty"`
+	Publishes    int              `json:"publishes"`
+	Error        string           `json:"error,omitempty"`
 	// Failure is why creation failed, as the step that failed said it.
 	Failure *api.Error `json:"failure,omitempty"`
 	Created time.Time  `json:"created"`
@@ -103,6 +106,26 @@ type PublishRequest struct {
 	WorkspaceSessionID string `json:"workspace_session_id"`
 	Keep               bool   `json:"keep,omitempty"`
 	Message            string `json:"message,omitempty"`
+	// Verify makes it a verified publish (api.PublishVerify): queued behind
+	// the sandbox's other verified publishes, committed only if the command
+	// passes on the would-be head. VerifyTimeoutS and VerifyRetries apply
+	// to it (nil: the defaults; ignored without Verify).
+	Verify         *string `json:"verify,omitempty"`
+	VerifyTimeoutS *int64  `json:"verify_timeout_s,omitempty"`
+	VerifyRetries  *int64  `json:"verify_retries,omitempty"`
+}
+
+// QueuedPublish is one verified publish in the sandbox's queue (the
+// snapshot's publish_queue): they run one at a time in the order the
+// workflow accepted them.
+type QueuedPublish struct {
+	WorkspaceSessionID string     `json:"workspace_session_id"`
+	TxID               string     `json:"txid"`
+	UpdateID           string     `json:"update_id,omitempty"`
+	Position           int        `json:"position"` // 1 = running
+	State              string     `json:"state"`    // queued, verifying
+	EnqueuedAt         time.Time  `json:"enqueued_at"`
+	StartedAt          *time.Time `json:"started_at,omitempty"`
 }
 
 // AmendRequest is a sessionless file_write / file_edit / file_delete /

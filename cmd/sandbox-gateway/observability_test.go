@@ -128,11 +128,19 @@ func TestObservabilityThroughTheGateway(t *testing.T) {
 
 	wf := ok("workflows", sb, map[string]any{})
 	types := map[string]int{}
+	var last map[string]any
 	for _, w := range wf["workflows"].([]any) {
 		types[w.(map[string]any)["type"].(string)]++
+		if lp, ok := w.(map[string]any)["last_publish"].(map[string]any); ok {
+			last = lp
+		}
 	}
 	require.Equal(t, 1, types["eos.SandboxWorkflow"])
-	require.GreaterOrEqual(t, types["eos.PublishWorkflow"], 4)
+	require.Zero(t, types["eos.PublishWorkflow"], "a publish is one activity of the sandbox's workflow")
+	require.NotNil(t, last, "the sandbox's workflow records its last publish: %v", wf)
+	require.Equal(t, "trace-me-1", last["update_id"], "erin's traced publish (its request id): %v", last)
+	require.Equal(t, "no_op", last["outcome"], "erin's session changed nothing: %v", last)
+	require.GreaterOrEqual(t, last["publishes"], 3.0, "%v", last)
 
 	// The observability CLI answers the same views.
 	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-observability-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,

@@ -186,31 +186,40 @@ func TestRecoveryDrills(t *testing.T) {
 		})
 	}
 
-	t.Run("prepare fails: the state volume is full", func(t *testing.T) {
+	t.Run("publish fails: the state volume is full", func(t *testing.T) {
 		d.t = t
 		ws := session(d, "too-big")
 		out := d.must("exec_command", map[string]any{"workspace_session_id": ws, "yield_time_ms": 120000, "cmd": "head -c 1048576 /dev/zero | tr '\\0' a > big.txt"})
 		require.Equal(t, "ok", out["status"], "%v", out)
 		pid := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.State.Pid}}", d.container()))
-		// A 16 KiB tmpfs over the publish records: the frozen copy of the
-		// change set cannot be written.
+		// A 16 KiB tmpfs over the layer store's staging dir: the new layer
+		// cannot be written.
 		nsenter := func(args ...string) {
 			out, err := exec.Command("nsenter", append([]string{"-t", pid, "-m", "--"}, args...)...).CombinedOutput()
 			require.NoError(t, err, "%v: %s", args, out)
 		}
-		nsenter("mkdir", "-p", "/eos/txns")
-		nsenter("mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", "/eos/txns")
+		nsenter("mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", "/eos/layerstack/staging")
 		v := d.manifestVersion()
 		_, perr := d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws})
-		nsenter("umount", "/eos/txns")
-		require.NotNil(t, perr, "a publish that cannot freeze its changes fails")
+		nsenter("umount", "/eos/layerstack/staging")
+		require.NotNil(t, perr, "a publish that cannot write its layer fails")
 		require.NotContains(t, perr.Message, "/eos/", "no internal path: %s", perr.Message)
 		require.Equal(t, v, d.manifestVersion(), "nothing committed")
 		// The session is not stuck: it runs commands and publishes.
 		out = d.must("exec_command", map[string]any{"workspace_session_id": ws, "yield_time_ms": 120000, "cmd": "wc -c < big.txt"})
 		require.Contains(t, fmt.Sprint(out["output"]), "1048576")
-		d.must("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+		// A full volume under the publish records: the commit stands and
+		// the session is closed before the answer, one layer.
+		nsenter("mkdir", "-p", "/eos/txns")
+		nsenter("mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", "/eos/txns")
+		fill := exec.Command("nsenter", "-t", pid, "-m", "--", "sh", "-c", "head -c 16384 /dev/zero > /eos/txns/fill")
+		_ = fill.Run() // fills it (the write itself fails at the end)
+		_, perr = d.op("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+		nsenter("umount", "/eos/txns")
+		require.Nil(t, perr, "the publish commits even where its record cannot be written")
 		require.Equal(t, v+1, d.manifestVersion())
+		_, gone := d.op("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "true"})
+		require.NotNil(t, gone, "the published session is closed")
 	})
 
 	t.Run("engine restart: every sandbox container stopped and started", func(t *testing.T) {

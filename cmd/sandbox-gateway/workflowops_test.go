@@ -43,11 +43,18 @@ func TestWorkflowsFromTheCLI(t *testing.T) {
 
 	list := mustCLI(t, g, mgr, "list_workflows", "--sandbox-id", id)["workflows"].([]any)
 	var types []string
+	var last map[string]any
 	for _, w := range list {
 		types = append(types, fmt.Sprint(w.(map[string]any)["type"]))
+		if lp, ok := w.(map[string]any)["last_publish"].(map[string]any); ok {
+			last = lp
+		}
 	}
 	require.Contains(t, types, "eos.SandboxWorkflow")
-	require.Contains(t, types, "eos.PublishWorkflow")
+	// The publish is one activity of the sandbox's workflow, recorded in its memo.
+	require.NotNil(t, last, "the sandbox workflow lists its last publish: %v", list)
+	require.Equal(t, "committed", last["outcome"], "%v", last)
+	require.Equal(t, pub["layer_id"], last["layer_id"], "%v", last)
 	running := mustCLI(t, g, mgr, "list_workflows", "--sandbox-id", id, "--status", "running")["workflows"].([]any)
 	require.Len(t, running, 1, "only the sandbox's own workflow runs: %v", running)
 

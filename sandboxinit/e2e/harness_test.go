@@ -61,8 +61,9 @@ type sandbox struct {
 }
 
 // startSandbox creates and starts a sandbox from image with base as the
-// workspace, and imports the base.
-func startSandbox(t testing.TB, image string, base map[string]string) *sandbox {
+// workspace, and imports the base; createArgs go to docker create (e.g.
+// --network).
+func startSandbox(t testing.TB, image string, base map[string]string, createArgs ...string) *sandbox {
 	t.Helper()
 	requireDocker(t)
 	bin := daemonBinary(t)
@@ -82,7 +83,7 @@ func startSandbox(t testing.TB, image string, base map[string]string) *sandbox {
 	for _, c := range sandboxCaps {
 		args = append(args, "--cap-add", c)
 	}
-	args = append(args, image)
+	args = append(append(args, createArgs...), image)
 	docker(t, "volume", "create", "--label", "eos.test=e2e", sb.volume)
 	docker(t, args...)
 	t.Cleanup(func() {

@@ -76,7 +76,15 @@
 //     isolated sessions (ErrUnsupported wrapping ErrNoNftables) instead of
 //     starting them unisolated; shared sessions are unaffected. They still
 //     reach the sandbox itself through their gateway (so the daemon and
-//     shared sessions' servers), and the sandbox reaches them.
+//     shared sessions' servers). Nothing in the sandbox's namespace opens a
+//     connection to them (shared sessions live there): its output chain
+//     drops anything new towards a session's veth and each session's own
+//     namespace accepts nothing new from eth0 (table "eos_in"). The
+//     daemon's forward route dials from inside the session's namespace
+//     (Session.DialContext).
+//   - Isolated sessions resolve names through a forwarder of the daemon on
+//     their gateway, port 53 (dns_linux.go), named in their /etc/resolv.conf;
+//     egress none gets no resolver.
 //   - An isolated session's SessionSpec.Egress other than the default is a
 //     table "eos_s_<id>" of its own (input and forward, before "eos"):
 //     replies to connections the sandbox opened pass, then the allow-list

@@ -232,9 +232,11 @@ func (s *Session) teardown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if s.spec.Isolated {
+		s.r.stopSessionDNS(s.spec.ID)
 		if err := deleteVeth(s.spec.ID); err != nil {
 			errs = append(errs, err)
 		}
+		s.r.detachNetns(s.spec.ID)
 		if s.r.fwErr == nil {
 			if err := deleteEgress(s.spec.ID); err != nil {
 				errs = append(errs, err)

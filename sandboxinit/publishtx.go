@@ -1,0 +1,274 @@
+package sandboxinit
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+// publishTx is publish_workspace_session with exactly_once: the sandbox
+// workflow's publish, one call instead of prepare, commit and finalize.
+//
+// Exactly once by the transaction id: the store commits a txid once (a
+// retry replays its result), and the commit is recorded under txns/
+// before the answer, so a retry after the session was closed answers from
+// the record. Nothing is recorded before the commit: a daemon that dies
+// before it leaves the session active with its changes, and the retry
+// publishes it.
+//
+// A session that is not kept is closed after the answer (the commit is
+// what the caller waits for; unmounting and destroying the session's
+// container is not): it leaves the session table at once (later calls on
+// it are not_found), and a goroutine tears it down holding the session's
+// gate and the transaction's lock (a retry waits for it). A daemon that
+// dies meanwhile finds the committed, unfinalized record at boot and
+// finalizes it (reconcilePublishes); a teardown that fails puts the session
+// back as finalize_failed for recover_workspace_session. A kept session is
+// moved onto the new head before the answer: its agent's next command runs
+// there.
+func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.PublishTxResult, retErr error) {
+	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": a.TxID, "keep": a.Keep, "exactly_once": true})
+	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
+	if a.TxID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "txid"}, "txid is required with exactly_once")
+	}
+	if a.WorkspaceSessionID == "" {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "workspace_session_id"}, "workspace_session_id is required")
+	}
+	unlockTx := d.lockTx(a.TxID)
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			unlockTx()
+		}
+	}()
+	if p, err := d.loadPrepared(a.TxID); err == nil {
+		sp.Set("replayed", true)
+		return d.replayTx(ctx, p, a)
+	}
+	if a.Verify != nil {
+		return d.publishVerified(ctx, a)
+	}
+	committed, err := d.store.Committed(a.TxID)
+	if err != nil {
+		return nil, err
+	}
+	if committed {
+		// Committed and not recorded: a daemon that died between the two,
+		// or a record that could not be written (see below).
+		sp.Set("replayed", true)
+		return d.replayCommit(ctx, a)
+	}
+	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !handedOver {
+			unlock()
+		}
+	}()
+	cs, release, err := d.capture(ctx, s)
+	if err == nil {
+		err = d.checkPublishSize(s, cs)
+	}
+	if err != nil {
+		if release != nil {
+			release()
+		}
+		return nil, err
+	}
+	defer release()
+	sp.Set("changes", len(cs.Changes))
+	out := publishOutcome{TxID: a.TxID, SessionID: s.rec.ID, Agent: s.rec.Agent, Owner: s.owner(), Message: a.Message,
+		Source: sourceOf(s), Changes: cs}
+	lease := s.rec.LeaseID
+	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": a.TxID, "changes": len(cs.Changes)})
+	res, err := d.store.Publish(pctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: lease, Changes: cs,
+		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit,
+		SourcesRead: release}) // thawed once the content is staged
+	if res != nil {
+		psp.Set("layer_id", res.LayerID)
+		psp.Set("no_op", res.NoOp)
+		psp.Set("replayed", res.Replayed)
+	}
+	psp.End(err)
+	release()
+	if err != nil {
+		out.Err = err
+		d.recordPublish(ctx, out)
+		var ce *layerstack.ConflictError
+		if errors.As(err, &ce) {
+			d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
+			return &api.PublishTxResult{PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: s.rec.ID},
+				Clean: false, Rejection: rejection(ce)}, nil
+		}
+		return nil, d.stepFailed(s, "publish", err)
+	}
+	out.Result = res
+	d.recordPublish(ctx, out)
+	d.event(ctx, "workspace_session.published", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
+	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: lease, Owner: s.owner(), Agent: s.rec.Agent,
+		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Result: res}
+	// The record before the answer: a retry after the session is gone
+	// answers from it, and the boot reconcile finalizes it.
+	err = os.MkdirAll(d.txDir(p.TxID), 0o700)
+	if err == nil {
+		err = d.savePrepared(p)
+	}
+	if err != nil {
+		// Committed, not recorded (a full volume): the session is closed
+		// now, before the answer, and a retry answers from the store's
+		// record of the txid.
+		d.log.Warn("publish committed but its record could not be written; closing the session before answering", "txid", p.TxID, "err", err)
+		fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)
+		if err != nil {
+			return nil, err
+		}
+		return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+	}
+	if a.Keep {
+		// Held off commands until it is on the new head.
+		s.setState(StatePublishing)
+		unlock()
+		handedOver = true // the gate; the txid's lock is still released below
+		defer unlockTx()
+		fin, err := d.finalizeLocked(ctx, p.TxID)
+		if err != nil {
+			return nil, err
+		}
+		return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+	}
+	bytes := dirBytes(s.upper())
+	fin := &api.PublishFinalResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Publish: publishJSON(res), Destroyed: true, EvictedUpperdirBytes: &bytes}
+	s.setState(StateFinalizing)
+	d.mu.Lock()
+	if d.sessions[s.rec.ID] == s {
+		delete(d.sessions, s.rec.ID)
+	}
+	d.mu.Unlock()
+	handedOver = true
+	d.bg.Add(1)
+	go d.closeAfterPublish(context.WithoutCancel(ctx), s, p, fin, unlockTx)
+	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// closeAfterPublish tears down session s, whose publish p committed and
+// answered fin, with its gate and the txid's lock held (released here).
+func (d *Daemon) closeAfterPublish(ctx context.Context, s *session, p *preparedPublish, fin *api.PublishFinalResult, unlockTx func()) {
+	defer d.bg.Done()
+	defer unlockTx()
+	defer s.gate.Unlock()
+	ctx, sp := d.span(ctx, "workspace_session.finalize", map[string]any{"workspace_session_id": s.rec.ID, "txid": p.TxID, "after_answer": true})
+	_, err := d.teardown(ctx, s, true)
+	if err == nil {
+		_, err = d.finalized(p, fin)
+	}
+	sp.End(err)
+	if err == nil {
+		return
+	}
+	d.log.Error("closing a published session failed; recover_workspace_session finishes it", "workspace_session_id", s.rec.ID, "txid", p.TxID, "err", err)
+	if _, serr := os.Stat(s.dir); serr == nil {
+		s.setState(StateFinalizeFailed)
+		d.mu.Lock()
+		if d.sessions[s.rec.ID] == nil {
+			d.sessions[s.rec.ID] = s
+		}
+		d.mu.Unlock()
+	}
+}
+
+// replayTx answers a retried exactly-once publish from its record.
+func (d *Daemon) replayTx(ctx context.Context, p *preparedPublish, a api.PublishArgs) (*api.PublishTxResult, error) {
+	if p.SessionID != "" && p.SessionID != a.WorkspaceSessionID {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": p.TxID, "workspace_session_id": a.WorkspaceSessionID},
+			"txid %s belongs to a publish of workspace session %s", p.TxID, p.SessionID)
+	}
+	if p.Aborted && p.Answer != nil {
+		return p.Answer, nil
+	}
+	if p.Aborted {
+		return nil, errAborted(p)
+	}
+	if p.Finalized != nil {
+		return &api.PublishTxResult{PublishFinalResult: *p.Finalized, Clean: true}, nil
+	}
+	if p.Result == nil {
+		// Prepared by publish_prepare: publish_commit or publish_abort ends it.
+		return nil, api.Errorf(api.KindOperationConflict, map[string]any{"txid": p.TxID, "workspace_session_id": p.SessionID},
+			"publish %s was prepared step by step; commit or abort it", p.TxID)
+	}
+	// Committed, not finalized: a finalize that failed, or a daemon that
+	// restarted before its boot reconcile reached it.
+	fin, err := d.finalizeLocked(ctx, p.TxID)
+	if err != nil {
+		return nil, err
+	}
+	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// replayCommit answers a retried publish the store committed and the
+// daemon did not record: the session, when it is still there, is closed
+// (or with keep moved onto the new head) now.
+func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.PublishTxResult, error) {
+	s, err := d.lockLive(a.WorkspaceSessionID)
+	if err != nil {
+		// Closed already: the store's record of the txid is the answer.
+		res, rerr := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID})
+		if rerr != nil {
+			return nil, rerr
+		}
+		return &api.PublishTxResult{Clean: true, PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: a.WorkspaceSessionID,
+			Publish: publishJSON(res), Destroyed: !a.Keep, Kept: a.Keep}}, nil
+	}
+	defer s.gate.Unlock()
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Keep: a.Keep})
+	if err != nil {
+		return nil, d.stepFailed(s, "publish", err)
+	}
+	fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)
+	if err != nil {
+		return nil, err
+	}
+	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// finalizeUnrecorded closes session s (gate held) after its publish res
+// committed without a daemon record: destroyed, or with keep moved onto
+// the new lease.
+func (d *Daemon) finalizeUnrecorded(ctx context.Context, s *session, txid string, res *layerstack.PublishResult, keep bool) (*api.PublishFinalResult, error) {
+	out := &api.PublishFinalResult{TxID: txid, WorkspaceSessionID: s.rec.ID, Publish: publishJSON(res)}
+	if keep {
+		if s.rec.LeaseID != res.LeaseID {
+			if err := d.rebase(ctx, s, res.LeaseID); err != nil {
+				s.setState(StateFinalizeFailed)
+				return nil, finalizeFailed(s, res, d.confine(s, err))
+			}
+		}
+		s.setState(StateActive)
+		out.Kept = true
+		return out, nil
+	}
+	bytes, err := d.teardown(ctx, s, true)
+	if err != nil {
+		s.setState(StateFinalizeFailed)
+		return nil, finalizeFailed(s, res, d.confine(s, err))
+	}
+	out.Destroyed, out.EvictedUpperdirBytes = true, &bytes
+	return out, nil
+}
+
+// waitFinalizes waits (until ctx ends) for the sessions being closed after
+// their publish answered.
+func (d *Daemon) waitFinalizes(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { d.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

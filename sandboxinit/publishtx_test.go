@@ -1,0 +1,187 @@
+package sandboxinit
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+func txArgs(txid, ws string) api.PublishArgs {
+	return api.PublishArgs{TxID: txid, WorkspaceSessionID: ws, ExactlyOnce: true}
+}
+
+func layers(t *testing.T, d *Daemon) int {
+	t.Helper()
+	h, err := d.store.History(0)
+	require.NoError(t, err)
+	return len(h)
+}
+
+// The workflow's publish: one call commits, answers with the finalize
+// result, and closes the session after answering; a retry of the txid
+// (before or after the close) answers the same and commits nothing more.
+func TestPublishTxExactlyOnce(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+	h0 := layers(t, d)
+	res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err)
+	require.True(t, res.Clean)
+	require.Nil(t, res.Rejection)
+	require.True(t, res.Destroyed)
+	require.NotNil(t, res.EvictedUpperdirBytes)
+	require.Equal(t, "tx-a", res.TxID)
+	require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	_, err = d.session("ws-a")
+	requireKind(t, err, api.KindNotFound) // gone from the table at once
+
+	again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err, "a retry answers from the record")
+	require.Equal(t, res.PublishFinalResult, again.PublishFinalResult)
+	require.Equal(t, h0+1, layers(t, d), "committed exactly once")
+	d.waitFinalizes(ctx)
+	_, err = os.Stat(s.dir)
+	require.True(t, os.IsNotExist(err), "the session dir is removed after the answer: %v", err)
+	require.Empty(t, d.unfinishedPublishes(""))
+	p, err := d.loadPrepared("tx-a")
+	require.NoError(t, err)
+	require.NotNil(t, p.Finalized)
+}
+
+// A rejection is an answer: nothing committed, nothing recorded, the
+// session active with its changes.
+func TestPublishTxRejectionKeepsSession(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	workSession(t, d, "ws-1", map[string]string{"f.txt": "one\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"})
+	workSession(t, d, "ws-2", map[string]string{"f.txt": "uno\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"})
+	_, err := d.publishTx(ctx, txArgs("tx-1", "ws-1"))
+	require.NoError(t, err)
+	h := layers(t, d)
+	res, err := d.publishTx(ctx, txArgs("tx-2", "ws-2"))
+	require.NoError(t, err)
+	require.False(t, res.Clean)
+	require.NotNil(t, res.Rejection)
+	require.Len(t, res.Conflicts, 1)
+	require.Equal(t, "f.txt", res.Conflicts[0].Path)
+	require.NotEmpty(t, res.Conflicts[0].Hunks, "line ranges")
+	require.Equal(t, h, layers(t, d))
+	require.Equal(t, StateActive, stateOf(t, d, "ws-2"))
+	s, _ := d.session("ws-2")
+	b, err := os.ReadFile(s.upper() + "/f.txt")
+	require.NoError(t, err)
+	require.Equal(t, "uno\n", string(b[:4]))
+	_, err = d.loadPrepared("tx-2")
+	requireKind(t, err, api.KindNotFound)
+}
+
+// Bad input is refused with nothing changed.
+func TestPublishTxRefusals(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	workSession(t, d, "ws-a", map[string]string{"a.txt": "a\n"})
+	workSession(t, d, "ws-b", map[string]string{"b.txt": "b\n"})
+	h := layers(t, d)
+	_, err := d.publishTx(ctx, txArgs("", "ws-a"))
+	requireKind(t, err, api.KindInvalidRequest)
+	_, err = d.publishTx(ctx, txArgs("tx-x", ""))
+	requireKind(t, err, api.KindInvalidRequest)
+	_, err = d.publishTx(ctx, txArgs("tx-x", "ws-nope"))
+	requireKind(t, err, api.KindNotFound)
+	require.Equal(t, h, layers(t, d))
+	_, err = d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err)
+	_, err = d.publishTx(ctx, txArgs("tx-a", "ws-b"))
+	requireKind(t, err, api.KindInvalidRequest) // a txid names one publish
+	require.Equal(t, StateActive, stateOf(t, d, "ws-b"))
+	require.Equal(t, h+1, layers(t, d))
+}
+
+// Crash drills: a daemon that dies at each point of an exactly-once publish
+// comes back with the publish either not committed (the session active
+// with its work, the retry publishes it) or committed once (the session
+// closed by the boot reconcile or the retry, which answers clean).
+func TestPublishTxCrashPoints(t *testing.T) {
+	ctx := context.Background()
+	t.Run("committed in the store, not recorded", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		cs, release, err := d.capture(ctx, s)
+		require.NoError(t, err)
+		_, err = d.store.Publish(ctx, layerstack.PublishRequest{TxID: "tx-a", LeaseID: s.rec.LeaseID, Changes: cs, Owner: s.owner(), SourcesRead: release})
+		release()
+		require.NoError(t, err)
+		h := layers(t, d)
+
+		d = restart(t, d)
+		require.Equal(t, StateActive, stateOf(t, d, "ws-a"), "no record: the session is back as it was")
+		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.True(t, res.Clean)
+		require.True(t, res.Destroyed)
+		require.Equal(t, h, layers(t, d), "the retry replays the store's commit")
+		d.waitFinalizes(ctx)
+		require.Empty(t, d.unfinishedPublishes(""))
+	})
+	t.Run("recorded, not closed", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		cs, release, err := d.capture(ctx, s)
+		require.NoError(t, err)
+		res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: "tx-a", LeaseID: s.rec.LeaseID, Changes: cs, Owner: s.owner(), SourcesRead: release})
+		release()
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(d.txDir("tx-a"), 0o700))
+		require.NoError(t, d.savePrepared(&preparedPublish{TxID: "tx-a", SessionID: "ws-a", LeaseID: s.rec.LeaseID, Owner: s.owner(), Result: res}))
+		h := layers(t, d)
+
+		d = restart(t, d)
+		_, err = d.session("ws-a")
+		requireKind(t, err, api.KindNotFound) // the boot reconcile closed it
+		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.True(t, again.Clean)
+		require.True(t, again.Destroyed)
+		require.Equal(t, res.LayerID, again.Publish.LayerID)
+		require.Equal(t, h, layers(t, d))
+		require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	})
+	t.Run("the record cannot be written", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		txns := filepath.Join(d.cfg.StateDir, "txns")
+		require.NoError(t, os.RemoveAll(txns))
+		require.NoError(t, os.WriteFile(txns, nil, 0o600)) // no record can be made under it
+		h := layers(t, d)
+		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err, "the commit stands; the session is closed before the answer")
+		require.True(t, res.Destroyed)
+		_, err = os.Stat(s.dir)
+		require.True(t, os.IsNotExist(err), "closed before the answer: %v", err)
+		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err, "a retry answers from the store's record")
+		require.Equal(t, res.Publish.LayerID, again.Publish.LayerID)
+		require.True(t, again.Destroyed)
+		require.Equal(t, h+1, layers(t, d))
+		require.NoError(t, os.Remove(txns))
+		require.NoError(t, os.MkdirAll(txns, 0o700))
+	})
+	t.Run("not committed", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		h := layers(t, d)
+		d = restart(t, d)
+		require.Equal(t, h, layers(t, d))
+		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.True(t, res.Clean)
+		require.Equal(t, h+1, layers(t, d))
+	})
+}
