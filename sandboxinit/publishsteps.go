@@ -159,21 +159,9 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
-		return nil, d.stepFailed(s, "prepare", err)
-	}
-	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Agent: s.rec.Agent,
-		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Sources: map[string]string{}}
-	for i, c := range cs.Changes {
-		if c.Kind != layerstack.ChangeWrite {
-			continue
-		}
-		dst := filepath.Join(dir, "files", strconv.Itoa(i))
-		if err := copyRegular(c, dst); err != nil {
-			return nil, d.stepFailed(s, "prepare", fmt.Errorf("freeze %s: %w", c.Path, err))
-		}
-		p.Sources[c.Path] = dst
-		cs.Changes[i].Source = dst
+	p, err := d.freezeChanges(s, a.TxID, a.Message, a.Keep, cs, dir)
+	if err != nil {
+		return nil, err
 	}
 	release() // every write is frozen in txns/ now
 	p.Changes = *cs
@@ -201,6 +189,29 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 	keep = true
 	s.setState(StatePublishing)
 	return res, nil
+}
+
+// freezeChanges copies the session's written files into the transaction's dir
+// (dir/files/<n>) and points the change set at the copies, so the publish
+// reads what the session wrote when it was frozen, whatever it does next.
+func (d *Daemon) freezeChanges(s *session, txid, message string, keep bool, cs *layerstack.ChangeSet, dir string) (*preparedPublish, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
+		return nil, d.stepFailed(s, "prepare", err)
+	}
+	p := &preparedPublish{TxID: txid, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Agent: s.rec.Agent,
+		Message: message, Keep: keep, Implicit: s.rec.Implicit, Sources: map[string]string{}}
+	for i, c := range cs.Changes {
+		if c.Kind != layerstack.ChangeWrite {
+			continue
+		}
+		dst := filepath.Join(dir, "files", strconv.Itoa(i))
+		if err := copyRegular(c, dst); err != nil {
+			return nil, d.stepFailed(s, "prepare", fmt.Errorf("freeze %s: %w", c.Path, err))
+		}
+		p.Sources[c.Path] = dst
+		cs.Changes[i].Source = dst
+	}
+	return p, nil
 }
 
 // errAborted refuses a step of an aborted publish: by its workflow, by

@@ -3,10 +3,8 @@ package sandboxinit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -170,21 +168,9 @@ func (d *Daemon) prepareVerified(ctx context.Context, a api.PublishArgs) (*prepa
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
-		return nil, d.stepFailed(s, "prepare", err)
-	}
-	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Agent: s.rec.Agent,
-		Message: a.Message, Keep: a.Keep, Sources: map[string]string{}}
-	for i, c := range cs.Changes {
-		if c.Kind != layerstack.ChangeWrite {
-			continue
-		}
-		dst := filepath.Join(dir, "files", strconv.Itoa(i))
-		if err := copyRegular(c, dst); err != nil {
-			return nil, d.stepFailed(s, "prepare", fmt.Errorf("freeze %s: %w", c.Path, err))
-		}
-		p.Sources[c.Path] = dst
-		cs.Changes[i].Source = dst
+	p, err := d.freezeChanges(s, a.TxID, a.Message, a.Keep, cs, dir)
+	if err != nil {
+		return nil, err
 	}
 	release()
 	p.Changes = *cs
