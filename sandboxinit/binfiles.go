@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io/fs"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
-	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
 
 // fileUpload writes any bytes to a file: into a session's workspace by the
@@ -26,34 +24,9 @@ func (d *Daemon) fileUpload(ctx context.Context, rid string, a api.FileUploadArg
 		aerr.Details["path"] = a.Path
 		return nil, aerr
 	}
-	mode := fs.FileMode(0o644)
-	if a.Executable != nil && *a.Executable {
-		mode = 0o755
-	}
-	v, err := d.view(a.WorkspaceSessionID)
+	typ, err := d.putFile(ctx, "file_upload:"+rid, rid, a.WorkspaceSessionID, a.Path, p, a.Content, a.Executable)
 	if err != nil {
 		return nil, err
-	}
-	defer v.close()
-	var created bool
-	if v.s == nil {
-		var r *layerstack.AmendResult
-		txid := "file_upload:" + rid
-		err := d.sessionless(ctx, txid, "operation:"+rid, []string{p}, func(ctx context.Context) (*layerstack.PublishResult, error) {
-			var err error
-			r, err = d.store.Amend(ctx, layerstack.AmendRequest{TxID: txid, Path: p, Content: a.Content, Mode: mode, Owner: "operation:" + rid})
-			return amendPublish(r), err
-		})
-		if err != nil {
-			return nil, fileError(a.Path, amendError(err))
-		}
-		created = r.Created
-	} else if created, err = v.writeFile(p, a.Content, mode); err != nil {
-		return nil, fileError(a.Path, err)
-	}
-	typ := "update"
-	if created {
-		typ = "create"
 	}
 	sum := sha256.Sum256(a.Content)
 	return &api.FileUploadResult{Type: typ, Path: a.Path, BytesWritten: len(a.Content), SHA256: hex.EncodeToString(sum[:])}, nil

@@ -118,36 +118,46 @@ func (d *Daemon) fileWrite(ctx context.Context, rid string, a api.FileWriteArgs)
 	if err != nil {
 		return nil, err
 	}
-	mode := fs.FileMode(0o644)
-	if a.Executable != nil && *a.Executable {
-		mode = 0o755
-	}
-	v, err := d.view(a.WorkspaceSessionID)
+	typ, err := d.putFile(ctx, "file_write:"+rid, rid, a.WorkspaceSessionID, a.Path, p, []byte(a.Content), a.Executable)
 	if err != nil {
 		return nil, err
+	}
+	return map[string]any{"type": typ, "path": a.Path, "bytes_written": len(a.Content)}, nil
+}
+
+// putFile writes content to workspace path p (display path shown): in a
+// session by an atomic replace confined to its workspace, or, without a
+// session, as one published layer under txid (the workflow's amend
+// update). It says "create" or "update".
+func (d *Daemon) putFile(ctx context.Context, txid, rid, sessionID, shown, p string, content []byte, executable *bool) (string, error) {
+	mode := fs.FileMode(0o644)
+	if executable != nil && *executable {
+		mode = 0o755
+	}
+	v, err := d.view(sessionID)
+	if err != nil {
+		return "", err
 	}
 	defer v.close()
 	var created bool
 	if v.s == nil {
 		var r *layerstack.AmendResult
-		err := d.sessionless(ctx, "file_write:"+rid, "operation:"+rid, []string{p}, func(ctx context.Context) (*layerstack.PublishResult, error) {
+		err := d.sessionless(ctx, txid, "operation:"+rid, []string{p}, func(ctx context.Context) (*layerstack.PublishResult, error) {
 			var err error
-			r, err = d.store.Amend(ctx, layerstack.AmendRequest{TxID: "file_write:" + rid, Path: p, Content: []byte(a.Content),
-				Mode: mode, Owner: "operation:" + rid})
+			r, err = d.store.Amend(ctx, layerstack.AmendRequest{TxID: txid, Path: p, Content: content, Mode: mode, Owner: "operation:" + rid})
 			return amendPublish(r), err
 		})
 		if err != nil {
-			return nil, fileError(a.Path, amendError(err))
+			return "", fileError(shown, amendError(err))
 		}
 		created = r.Created
-	} else if created, err = v.writeFile(p, []byte(a.Content), mode); err != nil {
-		return nil, fileError(a.Path, err)
+	} else if created, err = v.writeFile(p, content, mode); err != nil {
+		return "", fileError(shown, err)
 	}
-	typ := "update"
 	if created {
-		typ = "create"
+		return "create", nil
 	}
-	return map[string]any{"type": typ, "path": a.Path, "bytes_written": len(a.Content)}, nil
+	return "update", nil
 }
 
 // writeFile replaces p in a session atomically (temp file and rename in the
