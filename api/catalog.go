@@ -184,6 +184,8 @@ func boolArg(name, desc string) Arg {
 
 var (
 	// argHost names a Docker host of a cluster (its worker's --host-name).
+	// argOrphanHost narrows an orphan operation to one Docker host.
+	argOrphanHost = Arg{Name: "host", Type: TypeString, Pattern: PatternHost, Description: "Docker host to look on, by its worker's --host-name (a cluster; default: every live host, and the gateway's own)."}
 	argHost       = Arg{Name: "host", Type: TypeString, Pattern: PatternHost, Description: "Docker host to run on, by its worker's --host-name (a cluster; default: the least-loaded live host, or the gateway's own)."}
 	argSandboxID  = Arg{Name: "sandbox_id", Type: TypeString, Required: true, Pattern: PatternID, Description: "Id of the sandbox (eos-<uuid>)."}
 	argWS         = idArg(str("workspace_session_id", "Workspace session to run in. Without it, file changes publish at once and commands run in an implicit session that publishes when its last command ends."))
@@ -266,16 +268,16 @@ var catalog = []Operation{
 		Args:        []Arg{argSandboxID}, Result: resSandbox},
 	{Name: "list_orphaned_sandboxes", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "List sandboxes whose workflow is gone, with their kept work.",
-		Description: "A sandbox whose Docker objects exist on a host but whose workflow this deployment no longer runs (another HOME, state dir, namespace or Temporal address at start, a lost Temporal database, a terminated workflow) is an orphan: its container is stopped, its state volume — published and unpublished work — is kept, never deleted by inference. Each entry has the sandbox id, container state, volume and its size in bytes, age, image, workspace root, and the Temporal cluster and namespace that made it (owned_by_this_deployment says whether they are this gateway's). Adopt one with adopt_orphaned_sandbox, or delete it with delete_orphaned_sandbox.",
-		Result:      map[string]string{"orphans": "array"}},
+		Description: "A sandbox whose Docker objects exist on a host but whose workflow this deployment no longer runs (another HOME, state dir, namespace or Temporal address at start, a lost Temporal database, a terminated workflow) is an orphan: its container is stopped, its state volume — published and unpublished work — is kept, never deleted by inference. Each entry has the sandbox id, container state, volume and its size in bytes, age, image, workspace root, and the Temporal cluster and namespace that made it (owned_by_this_deployment says whether they are this gateway's) and, in a cluster, the host it is on (without host, every live host is asked). Adopt one with adopt_orphaned_sandbox, or delete it with delete_orphaned_sandbox.",
+		Args:        []Arg{argOrphanHost}, Result: map[string]string{"orphans": "array"}},
 	{Name: "adopt_orphaned_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "Give an orphaned sandbox a workflow again, with its work.",
 		Description: "Recreates the sandbox workflow of an orphan over its existing state volume: the container gets this deployment's daemon binary and token and starts, the layer stack and every session (with its unpublished changes) come back as they were. No workspace is copied. Returns the sandbox record.",
-		Args:        []Arg{argSandboxID, str("image", "Image to run the sandbox with (default: the orphan's own).")}, Result: resSandbox},
+		Args:        []Arg{argSandboxID, str("image", "Image to run the sandbox with (default: the orphan's own)."), argOrphanHost}, Result: resSandbox},
 	{Name: "delete_orphaned_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "Delete an orphaned sandbox's container and state volume.",
 		Description: "Removes the container and the state volume of an orphan — its published and unpublished work is gone. Refused for a sandbox whose workflow runs (use destroy_sandbox). Requires confirm: true.",
-		Args:        []Arg{argSandboxID, {Name: "confirm", Type: TypeBool, Required: true, Description: "Must be true: the orphan's work is deleted."}},
+		Args:        []Arg{argSandboxID, {Name: "confirm", Type: TypeBool, Required: true, Description: "Must be true: the orphan's work is deleted."}, argOrphanHost},
 		Result:      map[string]string{"sandbox_id": "string", "deleted": "bool"}},
 	{Name: "list_workflows", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteRecords,
 		Summary:     "List the product's Temporal workflows.",

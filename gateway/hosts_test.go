@@ -110,3 +110,32 @@ func TestDaemonRoute(t *testing.T) {
 }
 
 func ignore(_ string, err error) error { return err }
+
+// TestOrphanQueues: an orphan operation asks the named host, else every
+// live host and the gateway's own workers once each — never a lost host —
+// and with no host registered the one default queue.
+func TestOrphanQueues(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	b := clusterBackend(host("h1", 2, now), host("h2", 0, now), host("h3", 0, now.Add(-2*workflows.HostStaleAfter)))
+	qs, err := b.orphanQueues(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []hostQueue{{"h1", "eos-host-h1"}, {"h2", "eos-host-h2"}}, qs)
+	qs, err = b.orphanQueues(ctx, "h2")
+	require.NoError(t, err)
+	require.Equal(t, []hostQueue{{"h2", "eos-host-h2"}}, qs)
+	_, err = b.orphanQueues(ctx, "h3")
+	requireKind(t, err, api.KindOperationFailed)
+	_, err = b.orphanQueues(ctx, "../h1")
+	requireKind(t, err, api.KindInvalidRequest)
+
+	own := clusterBackend(host("h1", 0, now))
+	own.HostQueue, own.LocalQueue, own.LocalName = "eos-host-h1", "eos-host-h1", "h1"
+	qs, err = own.orphanQueues(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []hostQueue{{"h1", "eos-host-h1"}}, qs, "the gateway's own host is asked once")
+
+	qs, err = (&TemporalBackend{HostQueue: "eos-host-x", hostsAt: time.Now().Add(time.Hour)}).orphanQueues(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []hostQueue{{"", "eos-host-x"}}, qs)
+}
