@@ -24,6 +24,11 @@ type syncBatch struct {
 	files  []*os.File
 }
 
+// commitSyncfsAbove: a commit whose layer has more entries than this flushes
+// with one syncfs. It is syncfsThreshold; BenchmarkPublishSyncfs lowers it
+// to compare the two ways on a small commit.
+var commitSyncfsAbove = syncfsThreshold
+
 // add opens name (a file or a directory) for the flush. An open descriptor
 // follows its inode through a rename, so a layer's entries may be added
 // before it leaves staging.

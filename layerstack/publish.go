@@ -476,7 +476,7 @@ func (s *Store) buildLayer(ctx context.Context, stage string, head *Manifest, pl
 // commit. A power cut before the flush completes leaves the old manifest;
 // after it, the new manifest can only name what is already on disk.
 func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths []string, res *PublishResult, req PublishRequest) error {
-	sb := &syncBatch{syncfs: len(syncPaths) > syncfsThreshold}
+	sb := &syncBatch{syncfs: len(syncPaths) > commitSyncfsAbove}
 	defer sb.close()
 	for _, p := range syncPaths {
 		if err := sb.add(p); err != nil {
