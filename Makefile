@@ -25,6 +25,7 @@ daemon:
 	bash scripts/ensure-build-deps.sh
 	@mkdir -p $(BIN)
 	$(GO) build -tags 'seccomp osusergo netgo' -ldflags '-linkmode external -extldflags -static' -o $(BIN)/sandbox-daemon ./cmd/sandbox-daemon
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/sandbox-sessinit ./cmd/sandbox-sessinit
 
 # What the end-to-end tests need on this machine: a Docker Engine and the
 # locally built test images (cached by tag).
@@ -152,6 +153,7 @@ seed-suite: binaries
 install: binaries
 	install -d /usr/local/lib/eos
 	install -m 0755 $(BIN)/sandbox-daemon /usr/local/lib/eos/sandbox-daemon
+	install -m 0755 $(BIN)/sandbox-sessinit /usr/local/lib/eos/sandbox-sessinit
 	install -m 0644 sandboxinit/runtime/seccomp.json /usr/local/lib/eos/seccomp.json
 	@for b in $(BINARIES); do install -m 0755 $(BIN)/$$b /usr/local/bin/$$b; done
 

@@ -27,6 +27,7 @@ import (
 // RPC on :7001, layer store <state>/layerstack).
 const (
 	DaemonPath   = "/usr/local/lib/eos/sandbox-daemon"
+	SessinitPath = "/usr/local/lib/eos/sandbox-sessinit" // next to the daemon, which finds it there
 	StateDir     = "/eos"
 	TokenPath    = "/eos/secret/daemon.token"
 	ImportDir    = "/eos/import/src"

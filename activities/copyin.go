@@ -44,6 +44,19 @@ func bootstrapTar(daemonBinary, token string) ([]byte, error) {
 		_, err := tw.Write(data)
 		return err
 	}
+	// The small session init, when it was built next to the daemon (make
+	// daemon): each idle session is that process instead of the daemon
+	// binary (cmd/sandbox-sessinit).
+	sessinit := func() error {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(daemonBinary), filepath.Base(SessinitPath)))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read session init: %w", err)
+		}
+		return file(strings.TrimPrefix(SessinitPath, "/"), 0o755, b)
+	}
 	daemonDir := strings.TrimPrefix(filepath.Dir(DaemonPath), "/")
 	var parts []string
 	for p := range strings.SplitSeq(daemonDir, "/") {
@@ -54,6 +67,7 @@ func bootstrapTar(daemonBinary, token string) ([]byte, error) {
 	}
 	steps := []error{
 		file(strings.TrimPrefix(DaemonPath, "/"), 0o755, bin),
+		sessinit(),
 		dir(strings.TrimPrefix(filepath.Dir(TokenPath), "/"), 0o700),
 		file(strings.TrimPrefix(TokenPath, "/"), 0o600, []byte(token)),
 		tw.Close(),

@@ -413,3 +413,27 @@ func TestStatsOf(t *testing.T) {
 	s.PidsStats.Current = 7
 	require.Equal(t, ContainerStats{CPUPercent: 40, MemoryBytes: 800, MemoryLimit: 4000, Pids: 7}, statsOf(s))
 }
+
+// The small session init goes into the container next to the daemon when
+// it was built next to the daemon binary (make daemon), and is left out
+// (the daemon then runs sessions' inits itself) when it was not.
+func TestBootstrapTarShipsSessinit(t *testing.T) {
+	dir := t.TempDir()
+	daemon := filepath.Join(dir, "sandbox-daemon")
+	require.NoError(t, os.WriteFile(daemon, []byte("#!daemon"), 0o755))
+	tarball, err := bootstrapTar(daemon, "tok")
+	require.NoError(t, err)
+	entries, _, err := readTar(tarball)
+	require.NoError(t, err)
+	require.NotContains(t, entries, strings.TrimPrefix(SessinitPath, "/"))
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sandbox-sessinit"), []byte("#!sessinit"), 0o755))
+	tarball, err = bootstrapTar(daemon, "tok")
+	require.NoError(t, err)
+	entries, _, err = readTar(tarball)
+	require.NoError(t, err)
+	si := entries[strings.TrimPrefix(SessinitPath, "/")]
+	require.Equal(t, "#!sessinit", string(si.data))
+	require.EqualValues(t, 0o755, si.hdr.Mode)
+	require.Equal(t, "#!daemon", string(entries[strings.TrimPrefix(DaemonPath, "/")].data))
+}

@@ -82,6 +82,12 @@ func plotOf(key, file string) bool {
 		return strings.HasPrefix(file, "publish-")
 	case "e":
 		return strings.HasPrefix(file, "agents-")
+	case "g":
+		return strings.HasPrefix(file, "sessions-")
+	case "h":
+		return strings.HasPrefix(file, "depth")
+	case "i":
+		return strings.HasPrefix(file, "reposize")
 	}
 	return false
 }

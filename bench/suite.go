@@ -120,6 +120,9 @@ var scenarios = []scenario{
 	{"p", "Small publish (one 4 KiB file) vs git add -A && git commit, in rounds", runSmallPublish},
 	{"f", "Sandbox create for a 1k-file and a 20k-file repository", runSandboxCreate},
 	{"e", "Parallel agents in one sandbox", runAgents},
+	{"g", "Sessions per sandbox: create, memory and exec at 10, 50, 200 sessions", runSessions},
+	{"h", "Publish and file_read against layer-stack depth, with and without autosquash", runDepth},
+	{"i", "file_read and publish against repository size", runRepoSize},
 }
 
 // Run starts the product and runs the chosen scenarios in order.
@@ -181,6 +184,15 @@ func ratio(base, ours time.Duration) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1fx", float64(base)/float64(ours))
+}
+
+// ratioFine is ratio with two significant digits, for baselines that are
+// orders of magnitude apart (an in-process file read against an RPC).
+func ratioFine(base, ours time.Duration) string {
+	if ours <= 0 || base <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2gx", float64(base)/float64(ours))
 }
 
 func fops(v float64) string {

@@ -76,6 +76,31 @@ type PublishResult struct {
 // ErrBadRequest marks caller mistakes (missing txid, unknown lease...).
 var ErrBadRequest = errors.New("bad publish request")
 
+// DefaultMaxDepth is Options.MaxDepth's default and ceiling: overlayfs
+// mounts at most 500 lower dirs, and a session's mount is its lease's
+// layers; the rest is headroom for publishes racing past the check.
+const DefaultMaxDepth = 400
+
+// ErrTooDeep refuses a publish onto a head MaxDepth layers deep that a
+// squash could not make shallower (sessions' leases pin its layers).
+var ErrTooDeep = errors.New("layer stack too deep")
+
+// keepShallow squashes, before a publish, a head that is MaxDepth layers
+// deep (with autosquash off, or when publishes outran it): one more layer
+// and the sessions could no longer mount the head.
+func (s *Store) keepShallow(ctx context.Context) error {
+	if m := s.head.Load(); m == nil || len(m.Layers) < s.opts.MaxDepth {
+		return nil
+	}
+	if _, err := s.Squash(ctx); err != nil {
+		return fmt.Errorf("squash a head of %d layers before publishing: %w", len(s.head.Load().Layers), err)
+	}
+	if n := len(s.head.Load().Layers); n >= s.opts.MaxDepth {
+		return fmt.Errorf("%w: the head has %d layers (at most %d) and the sessions' leases keep a squash from folding them; refresh or destroy old sessions, then publish again", ErrTooDeep, n, s.opts.MaxDepth)
+	}
+	return nil
+}
+
 // maxOptimistic is how many times a publish resolves outside the commit lock
 // before it resolves under it (so a busy stack cannot starve it).
 const maxOptimistic = 3
@@ -94,6 +119,9 @@ func (s *Store) Publish(ctx context.Context, req PublishRequest) (*PublishResult
 	}
 	lease, err := s.Lease(req.LeaseID)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.keepShallow(ctx); err != nil {
 		return nil, err
 	}
 	tx, err := s.newTxn(ctx, req)

@@ -167,3 +167,47 @@ func TestExportFormatsReproduceTheHead(t *testing.T) {
 		require.Equal(t, want, got)
 	})
 }
+
+// TestPublishSquashesAtMaxDepth: with autosquash off, a publish onto a head
+// MaxDepth layers deep squashes first, so the head never grows past what a
+// session can mount; when leases pin every layer, the publish is refused
+// with ErrTooDeep and nothing is committed.
+func TestPublishSquashesAtMaxDepth(t *testing.T) {
+	s := newTestStore(t, historyBase(), Options{AutoSquashAt: -1, MaxDepth: 5})
+	for i := 0; i < 12; i++ {
+		l := mustLease(t, s, sess1)
+		_, err := publishOn(t, s, l, sess1, writes(fmt.Sprintf("f%d.txt", i), "x\n"))
+		require.NoError(t, err)
+		require.NoError(t, s.Release(l.ID))
+		m, _ := s.Manifest()
+		require.LessOrEqual(t, len(m.Layers), 5, "after publish %d", i)
+	}
+	got := readTree(t, s.Head())
+	for i := 0; i < 12; i++ {
+		require.Equal(t, "x\n", got[fmt.Sprintf("f%d.txt", i)])
+	}
+	requireHealthy(t, s)
+
+	// Pin every version: nothing can fold.
+	var held []*Lease
+	for i := 0; ; i++ {
+		l := mustLease(t, s, sess2)
+		held = append(held, l)
+		before, _ := s.Manifest()
+		_, err := publishOn(t, s, l, sess2, writes(fmt.Sprintf("p%d.txt", i), "p\n"))
+		if err != nil {
+			require.ErrorIs(t, err, ErrTooDeep)
+			after, _ := s.Manifest()
+			require.Equal(t, before.Version, after.Version, "a refused publish commits nothing")
+			require.NotContains(t, readTree(t, s.Head()), fmt.Sprintf("p%d.txt", i))
+			break
+		}
+		require.Less(t, i, 10, "leases pin every layer: the publish must be refused before this")
+	}
+	for _, l := range held {
+		require.NoError(t, s.Release(l.ID))
+	}
+	l := mustLease(t, s, sess2)
+	_, err := publishOn(t, s, l, sess2, writes("after.txt", "a\n"))
+	require.NoError(t, err, "with the leases released the squash folds and the publish goes through")
+}

@@ -24,6 +24,11 @@ type Options struct {
 	// AutoSquashAt squashes automatically once the head has more layers than
 	// this (default 100; negative disables; values 1 and 2 are raised to 3).
 	AutoSquashAt int
+	// MaxDepth is the most layers a publish may find under it before it
+	// squashes first, autosquash or not (default and ceiling DefaultMaxDepth:
+	// a session mounts its lease's layers as overlay lower dirs, and the
+	// kernel takes at most 500).
+	MaxDepth int
 	// Logger receives store events; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock (tests); nil means time.Now.
@@ -112,6 +117,11 @@ func Open(root string, opts Options) (*Store, error) {
 		opts.AutoSquashAt = 100
 	} else if opts.AutoSquashAt > 0 && opts.AutoSquashAt < 3 {
 		opts.AutoSquashAt = 3
+	}
+	if opts.MaxDepth <= 0 || opts.MaxDepth > DefaultMaxDepth {
+		opts.MaxDepth = DefaultMaxDepth
+	} else if opts.MaxDepth < 3 {
+		opts.MaxDepth = 3
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

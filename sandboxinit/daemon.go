@@ -22,6 +22,7 @@ type Config struct {
 	Listen          string        // RPC address, default :7001
 	TokenFile       string        // 0600 file holding the sandbox's token
 	SelfPath        string        // this binary, as seen inside sessions (it runs as each session's init)
+	SessinitPath    string        // the small session init (cmd/sandbox-sessinit); "" = SelfPath as "sessinit"
 	MaxRequestBytes int64         // default 16 MiB
 	MaxConcurrent   int           // requests served at once before server_busy, default 128
 	ShutdownGrace   time.Duration // default 10 s

@@ -15,7 +15,8 @@ import (
 
 // serveForward proxies /forward/shared/<port>/<rest> to 127.0.0.1:<port>
 // in the sandbox's network, and /forward/isolated=<session>/<port>/<rest>
-// to an isolated session's address. HTTP and WebSocket (upgrade) both pass;
+// to an isolated session's address, connecting from inside its network
+// namespace. HTTP and WebSocket (upgrade) both pass;
 // the sandbox token is stripped before the request leaves the daemon.
 func (s *Server) serveForward(w http.ResponseWriter, r *http.Request) {
 	parts, port, err := forwardRoute(r.URL.Path)
@@ -24,6 +25,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	host := "127.0.0.1"
+	dial := netDialer.DialContext
 	switch {
 	case parts[0] == "shared":
 	case strings.HasPrefix(parts[0], "isolated="):
@@ -38,6 +40,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		host = sess.rt.IP()
+		// From inside the session's own network namespace: nothing in the
+		// sandbox's (shared sessions) can open a connection to it.
+		dial = sess.rt.DialContext
 	default:
 		writeJSON(w, http.StatusNotFound, api.Envelope{Error: api.Errorf(api.KindNotFound, nil, "unknown forward prefix %q", parts[0])})
 		return
@@ -57,7 +62,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request) {
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
 		},
-		Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second, DialContext: (&netDialer).DialContext},
+		Transport: &http.Transport{ResponseHeaderTimeout: 30 * time.Second, DialContext: dial},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeJSON(w, http.StatusBadGateway, api.Envelope{Error: api.Errorf("connect_failed", map[string]any{"target": target.Host}, "forward to %s failed: %v", target.Host, err)})
 		},

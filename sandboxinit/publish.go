@@ -85,6 +85,10 @@ func (d *Daemon) stepFailed(s *session, stage string, err error) error {
 		c.Message = d.confine(s, errors.New(ae.Message))
 		return &c
 	}
+	if errors.Is(err, layerstack.ErrTooDeep) {
+		return api.Errorf(api.KindResourceExhausted, map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true,
+			"limit": "layer_stack_depth", "max": layerstack.DefaultMaxDepth}, "%s refused: %s", stage, d.confine(s, err))
+	}
 	return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true},
 		"%s failed: %s", stage, d.confine(s, err))
 }

@@ -236,10 +236,14 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 
 func (d *Daemon) runtimeSpec(s *session) runtime.SessionSpec {
 	eg, _ := egressOf(s.rec.Egress) // checked when the session was created
+	initPath, initArgs := d.cfg.SelfPath, []string{"sessinit"}
+	if d.cfg.SessinitPath != "" { // the small init: an idle session is this process
+		initPath, initArgs = d.cfg.SessinitPath, nil
+	}
 	return runtime.SessionSpec{
 		ID: s.rec.ID, Dir: filepath.Join(s.dir, "rt"), Workspace: s.merged(),
 		Isolated: s.rec.NetworkProfile == "isolated", Addr: s.rec.Addr, Limits: s.rec.Limits, Egress: eg,
-		Hidden: d.cfg.hidden(), InitPath: d.cfg.SelfPath, InitArgs: []string{"sessinit"},
+		Hidden: d.cfg.hidden(), InitPath: initPath, InitArgs: initArgs,
 	}
 }
 

@@ -33,7 +33,7 @@ func run() int {
 		scale     = flag.Float64("scale", 1, "multiply every sample count and duration (0.2: a quick look)")
 		agents    = flag.String("agents", "1,5,20,50", "concurrency levels of the parallel-agents scenario")
 		agentTime = flag.Duration("agent-time", 20*time.Second, "how long each level of the parallel-agents scenario runs (before -scale)")
-		only      = flag.String("only", "", "comma-separated scenarios to run (a,b,c,d,e,f,p; default all)")
+		only      = flag.String("only", "", "comma-separated scenarios to run (a,b,c,d,e,f,g,h,i,p; default all)")
 		image     = flag.String("image", "eos-test-busybox:1", "image of the sandboxes and the baseline containers")
 		daemon    = flag.String("daemon-binary", "bin/sandbox-daemon", "the static sandbox-daemon (make daemon)")
 		workDir   = flag.String("workdir", filepath.Join(os.TempDir(), "eos-bench"), "scratch: repositories, worktrees, Temporal state")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -40,6 +41,11 @@ func main() {
 
 var version = "dev"
 
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
 func serve(args []string) int {
 	fs := flag.NewFlagSet("sandbox-daemon", flag.ContinueOnError)
 	var cfg sandboxinit.Config
@@ -47,6 +53,7 @@ func serve(args []string) int {
 	fs.StringVar(&cfg.Listen, "listen", ":7001", "RPC listen address")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the sandbox token (default <state-dir>/secret/daemon.token)")
 	fs.StringVar(&cfg.SelfPath, "self", "", "path of this binary inside sessions (default: its own path)")
+	fs.StringVar(&cfg.SessinitPath, "sessinit", "", "the session init binary (default: sandbox-sessinit next to this binary if it is there, else this binary)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long running commands get to end on shutdown")
 	fs.IntVar(&cfg.AutoSquashAt, "autosquash-at", 100, "squash the layer stack past this many layers (-1: never)")
 	fs.Int64Var(&cfg.MaxRequestBytes, "max-request-bytes", 16<<20, "largest request body (64 KiB-1 GiB)")
@@ -74,6 +81,11 @@ func serve(args []string) int {
 	if cfg.SelfPath == "" {
 		if p, err := os.Executable(); err == nil {
 			cfg.SelfPath = p
+		}
+	}
+	if cfg.SessinitPath == "" && cfg.SelfPath != "" {
+		if p := filepath.Join(filepath.Dir(cfg.SelfPath), "sandbox-sessinit"); isExecutable(p) {
+			cfg.SessinitPath = p
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -556,10 +556,13 @@ func (p *probe) checkNetwork(ctx context.Context, a, b, c *runtime.Session) {
 			_, _ = pr.Wait()
 		}
 	}()
-	got := func(addr string) string {
+	sandboxDial := (&net.Dialer{}).DialContext
+	got := func(dial func(context.Context, string, string) (net.Conn, error), addr string) string {
 		var out string
 		for i := 0; i < 100; i++ { // the servers need a moment to listen
-			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			conn, err := dial(dctx, "tcp", addr)
+			cancel()
 			if err == nil {
 				b, _ := io.ReadAll(conn)
 				_ = conn.Close()
@@ -570,8 +573,17 @@ func (p *probe) checkNetwork(ctx context.Context, a, b, c *runtime.Session) {
 		}
 		return out
 	}
-	ga, gb, gc := got("127.0.0.1:"+port), got(net.JoinHostPort(b.IP(), port)), got(net.JoinHostPort(c.IP(), port))
+	// Isolated sessions only from inside their own namespace (the forward
+	// route's way): the sandbox's namespace opens nothing to them.
+	ga, gb, gc := got(sandboxDial, "127.0.0.1:"+port), got(b.DialContext, net.JoinHostPort(b.IP(), port)), got(c.DialContext, net.JoinHostPort(c.IP(), port))
 	p.emit("same_port_three_sessions", ga == "A" && gb == "B" && gc == "C", "shared", ga, "b", gb, "c", gc)
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	conn, err := sandboxDial(dctx, "tcp", net.JoinHostPort(b.IP(), port))
+	cancel()
+	if err == nil {
+		_ = conn.Close()
+	}
+	p.errCheck("sandbox_cannot_reach_isolated", want(err != nil, "the sandbox's namespace connected to %s", b.IP()))
 
 	// From an isolated session: the sandbox (and so shared sessions) through
 	// the gateway, but never another isolated session, whatever ip_forward

@@ -70,7 +70,8 @@ func goBuild(env []string, args ...string) error {
 var daemonBuild built
 
 // DaemonBinary builds cmd/sandbox-daemon the way the product ships it: one
-// statically linked binary with libseccomp inside.
+// statically linked binary with libseccomp inside, and cmd/sandbox-sessinit
+// next to it.
 func DaemonBinary(t testing.TB) string {
 	t.Helper()
 	dir := daemonBuild.get(t, "eos-daemon-bin-", func(dir string) error {
@@ -79,7 +80,10 @@ func DaemonBinary(t testing.TB) string {
 		if err != nil {
 			return fmt.Errorf("static build of sandbox-daemon (needs libseccomp-dev: scripts/ensure-build-deps.sh): %w", err)
 		}
-		return nil
+		// Next to the daemon, as make daemon leaves it: sandboxes then
+		// run each session's init from it.
+		return goBuild([]string{"CGO_ENABLED=0"}, "-trimpath", "-ldflags", "-s -w",
+			"-o", filepath.Join(dir, "sandbox-sessinit"), "./cmd/sandbox-sessinit")
 	})
 	return filepath.Join(dir, "sandbox-daemon")
 }

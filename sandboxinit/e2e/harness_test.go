@@ -61,8 +61,9 @@ type sandbox struct {
 }
 
 // startSandbox creates and starts a sandbox from image with base as the
-// workspace, and imports the base.
-func startSandbox(t testing.TB, image string, base map[string]string) *sandbox {
+// workspace, and imports the base; createArgs go to docker create (e.g.
+// --network).
+func startSandbox(t testing.TB, image string, base map[string]string, createArgs ...string) *sandbox {
 	t.Helper()
 	requireDocker(t)
 	bin := daemonBinary(t)
@@ -82,7 +83,7 @@ func startSandbox(t testing.TB, image string, base map[string]string) *sandbox {
 	for _, c := range sandboxCaps {
 		args = append(args, "--cap-add", c)
 	}
-	args = append(args, image)
+	args = append(append(args, createArgs...), image)
 	docker(t, "volume", "create", "--label", "eos.test=e2e", sb.volume)
 	docker(t, args...)
 	t.Cleanup(func() {
@@ -112,6 +113,12 @@ func startSandbox(t testing.TB, image string, base map[string]string) *sandbox {
 	b, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	file(strings.TrimPrefix(daemonPath, "/"), 0o755, b)
+	// The small session init next to it, as the product ships it: every
+	// session's PID 1 (the daemon binary itself runs sessions' inits only
+	// where it is missing; sandboxinit/runtime's TestSessionsInDocker covers that).
+	si, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "sandbox-sessinit"))
+	require.NoError(t, err)
+	file(strings.TrimPrefix(filepath.Dir(daemonPath), "/")+"/sandbox-sessinit", 0o755, si)
 	file("eos/secret/daemon.token", 0o600, []byte(sb.token))
 	for p, content := range base {
 		full := "eos/import/src/" + p

@@ -26,7 +26,7 @@
 //   - runc's libcontainer (pinned to v1.5.3) is used only from libcontainer_linux.go.
 //     It re-executes /proc/self/exe as "init" for every session start and
 //     every libcontainer exec; that process must become "runc init" before
-//     doing anything else.
+//     doing anything else (InitMain, which also dispatches "sessexec").
 //   - A session's root is an overlay with lowerdir "/" (the sandbox
 //     container's root) and upper and work dirs under SessionSpec.Dir/root, so
 //     package installs and /etc edits stay private to the session and survive
@@ -51,12 +51,17 @@
 //     request_key, bpf, perf_event_open, module and kexec syscalls,
 //     open_by_handle_at, userfaultfd and every unlisted syscall fail with
 //     EPERM, clone3 with ENOSYS (libcs fall back to clone), and ptrace works
-//     (kernel >= 4.8): a session cannot create a user namespace. runc init
-//     loads the filter right before it execs the session's init or a
-//     libcontainer exec; fast-path processes inherit it from the session
-//     init, which forks them. libseccomp compiles the filter on every
-//     libcontainer start or exec (about 15-20 ms for the three x86 ABIs);
-//     the fast path pays nothing. Sessions started by a binary without this
+//     (kernel >= 4.8): a session cannot create a user namespace. New
+//     compiles the filter once per daemon (seccompbpf_linux.go: runc's
+//     libseccomp steps and its -ENOSYS stub; runc init used to compile it
+//     for every start and libcontainer exec, ~9 ms each) into a sealed
+//     memfd. The session's init is the daemon binary started by descriptor
+//     (never a path in the session's writable root); it loads the filter on
+//     all its threads before anything else and reports, and Start checks
+//     /proc/<pid>/status for one filter more than the daemon's.
+//     libcontainer execs (TTY) go through "sessexec", which loads it and
+//     execs the command; fast-path processes inherit it from the session
+//     init, which forks them (seccompload_linux.go). Sessions started by a binary without this
 //     filter stay unfiltered until restarted (Load logs a warning).
 //   - Session cgroups are named relative ("sessions/<id>") so they resolve
 //     under the daemon's own cgroup. On cgroup v2 New first moves the daemon
@@ -76,7 +81,15 @@
 //     isolated sessions (ErrUnsupported wrapping ErrNoNftables) instead of
 //     starting them unisolated; shared sessions are unaffected. They still
 //     reach the sandbox itself through their gateway (so the daemon and
-//     shared sessions' servers), and the sandbox reaches them.
+//     shared sessions' servers). Nothing in the sandbox's namespace opens a
+//     connection to them (shared sessions live there): its output chain
+//     drops anything new towards a session's veth and each session's own
+//     namespace accepts nothing new from eth0 (table "eos_in"). The
+//     daemon's forward route dials from inside the session's namespace
+//     (Session.DialContext).
+//   - Isolated sessions resolve names through a forwarder of the daemon on
+//     their gateway, port 53 (dns_linux.go), named in their /etc/resolv.conf;
+//     egress none gets no resolver.
 //   - An isolated session's SessionSpec.Egress other than the default is a
 //     table "eos_s_<id>" of its own (input and forward, before "eos"):
 //     replies to connections the sandbox opened pass, then the allow-list

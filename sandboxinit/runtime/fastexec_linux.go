@@ -23,26 +23,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
 )
-
-// execFDEnv names the init's environment variable holding the listener fd.
-const execFDEnv = "EOS_EXEC_FD"
-
-// maxExecRequest bounds one request (args and environment).
-const maxExecRequest = 256 << 10
-
-type execRequest struct {
-	Args []string `json:"args"`
-	Env  []string `json:"env"`
-	Cwd  string   `json:"cwd"`
-}
-
-// execReply is either the start reply (Pid or Error) or the exit reply.
-type execReply struct {
-	Pid   int    `json:"pid,omitempty"`
-	Error string `json:"error,omitempty"`
-	Exit  *int   `json:"exit,omitempty"`
-}
 
 func execSocketPath(dir string) string { return filepath.Join(dir, "exec.sock") }
 
@@ -203,29 +186,9 @@ func readReply(conn *net.UnixConn) (execReply, []int, error) {
 	return rep, fds, nil
 }
 
-func parseRights(oob []byte) ([]int, error) {
-	if len(oob) == 0 {
-		return nil, nil
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, fmt.Errorf("parse control message: %w", err)
-	}
-	var fds []int
-	for _, m := range msgs {
-		r, err := unix.ParseUnixRights(&m)
-		if err == nil {
-			fds = append(fds, r...)
-		}
-	}
-	return fds, nil
-}
+func parseRights(oob []byte) ([]int, error) { return sessinit.ParseRights(oob) }
 
-func closeFds(fds []int) {
-	for _, fd := range fds {
-		_ = unix.Close(fd)
-	}
-}
+func closeFds(fds []int) { sessinit.CloseFds(fds) }
 
 // pidfdPid reads the pid a pidfd refers to, as seen from our pid namespace.
 func pidfdPid(fd int) (int, error) {

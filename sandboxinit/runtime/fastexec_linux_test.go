@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,12 +24,12 @@ func startExecServer(t *testing.T, dir string) *Session {
 	ln, err := net.FileListener(f)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	srv := &execServer{waiters: make(map[int]chan int)}
-	go srv.serve(ln.(*net.UnixListener))
+	srv := sessinit.NewServer()
+	go srv.Serve(ln.(*net.UnixListener))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for ctx.Err() == nil {
-			srv.reap()
+			srv.Reap()
 			time.Sleep(time.Millisecond)
 		}
 	}()

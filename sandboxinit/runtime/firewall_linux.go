@@ -9,7 +9,17 @@ package runtime
 //     isolated sessions have no route to each other whatever ip_forward
 //     says; postrouting masquerades the sessions' pool when it leaves
 //     through an interface that is not a session's, so an isolated session
-//     reaches what the sandbox reaches.
+//     reaches what the sandbox reaches; output drops anything new towards
+//     a session's veth, by any protocol and address family, so shared
+//     sessions (in the sandbox's network namespace) reach no isolated
+//     session; replies of what a session opened pass (ct
+//     established,related). The daemon's forward route does not need the
+//     veth: it connects from inside the session's namespace (netns_linux.go).
+//   - Table inet "eos_in" inside each isolated session's own namespace
+//     (isolateNetns, at Start before any of its processes runs, again at
+//     Load): input from eth0 accepts only ct established,related, so even a
+//     frame a shared session writes onto the veth with a packet socket
+//     (NET_RAW) opens nothing; the session has no NET_ADMIN to change it.
 //   - Table inet "eos_s_<id>" per session with an egress policy other than
 //     default (applyEgress, before the session's init starts, again at
 //     Load): chains on input and forward, before "eos", that accept what
@@ -73,6 +83,11 @@ func ensureFirewall() error {
 		ifname(expr.MetaKeyIIFNAME, sessionPrefix, false, expr.CmpOpEq),
 		ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq),
 		verdict(expr.VerdictDrop))})
+	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	toSession := ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq)
+	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, ctEstablished(), verdict(expr.VerdictAccept))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, verdict(expr.VerdictDrop))})
 	nat := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
 	c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: concat(
@@ -88,7 +103,7 @@ func ensureFirewall() error {
 
 // applyEgress replaces session id's egress table by one for e (none for the
 // default policy), in one batch.
-func applyEgress(id string, e Egress) error {
+func applyEgress(id string, e Egress, gateway netip.Addr) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoNftables, err)
@@ -109,6 +124,14 @@ func applyEgress(id string, e Egress) error {
 				Hooknum: hook.num, Priority: nftables.ChainPriorityRef(-10), Policy: &accept})
 			from := ifname(expr.MetaKeyIIFNAME, host, true, expr.CmpOpEq)
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(from, ctEstablished(), verdict(expr.VerdictAccept))})
+			if !e.None && hook.name == "input" {
+				// The daemon's resolver on the gateway (dns_linux.go):
+				// an allow-list session resolves any name.
+				for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+					c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(from, ipv4(),
+						ipAddr(16, netip.PrefixFrom(gateway, 32)), l4(proto), dport(53), verdict(expr.VerdictAccept))})
+				}
+			}
 			for _, r := range e.Allow {
 				for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
 					c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(from, ipv4(), ipAddr(16, r.Prefix),
@@ -125,7 +148,7 @@ func applyEgress(id string, e Egress) error {
 }
 
 // deleteEgress removes session id's egress table; a missing one is fine.
-func deleteEgress(id string) error { return applyEgress(id, Egress{}) }
+func deleteEgress(id string) error { return applyEgress(id, Egress{}, netip.Addr{}) }
 
 func concat(parts ...[]expr.Any) []expr.Any {
 	var out []expr.Any
@@ -187,4 +210,25 @@ func ctEstablished() []expr.Any {
 	return []expr.Any{&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+}
+
+// isolateNetns (re)writes table "eos_in" in the network namespace ns (an
+// isolated session's): nothing new is accepted from eth0.
+func isolateNetns(ns int) error {
+	c, err := nftables.New(nftables.WithNetNSFd(ns))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoNftables, err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "eos_in"})
+	c.FlushTable(t)
+	accept := nftables.ChainPolicyAccept
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	eth0 := ifname(expr.MetaKeyIIFNAME, "eth0", true, expr.CmpOpEq)
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(eth0, ctEstablished(), verdict(expr.VerdictAccept))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(eth0, verdict(expr.VerdictDrop))})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("%w: write the session's table eos_in: %v", ErrNoNftables, err)
+	}
+	return nil
 }

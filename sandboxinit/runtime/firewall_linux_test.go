@@ -50,12 +50,19 @@ func TestFirewallRules(t *testing.T) {
 	rules := inNetns(t, func() {
 		for range 2 {
 			require.NoError(t, ensureFirewall())
-			require.NoError(t, applyEgress(id, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Port: 443}}}))
+			require.NoError(t, applyEgress(id, Egress{Allow: []EgressRule{{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Port: 443}}}, netip.MustParseAddr("10.200.0.5")))
 		}
-		require.NoError(t, applyEgress("ws-none", Egress{None: true}))
+		require.NoError(t, applyEgress("ws-none", Egress{None: true}, netip.MustParseAddr("10.200.0.9")))
 		require.NoError(t, deleteEgress("ws-none"))
 		require.NoError(t, deleteEgress("ws-never-had-one"))
-		require.NoError(t, applyEgress("ws-default", Egress{}))
+		require.NoError(t, applyEgress("ws-default", Egress{}, netip.MustParseAddr("10.200.0.13")))
+		// The table a session's own namespace gets (here: the test's).
+		self, err := netns.Get()
+		require.NoError(t, err)
+		defer self.Close()
+		for range 2 {
+			require.NoError(t, isolateNetns(int(self)))
+		}
 	})()
 	t.Log(rules)
 	require.Equal(t, 1, strings.Count(rules, `iifname "eos-*" oifname "eos-*" drop`), "sessions never reach each other")
@@ -65,6 +72,13 @@ func TestFirewallRules(t *testing.T) {
 	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.1.0.0/16 tcp dport 443 accept`, host)))
 	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.1.0.0/16 udp dport 443 accept`, host)))
 	require.Equal(t, 2, strings.Count(rules, fmt.Sprintf(`iifname "%s" drop`, host)))
+	require.Equal(t, 1, strings.Count(rules, `oifname "eos-*" ct state established,related accept`), "replies to sessions")
+	require.Equal(t, 1, strings.Count(rules, "\t"+`oifname "eos-*" drop`), "anything else towards a session")
+	require.Equal(t, 1, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.200.0.5 udp dport 53 accept`, host)), "the resolver, input only")
+	require.Equal(t, 1, strings.Count(rules, fmt.Sprintf(`iifname "%s" ip daddr 10.200.0.5 tcp dport 53 accept`, host)))
+	require.Equal(t, 1, strings.Count(rules, "table inet eos_in"))
+	require.Equal(t, 1, strings.Count(rules, `iifname "eth0" ct state established,related accept`), "in the session: replies only")
+	require.Equal(t, 1, strings.Count(rules, `iifname "eth0" drop`), "in the session: nothing new from the sandbox")
 	require.NotContains(t, rules, "eos_s_ws-none")
 	require.NotContains(t, rules, "eos_s_ws-default", "the default policy has no table")
 }

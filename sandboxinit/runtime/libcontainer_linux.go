@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
 	"github.com/opencontainers/cgroups"
 	_ "github.com/opencontainers/cgroups/devices" // device cgroup support for libcontainer's managers
 	devcfg "github.com/opencontainers/cgroups/devices/config"
@@ -32,6 +34,9 @@ import (
 func InitMain() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init() // exits the process
+	}
+	if len(os.Args) > 1 && os.Args[1] == "sessexec" { // a libcontainer exec in a session (seccompload_linux.go)
+		os.Exit(sessinit.ExecMain(os.Args[2:]))
 	}
 }
 
@@ -65,7 +70,11 @@ type containerSpec struct {
 	// noNewKeyring: keyctl is blocked by the sandbox's seccomp profile.
 	noNewKeyring bool
 	seccomp      *sessionFilter // nil only in tests
-	net          *netSpec
+	// preloaded: the session's processes load the precompiled filter
+	// themselves (seccompload_linux.go) instead of runc init compiling
+	// seccomp for each of them; libcontainer's config then carries none.
+	preloaded bool
+	net       *netSpec
 }
 
 // netSpec is an isolated session's network: the veth peer (in the sandbox's
@@ -129,7 +138,13 @@ func buildConfig(cs containerSpec) *configs.Config {
 	res.CpuQuota, res.CpuPeriod = cs.limits.cfsQuota()
 
 	caps := append([]string(nil), sessionCaps...)
+	sc := cs.seccomp.config()
+	var labels []string
+	if cs.preloaded && sc != nil {
+		sc, labels = nil, []string{preloadedLabel}
+	}
 	return &configs.Config{
+		Labels: labels,
 		Rootfs: cs.rootfs,
 		// Mounts made in the sandbox after the session started still reach
 		// it; the session's own mounts never reach the sandbox.
@@ -142,7 +157,7 @@ func buildConfig(cs containerSpec) *configs.Config {
 		Capabilities:    &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps},
 		NoNewPrivileges: true,
 		NoNewKeyring:    cs.noNewKeyring,
-		Seccomp:         cs.seccomp.config(),
+		Seccomp:         sc,
 		Cgroups: &cgroups.Cgroup{
 			// Relative: resolved under the daemon's own cgroup (v1) or next
 			// to the daemon's leaf (v2), which is what a nested runtime can write.
@@ -382,7 +397,17 @@ func exitCode(st *os.ProcessState) int {
 // of their own (false for sessions started by a daemon built before sessions
 // had one).
 func (c *container) filtered() bool {
-	return c.c.Config().Seccomp != nil
+	return c.c.Config().Seccomp != nil || c.preloaded()
+}
+
+// preloadedLabel marks a container whose processes load the daemon's
+// precompiled filter themselves.
+const preloadedLabel = "eos.seccomp=preloaded"
+
+// preloaded reports whether every process started in the container must be
+// started through the precompiled filter (sessexec).
+func (c *container) preloaded() bool {
+	return slices.Contains(c.c.Config().Labels, preloadedLabel)
 }
 
 func (c *container) running() bool {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // linkNames are the names of an isolated session's veth pair in the
@@ -118,7 +119,8 @@ func deleteVeth(id string) error {
 		if err != nil {
 			continue // LinkNotFoundError, or already gone
 		}
-		if err := netlink.LinkDel(l); err != nil {
+		// ENODEV: the kernel removed it meanwhile (its namespace went away).
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 			return fmt.Errorf("delete %s: %w", name, err)
 		}
 	}
@@ -148,4 +150,13 @@ func vethAddr(id string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// gatewayOf returns the sandbox end of the /30 of session address addr.
+func gatewayOf(addr string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(addr)
+	if err != nil || !a.Is4() || !addrPrefix.Contains(a) {
+		return netip.Addr{}, fmt.Errorf("session address %q is not in %s", addr, addrPrefix)
+	}
+	return a.Prev(), nil
 }

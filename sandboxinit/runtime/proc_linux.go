@@ -144,7 +144,15 @@ func (s *Session) Exec(ctx context.Context, ps ProcSpec) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	lp, err := s.c.run(procArgs{args: ps.Args, env: env, cwd: ps.Cwd, io: sio.child}, false)
+	pa := procArgs{args: ps.Args, env: env, cwd: ps.Cwd, io: sio.child}
+	if s.c.preloaded() {
+		// Through this binary by descriptor, which loads the precompiled
+		// filter and execs the command (SessionExecMain).
+		pa.args = append([]string{"/proc/self/fd/4", "sessexec", "--"}, ps.Args...)
+		pa.env = append(append([]string(nil), env...), seccompFDEnv+"=3", exeFDEnv+"=4")
+		pa.io.extra = append([]*os.File{s.r.seccomp.compiled, s.r.exe}, pa.io.extra...)
+	}
+	lp, err := s.c.run(pa, false)
 	if err != nil {
 		sio.abort()
 		if !s.c.running() {

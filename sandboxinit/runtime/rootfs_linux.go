@@ -65,7 +65,7 @@ func unmountRoot(d rootDirs) error {
 }
 
 // writeEtc gives a new session its own /etc/hostname, /etc/hosts and
-// /etc/resolv.conf. The sandbox's versions are Docker bind mounts, which an
+// /etc/resolv.conf (resolv: sessionResolvConf). The sandbox's versions are Docker bind mounts, which an
 // overlay with lowerdir=/ does not see. Files the session already has in its
 // upper dir (its own edits, or an earlier start) are left alone.
 //
@@ -74,13 +74,9 @@ func unmountRoot(d rootDirs) error {
 // merged and upper dirs with no symlink followed (layerstack.Dir), and a
 // session whose /etc is not a plain directory (a symlink to /eos, to
 // another session's dir) gets nothing written.
-func writeEtc(d rootDirs, id, addr string) error {
+func writeEtc(d rootDirs, id, addr string, resolv []byte) error {
 	if addr == "" {
 		addr = "127.0.1.1"
-	}
-	resolv, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		resolv = nil // no DNS configured in the sandbox: an empty file
 	}
 	files := map[string][]byte{
 		"hostname":    []byte(id + "\n"),

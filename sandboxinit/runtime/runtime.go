@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Runtime creates and re-attaches sessions. It is safe for concurrent use.
@@ -19,10 +22,15 @@ type Runtime struct {
 	netAdmin bool
 	fwErr    error // why the sandbox's nftables rules could not be written (isolated sessions are refused)
 	log      *slog.Logger
+	exe      *os.File // this binary, for libcontainer execs of sessions (sessexec)
 
 	mu       sync.Mutex
 	starting map[string]bool // ids between validation and a created container
 	netMu    sync.Mutex      // serialises subnet choice and veth creation
+
+	netsMu sync.Mutex
+	dns    map[string]*dnsForwarder  // isolated sessions' resolvers (dns_linux.go)
+	netns  map[string]netns.NsHandle // isolated sessions' network namespaces (netns_linux.go)
 }
 
 // New prepares the runtime: libcontainer's state root under stateRoot, the
@@ -34,6 +42,8 @@ func New(stateRoot string) (*Runtime, error) {
 		root:     filepath.Join(stateRoot, "containers"),
 		log:      slog.Default().With("component", "session_runtime"),
 		starting: make(map[string]bool),
+		dns:      make(map[string]*dnsForwarder),
+		netns:    make(map[string]netns.NsHandle),
 	}
 	var errs []error
 	netAdmin, err := checkCaps()
@@ -46,6 +56,9 @@ func New(stateRoot string) (*Runtime, error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkOverlay())
+	if r.exe, err = os.OpenFile("/proc/self/exe", os.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		errs = append(errs, fmt.Errorf("open own binary: %w", err))
+	}
 	if err := os.MkdirAll(r.root, 0o700); err != nil {
 		errs = append(errs, fmt.Errorf("create state root: %w", err))
 	}
@@ -143,23 +156,34 @@ func (r *Runtime) Start(ctx context.Context, spec SessionSpec) (_ *Session, retE
 	cs := containerSpec{
 		id: spec.ID, rootfs: s.dirs.merged, workspace: spec.Workspace,
 		limits: spec.Limits, swap: r.cgroups.swap, noNewKeyring: r.seccomp.noNewKeyring,
-		seccomp: r.seccomp.session,
+		seccomp: r.seccomp.session, preloaded: r.seccomp.compiled != nil,
 	}
 	cs.hiddenDirs, cs.hiddenFiles = splitHidden(spec.Hidden)
+	gateway := ""
 	if spec.Isolated {
 		if cs.net, err = r.createNet(spec); err != nil {
 			return nil, err
 		}
-		s.ip = cs.net.addr
+		s.ip, gateway = cs.net.addr, cs.net.gateway
+		if err := r.startSessionDNS(spec.ID, spec.Egress, gateway); err != nil {
+			return nil, err
+		}
 	}
-	if err := writeEtc(s.dirs, spec.ID, s.ip); err != nil {
+	if err := writeEtc(s.dirs, spec.ID, s.ip, sessionResolvConf(spec.Isolated, spec.Egress, gateway)); err != nil {
 		return nil, err
 	}
 	if s.c, err = createContainer(r.root, cs); err != nil {
 		return nil, err
 	}
-	if err := s.startInit(); err != nil {
+	if err := s.startInit(ctx); err != nil {
 		return nil, err
+	}
+	if spec.Isolated {
+		// Before Start returns, so before any of the session's own
+		// processes runs.
+		if err := r.attachNetns(s); err != nil {
+			return nil, err
+		}
 	}
 	r.log.Info("session started", "session_id", spec.ID, "isolated", spec.Isolated, "ip", s.ip)
 	return s, nil
@@ -191,7 +215,7 @@ func (r *Runtime) createNet(spec SessionSpec) (*netSpec, error) {
 		return nil, err
 	}
 	// Before the session's init runs: it never sends a packet unfiltered.
-	if err := applyEgress(spec.ID, spec.Egress); err != nil {
+	if err := applyEgress(spec.ID, spec.Egress, sn.gateway()); err != nil {
 		_ = deleteVeth(spec.ID)
 		return nil, err
 	}
@@ -220,7 +244,18 @@ func (r *Runtime) Load(id string, spec SessionSpec) (*Session, error) {
 			}
 			// The rules live in the sandbox's namespace and survive a
 			// daemon restart; rewrite them anyway (an older daemon had none).
-			if err := applyEgress(id, spec.Egress); err != nil {
+			gw, err := gatewayOf(s.ip)
+			if err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+			if err := applyEgress(id, spec.Egress, gw); err != nil {
+				return nil, fmt.Errorf("load %s: %w", id, err)
+			}
+			if err := r.startSessionDNS(id, spec.Egress, gw.String()); err != nil {
+				// The session runs on; only its name resolution is gone.
+				r.log.Warn("isolated session without its resolver", "session_id", id, "err", err)
+			}
+			if err := r.attachNetns(s); err != nil {
 				return nil, fmt.Errorf("load %s: %w", id, err)
 			}
 		}

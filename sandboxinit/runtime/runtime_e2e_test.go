@@ -36,7 +36,7 @@ var wantChecks = []string{
 	"hidden_state_dir", "masked_paths",
 	"cgroup_limits_written", "pids_limit_enforced", "memory_limit_enforced",
 	"isolated_has_ip", "isolated_interfaces", "same_port_three_sessions",
-	"isolated_reaches_sandbox", "isolated_cannot_reach_isolated",
+	"isolated_reaches_sandbox", "isolated_cannot_reach_isolated", "sandbox_cannot_reach_isolated",
 	"tty", "signal_group", "signal_group_via_init", "exit_code", "exit_code_via_init",
 	"context_kills", "context_kills_via_init", "stdin_pipe", "stdin_pipe_via_init", "pids",
 	"reexec", "new_after_restart", "sessions_listed",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -33,6 +34,9 @@ type seccompSetup struct {
 	// runc init right before it execs the session's init or an exec'd
 	// process; the fast exec path inherits it from the session init.
 	session *sessionFilter
+	// compiled is session's program, compiled once (seccompbpf_linux.go),
+	// as the sealed memfd every session init and libcontainer exec loads.
+	compiled *os.File
 }
 
 // checkSeccomp probes the syscalls Docker's default profile blocks and
@@ -61,6 +65,13 @@ func checkSeccomp() (seccompSetup, error) {
 		return s, err
 	}
 	if s.session, err = newSessionFilter(f); err != nil {
+		return s, err
+	}
+	prog, err := compileFilter(s.session.config())
+	if err != nil {
+		return s, err
+	}
+	if s.compiled, err = prog.Memfd(); err != nil {
 		return s, err
 	}
 	return s, nil

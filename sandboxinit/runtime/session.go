@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,7 +163,11 @@ func mergeEnv(base []string, over ...[]string) []string {
 
 // startInit runs the session's PID 1 with stdout and stderr appended to
 // Dir/init.log and, as fd 3, the listening exec socket (see fastexec.go).
-func (s *Session) startInit() error {
+// With the precompiled filter (seccompload_linux.go) the init is started
+// from InitPath opened in the sandbox (fd 5), is handed the filter (fd 4)
+// and a pipe (fd 6), and startInit returns once the init reported the
+// filter loaded and the kernel shows it.
+func (s *Session) startInit(ctx context.Context) error {
 	logf, err := os.OpenFile(filepath.Join(s.spec.Dir, "init.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("open init log: %w", err)
@@ -174,9 +180,30 @@ func (s *Session) startInit() error {
 	}
 	defer ln.Close() // the init holds its own copy
 	args := append([]string{s.spec.InitPath}, s.spec.InitArgs...)
-	env := mergeEnv(defaultEnv, s.spec.Env, []string{execFDEnv + "=3"})
+	// GOMAXPROCS=1 from the start: every P the Go runtime sets up before
+	// main (threads, caches) is memory an idle session keeps.
+	env := mergeEnv(defaultEnv, s.spec.Env, []string{execFDEnv + "=3", "GOMAXPROCS=1"})
+	extra := []*os.File{ln}
+	var readyR *os.File
+	if s.c.preloaded() {
+		exe, err := os.OpenFile(s.spec.InitPath, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open init: %w", err)
+		}
+		defer exe.Close()
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("init ready pipe: %w", err)
+		}
+		readyR = r
+		defer readyR.Close()
+		defer w.Close() // after run: the init holds its copy
+		extra = append(extra, s.r.seccomp.compiled, exe, w)
+		args[0] = "/proc/self/fd/5"
+		env = append(env, seccompFDEnv+"=4", exeFDEnv+"=5", readyFDEnv+"=6")
+	}
 	p, err := s.c.run(procArgs{args: args, env: env, cwd: "/", io: procIO{
-		stdout: logf, stderr: logf, extra: []*os.File{ln},
+		stdout: logf, stderr: logf, extra: extra,
 	}}, true)
 	if err != nil {
 		return err
@@ -188,6 +215,44 @@ func (s *Session) startInit() error {
 		s.r.log.Info("session init exited", "session_id", s.spec.ID, "exit_code", code, "err", err)
 		close(s.initDone)
 	}()
+	if readyR != nil {
+		extra[len(extra)-1].Close() // our write end: EOF when the init dies before reporting
+		return s.awaitFiltered(ctx, readyR, p.pid)
+	}
+	return nil
+}
+
+// initReadyTimeout bounds the wait for a session init's report.
+const initReadyTimeout = 30 * time.Second
+
+// awaitFiltered waits for the init's report on r and checks that the kernel
+// runs pid under one seccomp filter more than the daemon (the sandbox's,
+// then the session's).
+func (s *Session) awaitFiltered(ctx context.Context, r *os.File, pid int) error {
+	_ = r.SetReadDeadline(time.Now().Add(initReadyTimeout))
+	if dl, ok := ctx.Deadline(); ok {
+		_ = r.SetReadDeadline(dl)
+	}
+	buf := make([]byte, 512)
+	n, err := io.ReadAtLeast(r, buf, 1)
+	msg := strings.TrimSpace(string(buf[:n]))
+	if msg != "ok" {
+		if msg == "" {
+			msg = fmt.Sprint(err)
+		}
+		return fmt.Errorf("session init did not load its seccomp filter: %s", msg)
+	}
+	own, err := seccompFilters("self")
+	if err != nil {
+		return fmt.Errorf("seccomp filters of the daemon: %w", err)
+	}
+	theirs, err := seccompFilters(strconv.Itoa(pid))
+	if err != nil {
+		return fmt.Errorf("seccomp filters of the session init: %w", err)
+	}
+	if own >= 0 && theirs <= own {
+		return fmt.Errorf("session init runs under %d seccomp filters, the daemon under %d: its own is missing", theirs, own)
+	}
 	return nil
 }
 
@@ -232,9 +297,11 @@ func (s *Session) teardown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if s.spec.Isolated {
+		s.r.stopSessionDNS(s.spec.ID)
 		if err := deleteVeth(s.spec.ID); err != nil {
 			errs = append(errs, err)
 		}
+		s.r.detachNetns(s.spec.ID)
 		if s.r.fwErr == nil {
 			if err := deleteEgress(s.spec.ID); err != nil {
 				errs = append(errs, err)

@@ -45,7 +45,7 @@ type SessionSpec struct {
 	Egress    Egress   // isolated only: what the session may reach (zero = the sandbox and beyond, never other sessions)
 	Limits    Limits   // cgroup limits
 	Hidden    []string // host paths masked inside the session: dirs by a read-only mode-000 tmpfs, files by /dev/null
-	InitPath  string   // path, valid inside the session, of the session's PID 1 (usually the daemon binary in sessinit mode)
+	InitPath  string   // the session's PID 1 (cmd/sandbox-sessinit, or the daemon binary with InitArgs "sessinit"), opened in the sandbox and started by descriptor
 	InitArgs  []string // arguments after InitPath
 	Env       []string // extra environment for the init and every exec (defaults: PATH, HOME=/root)
 }
