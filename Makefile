@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build binaries daemon test test-deps console console-test console-check console-screenshots fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
+.PHONY: all build binaries daemon test test-cluster bench-cluster test-deps console console-test console-check console-screenshots fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
 
 all: build
 
@@ -61,7 +61,17 @@ test: test-deps console-test
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 -config workflows/testdata/workflowcheck.config.yaml ./workflows/...
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 	CGO_ENABLED=1 $(GO) test -count=1 -tags seccomp -run 'Seccomp|Filter' ./sandboxinit/runtime/
+	$(MAKE) test-cluster
 	$(MAKE) fuzz
+
+# A real cluster on this machine (scripts/cluster/test.sh): PostgreSQL from
+# Debian's packages, a Temporal server built from its Go module, two Docker
+# hosts in network namespaces (own Engine and sandbox-worker each) and one
+# sandbox-gateway --no-workers; then TestCluster against it. Torn down on
+# exit; logs in /var/tmp/eos-cluster-test.logs. About 1.5 minutes (plus
+# building the Temporal server once, cached under /var/tmp).
+test-cluster: binaries test-deps
+	bash scripts/cluster/test.sh
 
 # Each fuzz target briefly (go test -fuzz takes one target per run).
 FUZZPKGS := ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./daemonclient
@@ -90,7 +100,15 @@ BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 bench: daemon test-deps
 	$(GO) run ./cmd/sandbox-bench -out bench/results $(BENCH_FLAGS)
+	$(MAKE) bench-cluster
 	$(MAKE) bench-inner
+
+# The cluster's extra hop: session create, exec and a small publish on a
+# remote host of the make test-cluster cluster beside make run, and the
+# cluster's capacity (sandboxes at once, publishes per second); writes
+# bench/results/cluster.md.
+bench-cluster: binaries test-deps
+	CLUSTER_RUN='^TestClusterBench$$' EOS_CLUSTER_BENCH_OUT=$(CURDIR)/bench/results/cluster.md bash scripts/cluster/test.sh
 
 bench-inner:
 	$(GO) test $(BENCH_INNER) | tee bench/results/inner-latest.txt

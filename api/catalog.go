@@ -148,6 +148,7 @@ func i64(v int64) *int64 { return &v }
 const (
 	PatternID         = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
 	PatternWorkflowID = `^[A-Za-z0-9][A-Za-z0-9._:/-]{0,255}$`
+	PatternHost       = `^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`
 )
 
 var patterns sync.Map // pattern -> *regexp.Regexp
@@ -182,6 +183,8 @@ func boolArg(name, desc string) Arg {
 }
 
 var (
+	// argHost names a Docker host of a cluster (its worker's --host-name).
+	argHost       = Arg{Name: "host", Type: TypeString, Pattern: PatternHost, Description: "Docker host to run on, by its worker's --host-name (a cluster; default: the least-loaded live host, or the gateway's own)."}
 	argSandboxID  = Arg{Name: "sandbox_id", Type: TypeString, Required: true, Pattern: PatternID, Description: "Id of the sandbox (eos-<uuid>)."}
 	argWS         = idArg(str("workspace_session_id", "Workspace session to run in. Without it, file changes publish at once and commands run in an implicit session that publishes when its last command ends."))
 	argWSReq      = idArg(reqStr("workspace_session_id", "Workspace session id returned by create_workspace_session."))
@@ -236,6 +239,7 @@ var catalog = []Operation{
 			intArg("count", int64(1), i64(1), i64(16), "How many identical sandboxes to create."),
 			str("ttl", "Pause the sandbox this long after it was created or last resumed, e.g. 24h (Go duration, 1s to 8784h; 0 = never; default the gateway's --default-sandbox-ttl). Pausing keeps every volume; resume_sandbox brings it back."),
 			str("session_idle_ttl", "Archive a workspace session unused for this long, e.g. 30m (Go duration, 1s to 8784h; 0 = never; default the gateway's --default-session-idle-ttl). Its unpublished work is kept: list_archived_sessions, restore_workspace_session."),
+			argHost,
 		},
 		Result: resSandbox},
 	{Name: "pause_sandbox", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true,
@@ -298,12 +302,13 @@ var catalog = []Operation{
 		Result:      map[string]string{"workflow_id": "string", "cancel_requested": "bool"}},
 	{Name: "list_docker_images", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteHost,
 		Summary:     "List local Docker images usable by create_sandbox.",
-		Description: "Returns {images:[...]} with all local image references.",
+		Description: "Returns {images:[...]} with all local image references of the host (host; in a cluster, default the host a new sandbox would go to).",
+		Args:        []Arg{argHost},
 		Result:      map[string]string{"images": "array"}},
 	{Name: "list_workspace_directories", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Route: RouteHost,
 		Summary:     "List host directories that can serve as workspace_root.",
 		Description: "Without path lists the allowed roots (the gateway's --allow-root directories); with path lists up to 500 immediate subdirectories.",
-		Args:        []Arg{str("path", "Absolute host directory to list.")},
+		Args:        []Arg{str("path", "Absolute host directory to list."), argHost},
 		Result:      map[string]string{"path": "string", "parent": "string", "truncated": "boolean", "directories": "array"}},
 	{Name: "squash_layerstacks", Group: GroupManagement, Scope: ScopeSystem, Lifecycle: true, Progress: true,
 		Summary:     "Compact a sandbox's published layers.",

@@ -53,18 +53,22 @@ type Client struct {
 	secret  []byte
 	http    *http.Client
 	resolve Resolver
+	pins    *pins // forwarders' certificate fingerprints by address (Via)
 }
 
 // New builds a client whose tokens derive from secret. resolve may be nil.
 func New(secret []byte, resolve Resolver) *Client {
+	p := &pins{m: map[string]string{}}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dialer.DialContext,
+		DialTLSContext:      p.dialTLS(dialer),
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	return &Client{secret: secret, http: &http.Client{Transport: tr}, resolve: resolve}
+	return &Client{secret: secret, http: &http.Client{Transport: tr}, resolve: resolve, pins: p}
 }
 
 // WithHTTP returns a copy of c that sends through hc (tests, custom
@@ -91,6 +95,9 @@ type Call struct {
 	// Progress, when set, asks the daemon to stream a command's output
 	// lines (NDJSON) while the call runs.
 	Progress func(api.OutputLine)
+	// Via, when set, sends the call through the forwarder of the
+	// sandbox's host (the daemon listens on that host's loopback only).
+	Via *Via
 }
 
 // ConnError is a call that did not get an answer from the daemon: it could
@@ -203,14 +210,14 @@ func check(call Call) error {
 }
 
 func (c *Client) do(ctx context.Context, call Call, body []byte) (json.RawMessage, error) {
-	req, err := c.Request(ctx, http.MethodPost, call.SandboxID, call.Endpoint, "/rpc/"+call.Op, body, call.RequestID)
+	req, err := c.RequestVia(ctx, http.MethodPost, call.SandboxID, call.Endpoint, call.Via, "/rpc/"+call.Op, body, call.RequestID)
 	if err != nil {
 		return nil, err
 	}
 	if call.Progress != nil {
 		req.Header.Set("Accept", api.ContentTypeNDJSON)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return nil, connError(call, err)
 	}
@@ -237,6 +244,10 @@ func (c *Client) do(ctx context.Context, call Call, body []byte) (json.RawMessag
 func connError(call Call, err error) error {
 	var op *net.OpError
 	refused := errors.As(err, &op) && op.Op == "dial"
+	var fr *forwardRefused
+	if errors.As(err, &fr) {
+		refused = true
+	}
 	return &ConnError{SandboxID: call.SandboxID, Op: call.Op, Refused: refused, Err: err}
 }
 
@@ -273,9 +284,19 @@ func Failure(op string, status int, raw []byte) error {
 // Request builds a request to a sandbox's daemon with its derived token;
 // the token is only ever in this header.
 func (c *Client) Request(ctx context.Context, method, sandboxID string, ep api.Endpoint, path string, body []byte, requestID string) (*http.Request, error) {
+	return c.RequestVia(ctx, method, sandboxID, ep, nil, path, body, requestID)
+}
+
+// RequestVia is Request through a host's forwarder when via is set.
+func (c *Client) RequestVia(ctx context.Context, method, sandboxID string, ep api.Endpoint, via *Via, path string, body []byte, requestID string) (*http.Request, error) {
 	base, err := BaseURL(ep)
 	if err != nil {
 		return nil, err
+	}
+	if via != nil {
+		if base, err = c.viaBase(via, sandboxID); err != nil {
+			return nil, err
+		}
 	}
 	var rd io.Reader
 	if body != nil {
@@ -299,7 +320,7 @@ func (c *Client) Request(ctx context.Context, method, sandboxID string, ep api.E
 // 200 answer for the caller to stream; any other answer is the daemon's
 // error, and no answer a *ConnError.
 func (c *Client) Send(req *http.Request, sandboxID, op string) (*http.Response, error) {
-	resp, err := c.http.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return nil, connError(Call{SandboxID: sandboxID, Op: op}, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 // TemporalBackend serves the catalog: lifecycle ops as SandboxWorkflow
@@ -42,10 +43,18 @@ type TemporalBackend struct {
 	// calls without ttl / session_idle_ttl (0 = off).
 	DefaultSandboxTTL, DefaultSessionIdleTTL time.Duration
 
+	// LocalQueue is the host queue of this process's own workers ("" =
+	// none: --no-workers, every host is remote), LocalName its host name.
+	LocalQueue, LocalName string
+
 	once      sync.Once
 	daemon    *daemonclient.Client
 	mu        sync.Mutex
 	endpoints map[string]api.Endpoint
+	queues    map[string]string // sandbox id -> its host's queue
+	hostList  []workflows.HostInfo
+	hostsAt   time.Time
+	placed    map[string][]time.Time // when this gateway placed sandboxes, per queue
 }
 
 // daemons is the daemon client, with a resolver that asks the sandbox's
@@ -91,6 +100,9 @@ func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, ou
 	if sandboxID == "" {
 		return api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
 	}
+	if err := b.checkHost(ctx, sandboxID); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout())
 	defer cancel()
 	return mapErr(sandboxID, lifecycle.Update(ctx, b.Client, sandboxID, name, RequestID(ctx), out, args...))
@@ -101,6 +113,9 @@ func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, ou
 func (b *TemporalBackend) submit(ctx context.Context, sandboxID, name string, args ...any) (any, error) {
 	if sandboxID == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	if err := b.checkHost(ctx, sandboxID); err != nil {
+		return nil, err
 	}
 	acc, err := lifecycle.UpdateAsync(ctx, b.Client, sandboxID, name, RequestID(ctx), args...)
 	if err != nil {

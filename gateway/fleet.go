@@ -145,17 +145,37 @@ func (b *TemporalBackend) fleetResources(ctx context.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ready []string
+	// Docker's counters, read on each host by its worker in one go; a
+	// sandbox whose host is lost is unavailable without asking.
+	byQueue := map[string][]string{}
+	hostErr := map[string]error{}
 	for _, f := range fleet {
 		if f.Err == nil && f.State.Phase == workflows.PhaseReady {
-			ready = append(ready, f.ID)
+			if err := b.checkHost(ctx, f.ID); err != nil {
+				hostErr[f.ID] = err
+				continue
+			}
+			q := f.State.HostQueue
+			if b.isLocalQueue(q) {
+				q = b.HostQueue
+			}
+			byQueue[q] = append(byQueue[q], f.ID)
 		}
 	}
-	// Docker's counters, read on the host by its worker in one go.
-	var usage *workflows.HostOpResult
-	var usageErr error
-	if len(ready) > 0 {
-		usage, usageErr = b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpUsage, SandboxIDs: ready})
+	usage := &workflows.HostOpResult{Usage: map[string]workflows.ContainerUsage{}, UsageErrors: map[string]*api.Error{}}
+	usageErr := map[string]error{}
+	for q, ids := range byQueue {
+		u, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpUsage, SandboxIDs: ids, Queue: q})
+		for _, id := range ids {
+			switch {
+			case err != nil:
+				usageErr[id] = err
+			case u.UsageErrors[id] != nil:
+				usage.UsageErrors[id] = u.UsageErrors[id]
+			default:
+				usage.Usage[id] = u.Usage[id]
+			}
+		}
 	}
 	out := map[string]any{}
 	for _, f := range fleet {
@@ -166,8 +186,10 @@ func (b *TemporalBackend) fleetResources(ctx context.Context) (any, error) {
 			err = f.Err
 		case f.State.Phase != workflows.PhaseReady:
 			err = api.Errorf("not_ready", nil, "sandbox %s is %s", f.ID, f.State.Phase)
-		case usageErr != nil:
-			err = usageErr
+		case hostErr[f.ID] != nil:
+			err = hostErr[f.ID]
+		case usageErr[f.ID] != nil:
+			err = usageErr[f.ID]
 		case usage.UsageErrors[f.ID] != nil:
 			err = usage.UsageErrors[f.ID]
 		default:

@@ -99,15 +99,52 @@ func (b *TemporalBackend) Health(ctx context.Context) (map[string]any, bool) {
 	go func() {
 		defer wg.Done()
 		// Docker is the host worker's to reach: asked through it, briefly.
+		// In a cluster, each registered host's (a lost one is not asked).
 		start := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, healthHostTimeout)
 		defer cancel()
-		v, err := b.runHostOp(hctx, workflows.HostOp{Op: workflows.HostOpVersion})
-		version := ""
-		if err == nil {
-			version = v.Version
+		var hosts []workflows.HostInfo
+		if b.LocalQueue == "" {
+			hosts, _ = b.hosts(hctx)
 		}
-		set("docker", check(start, err, map[string]any{"version": version, "via": "host worker"}))
+		if len(hosts) == 0 {
+			v, err := b.runHostOp(hctx, workflows.HostOp{Op: workflows.HostOpVersion})
+			version := ""
+			if err == nil {
+				version = v.Version
+			}
+			set("docker", check(start, err, map[string]any{"version": version, "via": "host worker"}))
+			return
+		}
+		nodes := make([]map[string]any, len(hosts))
+		var hw sync.WaitGroup
+		for i, h := range hosts {
+			hw.Add(1)
+			go func() {
+				defer hw.Done()
+				hstart := time.Now()
+				var err error
+				version := ""
+				if !h.Live(time.Now()) {
+					err = hostLost("", h)
+				} else if v, verr := b.runHostOp(hctx, workflows.HostOp{Op: workflows.HostOpVersion, Queue: h.Queue}); verr != nil {
+					err = verr
+				} else {
+					version = v.Version
+				}
+				nodes[i] = check(hstart, err, map[string]any{"host": h.Name, "version": version, "sandboxes": h.Sandboxes,
+					"last_seen": h.LastSeen.UTC().Format(time.RFC3339)})
+			}()
+		}
+		hw.Wait()
+		var err error
+		for _, n := range nodes {
+			if n["status"] != "ok" {
+				err = api.Errorf(api.KindOperationFailed, nil, "host %v: %v", n["host"], n["error"])
+				break
+			}
+		}
+		set("docker", check(start, err, map[string]any{"via": "host workers", "hosts": nodes}))
 	}()
 	wg.Wait()
 	if t, _ := rep["temporal"].(map[string]any); t["status"] != "ok" {

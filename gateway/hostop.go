@@ -21,7 +21,9 @@ const healthHostTimeout = 3 * time.Second
 
 // runHostOp runs one HostOpWorkflow on the host's worker and waits for it.
 func (b *TemporalBackend) runHostOp(ctx context.Context, r workflows.HostOp) (*workflows.HostOpResult, error) {
-	r.Queue = b.HostQueue
+	if r.Queue == "" {
+		r.Queue = b.HostQueue
+	}
 	timeout := hostOpTimeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 		timeout = time.Until(d)
@@ -52,9 +54,16 @@ func (b *TemporalBackend) runHostOp(ctx context.Context, r workflows.HostOp) (*w
 
 // hostRead serves the catalog's RouteHost ops.
 func (b *TemporalBackend) hostOp(ctx context.Context, op string, args map[string]any) (any, error) {
+	// The read runs on the named host (args host), else where a new
+	// sandbox would go.
+	name, _ := args["host"].(string)
+	queue, err := b.place(ctx, name, false)
+	if err != nil {
+		return nil, err
+	}
 	switch op {
 	case "list_docker_images":
-		out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpImages})
+		out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpImages, Queue: queue})
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +73,7 @@ func (b *TemporalBackend) hostOp(ctx context.Context, op string, args map[string
 		return map[string]any{"images": out.Images}, nil
 	case "list_workspace_directories":
 		p, _ := args["path"].(string)
-		out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpDirectories, Path: p})
+		out, err := b.runHostOp(ctx, workflows.HostOp{Op: workflows.HostOpDirectories, Path: p, Queue: queue})
 		if err != nil {
 			return nil, err
 		}

@@ -228,18 +228,24 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	}
 	memo := map[string]any{"workspace_root": root, "image": image, "request_id": RequestID(ctx)}
 	spec := workflows.SandboxSpec{Image: image, WorkspaceRoot: root}
+	// Placement: every activity of the sandbox runs on its host's queue.
+	hostName, _ := args["host"].(string)
+	queue, err := b.place(ctx, hostName, true)
+	if err != nil {
+		return nil, err
+	}
 	if async {
 		if count != 1 {
 			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "async"}, "async create_sandbox takes count 1 (a group waits for its leader's base)")
 		}
 		spec.SandboxID = ids[0]
-		wid, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: b.HostQueue, Spec: spec, SandboxTTL: ttl, SessionTTL: idle}, memo)
+		wid, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: queue, Spec: spec, SandboxTTL: ttl, SessionTTL: idle}, memo)
 		if err != nil {
 			return nil, mapErr(ids[0], err)
 		}
 		return map[string]any{"id": ids[0], "state": workflows.PhaseCreating, "workflow_id": wid, "workspace_root": root, "image": image}, nil
 	}
-	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: b.HostQueue, Memo: memo, Progress: progress,
+	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: queue, Memo: memo, Progress: progress,
 		SandboxTTL: ttl, SessionTTL: idle})
 	if err != nil {
 		return nil, mapErr(ids[0], err)
@@ -247,6 +253,7 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	records := make([]any, len(states))
 	for i, st := range states {
 		b.remember(ids[i], st.Container.Daemon)
+		b.rememberQueue(ids[i], st.HostQueue)
 		records[i] = b.recordWith(st, map[string]any{"workspace_root": root, "image": image})
 	}
 	if count == 1 {

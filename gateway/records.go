@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -27,6 +28,7 @@ func (b *TemporalBackend) state(ctx context.Context, sandboxID string) (*workflo
 	if err := v.Get(&st); err != nil {
 		return nil, api.Errorf(api.KindInternal, nil, "decode state: %v", err)
 	}
+	b.rememberQueue(sandboxID, st.HostQueue)
 	return &st, nil
 }
 
@@ -73,6 +75,13 @@ func (b *TemporalBackend) recordWith(st *workflows.SandboxState, memo map[string
 	}
 	if st.Error != "" {
 		rec["error"] = st.Error
+	}
+	if h, ok := b.cachedHost(st.HostQueue); ok && !b.isLocalQueue(st.HostQueue) {
+		// A cluster's sandbox names its host, and says when it is lost.
+		rec["host"] = h.Name
+		if !h.Live(time.Now()) {
+			rec["availability"] = "unavailable"
+		}
 	}
 	addLifecycle(rec, st)
 	return rec

@@ -39,6 +39,9 @@ func (b *TemporalBackend) endpoint(ctx context.Context, id string) (api.Endpoint
 // worker where Docker publishes the daemon now and records it, so the
 // sandbox record shows the current endpoint too.
 func (b *TemporalBackend) resolveDaemon(ctx context.Context, id string) (api.Endpoint, error) {
+	if _, err := b.via(ctx, id); err != nil {
+		return api.Endpoint{}, err // its host is lost: nothing there can answer
+	}
 	var info workflows.ContainerInfo
 	if err := b.update(ctx, id, workflows.UpdateResolveDaemon, &info); err != nil {
 		return api.Endpoint{}, err
@@ -96,8 +99,12 @@ func (b *TemporalBackend) RuntimeProgress(ctx context.Context, op, sandboxID str
 // callDaemon runs one daemon RPC; a daemon that cannot be reached is an
 // internal_error naming the sandbox (never the transport's text alone).
 func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep api.Endpoint, op string, body []byte, lines func(api.OutputLine)) (json.RawMessage, error) {
+	via, err := b.via(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
 	out, used, err := b.daemons().Do(ctx, daemonclient.Call{SandboxID: sandboxID, Endpoint: ep, Op: op, Args: body,
-		RequestID: RequestID(ctx), Progress: lines})
+		RequestID: RequestID(ctx), Progress: lines, Via: via})
 	if used != ep && err == nil {
 		b.remember(sandboxID, used)
 	}

@@ -66,7 +66,9 @@ func (s *Service) Reconcile(ctx context.Context, acts *activities.Activities) (*
 		}
 		for _, e := range resp.GetExecutions() {
 			id := strings.TrimPrefix(e.GetExecution().GetWorkflowId(), "sandbox/")
-			if r, err := acts.Inspect(ctx, id); err == nil && !r.Exists && s.phase(ctx, id) == workflows.PhaseReady {
+			// Only this host's sandboxes: in a cluster, another host's
+			// container is never on this host's Engine.
+			if r, err := acts.Inspect(ctx, id); err == nil && !r.Exists && s.readyHere(ctx, id) {
 				if err := s.Client.SignalWorkflow(ctx, workflows.SandboxWorkflowID(id), "", workflows.SignalContainerLost, "its container no longer exists"); err == nil {
 					rep.Lost = append(rep.Lost, id)
 				}
@@ -90,16 +92,19 @@ func (s *Service) running(ctx context.Context, sandboxID string) bool {
 	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 }
 
-func (s *Service) phase(ctx context.Context, sandboxID string) string {
+// readyHere reports whether the sandbox is ready and runs on this host
+// (its host queue is this worker's, or the shared one of a single-host
+// deployment).
+func (s *Service) readyHere(ctx context.Context, sandboxID string) bool {
 	v, err := s.Client.QueryWorkflow(ctx, workflows.SandboxWorkflowID(sandboxID), "", workflows.QueryState)
 	if err != nil {
-		return ""
+		return false
 	}
 	var st workflows.SandboxState
 	if v.Get(&st) != nil {
-		return ""
+		return false
 	}
-	return st.Phase
+	return st.Phase == workflows.PhaseReady && (st.HostQueue == "" || st.HostQueue == workflows.TaskQueue || st.HostQueue == s.HostQueue)
 }
 
 func asNotFound(err error, target **serviceerror.NotFound) bool {

@@ -142,6 +142,7 @@ func Register(r worker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.SandboxWorkflow, workflow.RegisterOptions{Name: workflows.SandboxWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.PublishWorkflow, workflow.RegisterOptions{Name: workflows.PublishWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.HostOpWorkflow, workflow.RegisterOptions{Name: workflows.HostOpWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.HostRegistryWorkflow, workflow.RegisterOptions{Name: workflows.HostRegistryWorkflowName})
 	if acts != nil {
 		// Helpers such as Inspect and RemoveLeftovers are exported for the
 		// reconciler, not activities: skip what is not a valid activity.

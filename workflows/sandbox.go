@@ -72,6 +72,9 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 			Created: workflow.Now(ctx).UTC()}
 	}
 	s.state.Runs++
+	// The record names the sandbox's host (its queue) for the gateway's
+	// routing; setting it schedules nothing, so old histories replay.
+	s.state.HostQueue = in.HostQueue
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (*SandboxState, error) { return s.state, nil }); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,9 @@ type SandboxState struct {
 	Failure *api.Error `json:"failure,omitempty"`
 	Created time.Time  `json:"created"`
 	Runs    int        `json:"runs"`
+	// HostQueue is the task queue of the sandbox's host (SandboxInput's;
+	// "" = the shared queue, a single-host deployment).
+	HostQueue string `json:"host_queue,omitempty"`
 	// Lifecycle holds the TTLs and the pause state (lifecycle_ttl.go).
 	Lifecycle *LifecycleState `json:"lifecycle,omitempty"`
 

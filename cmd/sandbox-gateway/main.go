@@ -116,6 +116,12 @@ func run() int {
 	}
 	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace, HostPaths: hostPaths,
 		DefaultSandboxTTL: sandboxTTL, DefaultSessionIdleTTL: idleTTL}
+	if !*noWorkers {
+		// Sandboxes on this process's own workers are on this machine;
+		// others are on the hosts of the registry, behind their forwarders.
+		backend.LocalQueue = svc.HostQueue
+		backend.LocalName, _ = os.Hostname()
+	}
 	if svc.Dev != nil {
 		backend.UIAddress = svc.Dev.UIAddress
 	}

@@ -1,0 +1,226 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"sort"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// The Docker hosts of a cluster, as their workers' heartbeats describe
+// them (workflows.HostRegistryWorkflow): where new sandboxes go, where a
+// host-scoped read runs, and through which forwarder a sandbox's daemon on
+// another host is reached. A sandbox on a queue no host registered is on
+// this machine (a single-machine deployment): its daemon is dialled
+// directly, as always.
+
+// hostsCacheFor is how long one registry answer is reused.
+const hostsCacheFor = time.Second
+
+var hostNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// hosts is the registry's list (cached briefly); no registry yet is none.
+func (b *TemporalBackend) hosts(ctx context.Context) ([]workflows.HostInfo, error) {
+	b.mu.Lock()
+	if time.Since(b.hostsAt) < hostsCacheFor {
+		h := b.hostList
+		b.mu.Unlock()
+		return h, nil
+	}
+	b.mu.Unlock()
+	v, err := b.Client.QueryWorkflow(ctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
+	var list []workflows.HostInfo
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if !errors.As(err, &nf) {
+			return nil, api.Errorf(api.KindOperationFailed, nil, "the host registry does not answer: %v", mapErr("", err))
+		}
+	} else if err := v.Get(&list); err != nil {
+		return nil, api.Errorf(api.KindInternal, nil, "decode host registry: %v", err)
+	}
+	b.mu.Lock()
+	b.hostList, b.hostsAt = list, time.Now()
+	b.mu.Unlock()
+	return list, nil
+}
+
+// cachedHost is the host of queue from the last registry answer, without
+// asking (records, rendered without a context).
+func (b *TemporalBackend) cachedHost(queue string) (workflows.HostInfo, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.hostList {
+		if h.Queue == queue {
+			return h, true
+		}
+	}
+	return workflows.HostInfo{}, false
+}
+
+// isLocalQueue: the sandbox's activities run on this process's own
+// workers, so its daemon is on this machine.
+func (b *TemporalBackend) isLocalQueue(q string) bool {
+	return q == "" || (b.LocalQueue != "" && q == b.LocalQueue)
+}
+
+func hostLost(id string, h workflows.HostInfo) *api.Error {
+	why := "has not been heard from since " + h.LastSeen.UTC().Format(time.RFC3339)
+	if h.Leaving {
+		why = "stopped its worker at " + h.LastSeen.UTC().Format(time.RFC3339)
+	}
+	d := map[string]any{"host": h.Name, "availability": "unavailable"}
+	if id != "" {
+		d["sandbox_id"] = id
+	}
+	return api.Errorf(api.KindOperationFailed, d,
+		"host %s of sandbox %s is unavailable: it %s (its work is kept; it is served again when its sandbox-worker is back)", h.Name, id, why)
+}
+
+// queueOf is the task queue of a sandbox's host (from the cache, else its
+// workflow's state).
+func (b *TemporalBackend) queueOf(ctx context.Context, id string) (string, error) {
+	b.mu.Lock()
+	q, ok := b.queues[id]
+	b.mu.Unlock()
+	if ok || b.Client == nil { // no Temporal (unit tests): every sandbox is local
+		return q, nil
+	}
+	st, err := b.state(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return st.HostQueue, nil
+}
+
+func (b *TemporalBackend) rememberQueue(id, q string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.queues == nil {
+		b.queues = map[string]string{}
+	}
+	b.queues[id] = q
+}
+
+// via is how the gateway reaches a sandbox's daemon: nil = directly (its
+// host is this machine), else its host's forwarder. A host that
+// registered but is not live makes the sandbox unavailable, at once.
+func (b *TemporalBackend) via(ctx context.Context, id string) (*daemonclient.Via, error) {
+	q, err := b.queueOf(ctx, id)
+	if err != nil || b.isLocalQueue(q) {
+		return nil, err
+	}
+	hosts, err := b.hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hosts {
+		if h.Queue != q {
+			continue
+		}
+		if !h.Live(time.Now()) {
+			return nil, hostLost(id, h)
+		}
+		if h.Advertise == "" {
+			return nil, nil
+		}
+		return &daemonclient.Via{Addr: h.Advertise, Fingerprint: h.Fingerprint}, nil
+	}
+	return nil, nil // not a registered host: this machine's
+}
+
+// checkHost refuses at once an operation on a sandbox whose host is lost
+// (its activities would wait for a worker that is not there). Only a
+// gateway without workers of its own has remote hosts.
+func (b *TemporalBackend) checkHost(ctx context.Context, id string) error {
+	if b.LocalQueue != "" {
+		return nil
+	}
+	_, err := b.via(ctx, id)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Details["availability"] == "unavailable" {
+		return ae
+	}
+	return nil // anything else is for the operation itself to report
+}
+
+// place is the queue a new sandbox (or a host-scoped read) goes to: the
+// named host, else this process's own workers, else the live host with
+// the fewest sandboxes (reserve: a sandbox goes there, counted until the
+// host's next beat does). With no registered host it is the configured
+// HostQueue, as before hosts registered.
+func (b *TemporalBackend) place(ctx context.Context, name string, reserve bool) (string, error) {
+	if name == "" && b.LocalQueue != "" {
+		return b.HostQueue, nil
+	}
+	if name != "" && !hostNamePattern.MatchString(name) {
+		return "", api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "host"}, "invalid host name %q", name)
+	}
+	hosts, err := b.hosts(ctx)
+	if err != nil {
+		return "", err
+	}
+	now := time.Now()
+	var live []workflows.HostInfo
+	names := []string{}
+	for _, h := range hosts {
+		names = append(names, h.Name)
+		if name != "" && h.Name == name {
+			if !h.Live(now) {
+				return "", hostLost("", h)
+			}
+			return h.Queue, nil
+		}
+		if h.Live(now) {
+			live = append(live, h)
+		}
+	}
+	if name != "" {
+		if b.LocalQueue != "" && (name == b.LocalName || "eos-host-"+name == b.LocalQueue) {
+			return b.LocalQueue, nil
+		}
+		return "", api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "host", "hosts": names}, "unknown host %q", name)
+	}
+	if len(live) == 0 {
+		if len(hosts) > 0 {
+			return "", api.Errorf(api.KindOperationFailed, map[string]any{"hosts": names, "availability": "unavailable"},
+				"no Docker host is available: none of %v has a live sandbox-worker", names)
+		}
+		return b.HostQueue, nil
+	}
+	// Least loaded: the beat's count plus what this gateway placed since
+	// that beat.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.placed == nil {
+		b.placed = map[string][]time.Time{}
+	}
+	load := func(h workflows.HostInfo) int {
+		n := h.Sandboxes
+		for _, t := range b.placed[h.Queue] {
+			if t.After(h.LastSeen) {
+				n++
+			}
+		}
+		return n
+	}
+	sort.SliceStable(live, func(i, j int) bool { return load(live[i]) < load(live[j]) })
+	q := live[0].Queue
+	if !reserve {
+		return q, nil
+	}
+	kept := b.placed[q][:0]
+	for _, t := range b.placed[q] {
+		if now.Sub(t) < time.Minute {
+			kept = append(kept, t)
+		}
+	}
+	b.placed[q] = append(kept, now)
+	return q, nil
+}
