@@ -120,7 +120,7 @@ func (s *Store) commitOnHead(ctx context.Context, head *Manifest, pr PublishRequ
 	}
 	id := newID("L", head.Version+1)
 	stage := filepath.Join(tx.dir, "layer")
-	meta, err := s.buildLayer(ctx, stage, head, plan, pr, id, LayerAmend)
+	meta, syncPaths, err := s.buildLayer(ctx, stage, head, plan, pr, id, LayerAmend)
 	s.gcMu.RUnlock()
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (s *Store) commitOnHead(ctx context.Context, head *Manifest, pr PublishRequ
 	pres := tx.result(plan, head, id)
 	pres.RouteSummary = sum
 	pres.Counts, pres.Bytes = meta.Counts, meta.Bytes
-	if err := s.commit(stage, head, meta, pres, pr); err != nil {
+	if err := s.commit(stage, head, meta, syncPaths, pres, pr); err != nil {
 		return nil, err
 	}
 	s.maybeAutoSquash()

@@ -222,6 +222,20 @@ func (b *builder) sync() error {
 	return nil
 }
 
+// syncPaths lists what sync would fsync: every written entry, then the
+// built directory itself (a commit flushes them in its syncBatch).
+func (b *builder) syncPaths() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range append(b.synced, b.dir) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func (b *builder) digest() string { return digestOf(b.recs) }
 
 func digestOf(recs []digestRec) string {

@@ -20,7 +20,13 @@
 //     them directly as lower dirs (kernel whiteouts, opaque xattrs).
 //   - The manifest is replaced atomically (temp file, fsync, rename, fsync
 //     dir). Its rename is the only commit point: a layer exists for readers
-//     exactly when the manifest names it.
+//     exactly when the manifest names it. A publish writes the next manifest
+//     in staging and flushes it in one batch with the layer, its rename
+//     into layers/ and its metadata, so the rename names only durable data.
+//   - A transaction record is written after the commit without an fsync: it
+//     is derivable from the committed layer's metadata (the boot sweep
+//     rewrites a lost or torn one), and a squash makes the records of the
+//     layers it folds durable before its manifest drops their txids.
 //   - A commit is keyed by a transaction id. The same id committed twice
 //     returns the first result and writes nothing.
 //   - A publish either commits the whole resolved change set as one layer or

@@ -18,6 +18,7 @@ const (
 	FailAfterStaging  = "after-staging"  // layer written and synced in staging/
 	FailAfterRename   = "after-rename"   // layer renamed into layers/
 	FailAfterMeta     = "after-meta"     // metadata written
+	FailAfterSync     = "after-sync"     // layer, metadata and next manifest durable
 	FailAfterManifest = "after-manifest" // manifest replaced: the commit point
 	FailAfterAudit    = "after-audit"    // audit line appended
 	FailAfterTx       = "after-tx"       // transaction record written
@@ -29,7 +30,7 @@ const (
 )
 
 // CommitFailpoints lists the commit path's failpoints in order.
-var CommitFailpoints = []string{FailAfterStaging, FailAfterRename, FailAfterMeta, FailAfterManifest, FailAfterAudit, FailAfterTx}
+var CommitFailpoints = []string{FailAfterStaging, FailAfterRename, FailAfterMeta, FailAfterSync, FailAfterManifest, FailAfterAudit, FailAfterTx}
 
 // FailpointFile, when present in a store's root, arms the failpoints it
 // names (one per line) once: the first one reached deletes the file, then

@@ -92,7 +92,7 @@ func readManifest(root string) (*Manifest, error) {
 }
 
 func writeManifest(root string, m *Manifest) error {
-	b, err := json.MarshalIndent(m, "", " ")
+	b, err := manifestBytes(m)
 	if err != nil {
 		return err
 	}

@@ -440,7 +440,7 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	layerID := newID("L", head.Version+1)
 	tx.layerN++
 	stage := filepath.Join(tx.dir, "layer-"+strconv.Itoa(tx.layerN))
-	meta, err := s.buildLayer(ctx, stage, head, plan, tx.req, layerID, LayerPublish)
+	meta, syncPaths, err := s.buildLayer(ctx, stage, head, plan, tx.req, layerID, LayerPublish)
 	s.gcMu.RUnlock()
 	if err != nil {
 		return nil, err
@@ -459,53 +459,64 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	if _, err := s.readTx(tx.req.TxID); err == nil {
 		return nil, errStale // committed by an overlapping attempt: Publish replays it
 	}
-	return res, s.commit(stage, head, meta, res, tx.req)
+	return res, s.commit(stage, head, meta, syncPaths, res, tx.req)
 }
 
-// buildLayer writes the plan as a layer in stage and returns its metadata.
-func (s *Store) buildLayer(ctx context.Context, stage string, head *Manifest, plan []planned, req PublishRequest, id string, kind LayerKind) (*LayerMeta, error) {
+// buildLayer writes the plan as a layer in stage and returns its metadata
+// and what commit must make durable before the layer can be named.
+func (s *Store) buildLayer(ctx context.Context, stage string, head *Manifest, plan []planned, req PublishRequest, id string, kind LayerKind) (*LayerMeta, []string, error) {
 	headDirs := s.stackOf(head.Layers)
 	b, err := newBuilder(stage, headDirs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	meta := &LayerMeta{ID: id, Kind: kind, ParentVersion: head.Version, TxID: req.TxID, Owner: req.Owner,
 		Agent: req.Agent, Message: req.Message, Time: s.opts.Now().UTC(), Blame: map[string][]BlameRange{}}
 	for _, pl := range plan {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if pl.ch.Kind == ChangeWrite {
 			ranges, err := s.blameWrite(head, headDirs, pl, req.Owner)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if ranges != nil {
 				meta.Blame[pl.ch.Path] = ranges
 			}
 		}
 		if err := b.add(pl, false); err != nil {
-			return nil, fmt.Errorf("build layer %s: %w", pl.ch.Path, err)
+			return nil, nil, fmt.Errorf("build layer %s: %w", pl.ch.Path, err)
 		}
 		meta.Paths = append(meta.Paths, PathOutcome{Path: pl.ch.Path, Change: string(pl.ch.Kind), Outcome: pl.outcome})
 	}
-	if err := b.sync(); err != nil {
-		return nil, fmt.Errorf("sync layer: %w", err)
-	}
 	meta.Digest, meta.Counts, meta.Bytes = b.digest(), b.counts, b.bytes
-	return meta, nil
+	return meta, b.syncPaths(), nil
 }
 
 // commit publishes a staged layer. The manifest rename is the commit point;
 // everything before it is invisible and swept after a crash, everything
 // after it is re-derivable from the layer's metadata.
-func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *PublishResult, req PublishRequest) error {
+//
+// Before that rename, one flush (syncBatch) makes durable together the
+// layer's entries, its rename into layers/, its metadata and the next
+// manifest (written in staging); the rename and one fsync of the root then
+// commit. A power cut before the flush completes leaves the old manifest;
+// after it, the new manifest can only name what is already on disk.
+func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths []string, res *PublishResult, req PublishRequest) error {
+	sb := &syncBatch{syncfs: len(syncPaths) > commitSyncfsAbove}
+	defer sb.close()
+	for _, p := range syncPaths {
+		if err := sb.add(p); err != nil {
+			return fmt.Errorf("commit layer %s: %w", meta.ID, err)
+		}
+	}
 	s.hit(FailAfterStaging)
 	dst := filepath.Join(s.root, dirLayers, meta.ID)
 	if err := os.Rename(stage, dst); err != nil {
 		return fmt.Errorf("commit layer %s: %w", meta.ID, err)
 	}
-	if err := atomicfile.SyncDir(filepath.Join(s.root, dirLayers)); err != nil {
+	if err := sb.add(filepath.Join(s.root, dirLayers)); err != nil {
 		return err
 	}
 	s.hit(FailAfterRename)
@@ -514,14 +525,38 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *Publi
 	next.Layers = append([]ManifestLayer{{ID: meta.ID, Path: dirLayers + "/" + meta.ID, TxID: req.TxID}}, next.Layers...)
 	res.Revision = next.Revision()
 	meta.Result = res
-	if err := s.writeMeta(meta); err != nil {
+	mf, err := s.createMetaUnsynced(meta)
+	if err != nil {
+		return err
+	}
+	sb.addFile(mf)
+	if err := sb.add(filepath.Join(s.root, dirMeta)); err != nil {
 		return err
 	}
 	s.hit(FailAfterMeta)
-	if err := writeManifest(s.root, next); err != nil {
+	mb, err := manifestBytes(next)
+	if err != nil {
+		return err
+	}
+	pending := filepath.Join(filepath.Dir(stage), "manifest-"+meta.ID+".json")
+	pf, err := createUnsynced(pending, mb, 0o644)
+	if err != nil {
 		return fmt.Errorf("commit manifest: %w", err)
 	}
+	sb.addFile(pf)
+	if err := sb.flush(s.root); err != nil {
+		return fmt.Errorf("commit layer %s: %w", meta.ID, err)
+	}
+	s.hit(FailAfterSync)
+	if err := os.Rename(pending, filepath.Join(s.root, "manifest.json")); err != nil {
+		return fmt.Errorf("commit manifest: %w", err)
+	}
+	// The manifest on disk names the layer now: the in-memory head must
+	// too, or a later commit would build on the old head and drop it.
 	s.head.Store(next)
+	if err := atomicfile.SyncDir(s.root); err != nil {
+		return fmt.Errorf("commit manifest: %w", err)
+	}
 	s.hit(FailAfterManifest)
 	s.appendAudit(meta)
 	s.hit(FailAfterAudit)
@@ -532,7 +567,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, res *Publi
 		}
 		res.LeaseID = l.ID
 	}
-	if err := s.writeTx(res); err != nil {
+	if err := s.writeTxUnsynced(res); err != nil {
 		s.log.Warn("transaction record", "txid", req.TxID, "err", err)
 	}
 	s.hit(FailAfterTx)

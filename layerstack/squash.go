@@ -196,6 +196,11 @@ func (s *Store) commitSquash(stageRoot string, blocks [][]ManifestLayer, metas [
 	if err := atomicfile.SyncDir(filepath.Join(s.root, dirLayers)); err != nil {
 		return nil, err
 	}
+	for _, blk := range blocks {
+		if err := s.syncTxRecords(blk); err != nil {
+			return nil, err
+		}
+	}
 	s.hit(FailSquashCommit)
 	if err := writeManifest(s.root, next); err != nil {
 		return nil, err

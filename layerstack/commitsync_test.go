@@ -1,0 +1,124 @@
+package layerstack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A commit writes its transaction record without waiting for the disk: a
+// power cut may lose it or leave it torn. These tests do that to the record
+// and check the store still answers the transaction exactly once.
+
+func tearTxRecord(t *testing.T, s *Store, txid string, remove bool) {
+	t.Helper()
+	name := filepath.Join(s.Root(), dirTxns, txKey(txid)+".json")
+	if remove {
+		require.NoError(t, os.Remove(name))
+	} else {
+		require.NoError(t, os.Truncate(name, 0))
+	}
+	_, err := s.readTx(txid)
+	require.Error(t, err)
+}
+
+func TestLostTxRecordIsRebuiltAtBoot(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		t.Run(fmt.Sprintf("removed=%v", remove), func(t *testing.T) {
+			s := newTestStore(t, tree{"a": "a\n"})
+			l := mustLease(t, s, sess1)
+			req := PublishRequest{TxID: "tx-lost", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1}
+			first, err := s.Publish(context.Background(), req)
+			require.NoError(t, err)
+			tearTxRecord(t, s, "tx-lost", remove)
+			root := s.Root()
+			require.NoError(t, s.Close())
+
+			s2, err := Open(root, Options{})
+			require.NoError(t, err)
+			defer s2.Close()
+			ok, err := s2.Committed("tx-lost")
+			require.NoError(t, err)
+			require.True(t, ok, "the boot sweep rewrote the record from the layer's metadata")
+			again, err := s2.Publish(context.Background(), req)
+			require.NoError(t, err)
+			require.True(t, again.Replayed)
+			require.Equal(t, first.LayerID, again.LayerID)
+			require.Equal(t, first.Revision, again.Revision)
+			m, _ := s2.Manifest()
+			require.Len(t, m.Layers, 2, "committed once")
+			requireHealthy(t, s2)
+		})
+	}
+}
+
+// A squash drops the folded layers' txids from the manifest, after which
+// only the records say those transactions committed: it must make them
+// durable first, rewriting a lost one from the metadata.
+func TestSquashMakesTxRecordsDurableFirst(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"}, Options{AutoSquashAt: -1})
+	var results []*PublishResult
+	for i := 0; i < 3; i++ {
+		l := mustLease(t, s, sess1)
+		r, err := s.Publish(context.Background(), PublishRequest{TxID: fmt.Sprintf("sq-%d", i), LeaseID: l.ID,
+			Changes: writes(fmt.Sprintf("f%d", i), "x\n"), Owner: sess1})
+		require.NoError(t, err)
+		require.NoError(t, s.Release(l.ID))
+		results = append(results, r)
+	}
+	tearTxRecord(t, s, "sq-0", false)
+	tearTxRecord(t, s, "sq-1", true)
+	res, err := s.Squash(context.Background())
+	require.NoError(t, err)
+	require.Len(t, res.SquashedBlocks, 1)
+	m, _ := s.Manifest()
+	require.Len(t, m.Layers, 2)
+	for i, want := range results {
+		got, err := s.readTx(fmt.Sprintf("sq-%d", i))
+		require.NoError(t, err, "record %d", i)
+		require.Equal(t, want.LayerID, got.LayerID)
+		// A retry after the squash replays; it does not commit again.
+		l := mustLease(t, s, sess1)
+		r, err := s.Publish(context.Background(), PublishRequest{TxID: fmt.Sprintf("sq-%d", i), LeaseID: l.ID,
+			Changes: writes(fmt.Sprintf("f%d", i), "x\n"), Owner: sess1})
+		require.NoError(t, err)
+		require.True(t, r.Replayed)
+		require.NoError(t, s.Release(l.ID))
+	}
+	m, _ = s.Manifest()
+	require.Len(t, m.Layers, 2)
+	requireHealthy(t, s)
+}
+
+// A commit leaves nothing pending behind: the next manifest it wrote in
+// staging was renamed into place, and no temp record is left in txns/.
+func TestCommitLeavesNoPendingFiles(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	for i := 0; i < 2; i++ {
+		cs := writes("a", fmt.Sprintf("v%d\n", i))
+		if i == 1 {
+			// Enough entries for the syncfs path.
+			for k := 0; k < syncfsThreshold+2; k++ {
+				cs.Changes = append(cs.Changes, Change{Path: fmt.Sprintf("d/f%d", k), Kind: ChangeWrite, Mode: 0o644, Data: []byte("x")})
+			}
+		}
+		_, err := publishOn(t, s, mustLease(t, s, sess1), sess1, cs)
+		require.NoError(t, err)
+	}
+	ents, err := os.ReadDir(filepath.Join(s.Root(), dirStaging))
+	require.NoError(t, err)
+	require.Empty(t, ents)
+	ents, err = os.ReadDir(filepath.Join(s.Root(), dirTxns))
+	require.NoError(t, err)
+	for _, e := range ents {
+		require.NotEqual(t, byte('.'), e.Name()[0], "temp record %s left behind", e.Name())
+	}
+	m, _ := s.Manifest()
+	require.Equal(t, int64(3), m.Version)
+	require.Equal(t, "v1\n", headFile(t, s, "a"))
+	requireHealthy(t, s)
+}
