@@ -38,6 +38,7 @@ func run() int {
 		uiURL     = flag.String("temporal-ui-url", "", "base URL of a Temporal UI for workflow links (a cluster's; default: the embedded UI when it is on)")
 		cfgFile   = flag.String("config", os.Getenv(config.EnvVar), "the seed's gateway YAML (default $"+config.EnvVar+"); see README, Configuration from the seed's YAML")
 		defTTL    = flag.String("default-sandbox-ttl", "", "pause sandboxes this long after creation or resume unless create_sandbox passes ttl (Go duration, e.g. 24h; 0 = off; default the config's lifecycle.default_sandbox_ttl, else off)")
+		fleetTO   = flag.Duration("fleet-timeout", gateway.DefaultFleetTimeout, "how long the fleet views (snapshot and resources without a sandbox, /healthz) wait for each sandbox before listing it unavailable")
 		defIdle   = flag.String("default-session-idle-ttl", "", "archive workspace sessions unused this long unless create_sandbox passes session_idle_ttl (e.g. 30m; 0 = off; default the config's lifecycle.default_session_idle_ttl, else off)")
 	)
 	flag.Parse()
@@ -115,7 +116,7 @@ func run() int {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
 	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace, HostPaths: hostPaths,
-		DefaultSandboxTTL: sandboxTTL, DefaultSessionIdleTTL: idleTTL}
+		DefaultSandboxTTL: sandboxTTL, DefaultSessionIdleTTL: idleTTL, FleetTimeout: *fleetTO}
 	if !*noWorkers {
 		// Sandboxes on this process's own workers are on this machine;
 		// others are on the hosts of the registry, behind their forwarders.

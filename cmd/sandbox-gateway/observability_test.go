@@ -43,7 +43,10 @@ func metricValue(t *testing.T, g *testenv.Gateway, series string) float64 {
 // counting what was just done, and a killed sandbox showing as unavailable
 // in the fleet snapshot and /healthz while both still answer.
 func TestObservabilityThroughTheGateway(t *testing.T) {
-	g := startGatewayProcess(t)
+	// A healthy sandbox must be listed ok however loaded the machine is; a
+	// stopped one is refused at once whatever the budget (its daemon's
+	// endpoint resolves to a stopped container).
+	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--fleet-timeout", "20s"}})
 	ws := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("1\n2\n3\n4\n5\n6\n7\n8\n"), 0o644))
 	op := func(name string, scope, args map[string]any) (int, map[string]any) {
@@ -284,8 +287,8 @@ func TestObservabilityThroughTheGateway(t *testing.T) {
 		sm := s.(map[string]any)
 		daemons[sm["sandbox_id"].(string)] = sm["daemon"].(string)
 	}
-	require.Equal(t, "ok", daemons[id])
-	require.Equal(t, "unavailable", daemons[ids[1]])
+	require.Equal(t, "ok", daemons[id], "%s", body)
+	require.Equal(t, "unavailable", daemons[ids[1]], "%s", body)
 	st, body, _ = g.Get("/healthz", "")
 	require.Equal(t, http.StatusOK, st)
 	require.NotContains(t, string(body), id, "without the token /healthz names no sandbox")
