@@ -36,7 +36,10 @@ func fakeDaemon(t *testing.T, secret []byte, id string) (*httptest.Server, *atom
 		switch r.URL.Path {
 		case "/rpc/echo":
 			var v map[string]any
-			_ = json.NewDecoder(r.Body).Decode(&v)
+			if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
+				http.Error(w, "bad json: "+err.Error(), http.StatusBadRequest)
+				return
+			}
 			v["request_id"] = r.Header.Get("X-Request-Id")
 			_ = json.NewEncoder(w).Encode(v)
 		case "/rpc/stream":
@@ -114,7 +117,9 @@ func TestForwardCallsAndStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got map[string]any
-	_ = json.Unmarshal(out, &got)
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("echo through the forwarder: %v: %s", err, out)
+	}
 	if got["a"] != float64(1) || got["request_id"] != "req-1" {
 		t.Fatalf("echo through the forwarder: %s", out)
 	}

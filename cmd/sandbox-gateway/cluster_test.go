@@ -586,6 +586,8 @@ func healthz(t *testing.T, g *testenv.Gateway) map[string]any {
 		t.Fatal(err)
 	}
 	var m map[string]any
-	_ = json.Unmarshal(b, &m)
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("/healthz: %v: %s", err, b)
+	}
 	return m
 }
