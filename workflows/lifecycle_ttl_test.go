@@ -182,10 +182,16 @@ func TestBadTTLCreatesNothing(t *testing.T) {
 func TestRestoreArchivedSession(t *testing.T) {
 	e := newEnv(t)
 	e.happyCreate()
-	restores := 0
+	restores, archives := 0, 0
 	e.daemon(func(call DaemonCall) (json.RawMessage, error) {
 		switch call.Op {
 		case "archive_idle_sessions":
+			// The daemon archives ws-1 once; reaps after its restore (the
+			// test environment skips time, so they may come between any
+			// two steps) find nothing idle, as a real daemon's would.
+			if archives++; archives > 1 {
+				return json.RawMessage(`{"archived":[]}`), nil
+			}
 			return json.RawMessage(`{"archived":[{"workspace_session_id":"ws-1","path":"/eos/archive/ws-1","files_changed":1}]}`), nil
 		case "restore_workspace_session":
 			restores++
