@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -112,17 +113,41 @@ func (g *Gateway) Options() GatewayOptions {
 	return GatewayOptions{Dir: g.Dir, Addr: g.Addr, HostQueue: g.HostQueue, Args: g.args}
 }
 
-// StartGatewayWith is StartGateway in a given place.
+// StartGatewayWith is StartGateway in a given place. A port it picked
+// itself that another process took before the gateway bound it (FreePort
+// closes its listener first) is replaced by a new one, at most 3 times.
 func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
+	t.Helper()
+	if o.Addr != "" {
+		g, err := startGateway(t, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for attempt := 1; ; attempt++ {
+		o.Addr = FreePort(t)
+		g, err := startGateway(t, o)
+		if err == nil {
+			return g
+		}
+		if attempt == 3 || !errors.Is(err, errPortTaken) {
+			t.Fatal(err)
+		}
+		t.Logf("port %s was taken before the gateway bound it; another", o.Addr)
+	}
+}
+
+// errPortTaken: the gateway exited at start because its address was in use.
+var errPortTaken = errors.New("address already in use")
+
+func startGateway(t testing.TB, o GatewayOptions) (*Gateway, error) {
 	t.Helper()
 	RequireDocker(t)
 	daemon := DaemonBinary(t)
 	bins := Binaries(t)
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
-	}
-	if o.Addr == "" {
-		o.Addr = FreePort(t)
 	}
 	if o.HostQueue == "" {
 		o.HostQueue = fmt.Sprintf("eos-host-test-%d", time.Now().UnixNano())
@@ -143,7 +168,7 @@ func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
 	cmd.Env = append(os.Environ(), "HOME="+g.Home)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	g.Pid = cmd.Process.Pid
 	exited := make(chan struct{})
@@ -163,16 +188,19 @@ func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
 		if b, err := os.ReadFile(tokenFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
 			g.Token = string(bytes.TrimSpace(b))
 			if st, _, err := g.HTTPOp("list_sandboxes", nil); err == nil && st == http.StatusOK {
-				return g
+				return g, nil
 			}
 		}
 		select {
 		case <-exited:
-			t.Fatalf("gateway exited during start:\n%s", g.Stderr.String())
+			if strings.Contains(g.Stderr.String(), "bind: address already in use") {
+				return nil, fmt.Errorf("gateway exited during start: %w:\n%s", errPortTaken, g.Stderr.String())
+			}
+			return nil, fmt.Errorf("gateway exited during start:\n%s", g.Stderr.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 2m:\n%s", g.Stderr.String())
+			return nil, fmt.Errorf("gateway not ready after 2m:\n%s", g.Stderr.String())
 		}
 	}
 }
