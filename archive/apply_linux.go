@@ -1352,3 +1352,11 @@ func tarSameContents(x, y io.Reader, bx, by []byte) (bool, error) {
 		}
 	}
 }
+
+// CleanEntryName is the name check of every stream entry, for importers
+// that write a stream themselves: it refuses a NUL, an absolute name, a ".."
+// component and names past maxBytes (or a component past NAME_MAX), with
+// one of the Reason* constants, and returns the cleaned relative name.
+func CleanEntryName(raw string, maxBytes int) (name, reason string, err error) {
+	return cleanTarName(raw, maxBytes)
+}

@@ -132,6 +132,12 @@ func finishImport(tmp, parent string, rep *ImportReport) (BaseInfo, *ImportRepor
 	if err != nil {
 		return BaseInfo{}, nil, err
 	}
+	return finishImportDigest(tmp, parent, rep, digest, counts, bytes)
+}
+
+// finishImportDigest names the filled import directory by its digest
+// (reusing an identical base), after one syncfs.
+func finishImportDigest(tmp, parent string, rep *ImportReport, digest string, counts Counts, bytes int64) (BaseInfo, *ImportReport, error) {
 	id := "B-" + digest[:16]
 	info := BaseInfo{ID: id, RootHash: digest, Path: filepath.Join(parent, id), Counts: counts, Bytes: bytes}
 	if _, err := os.Lstat(info.Path); err == nil {
