@@ -121,7 +121,7 @@ type streamImporter struct {
 	bytes   int64
 	recs    map[string]digestRec // by path: what the digest covers
 	sizes   map[string]int64
-	dirs    map[string]int     // open O_PATH descriptors of some written directories (at most maxOpenDirs)
+	dirs    map[string]int           // open O_PATH descriptors of some written directories (at most maxOpenDirs)
 	dirMeta map[string]importDirMeta // modes and mtimes, applied at the end
 	buf     []byte
 	report  *ImportReport

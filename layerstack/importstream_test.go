@@ -210,7 +210,9 @@ func tarOf(t testing.TB, ents ...entry) []byte {
 func reg(name, data string) entry {
 	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeReg}, data: data}
 }
-func dir(name string) entry { return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755}} }
+func dir(name string) entry {
+	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755}}
+}
 func sym(name, target string) entry {
 	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target}}
 }
