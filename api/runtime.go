@@ -214,6 +214,12 @@ type InitBaseArgs struct {
 	BaseID string `json:"base_id,omitempty"`
 }
 
+// ImportBasePath is the daemon route a workspace tar is streamed to
+// (POST, the body is the tar; ?all=true takes gitignored files too): the
+// daemon imports it as the base in one pass and answers InitBaseResult.
+// Internal: only the worker's create saga calls it.
+const ImportBasePath = "/import/base"
+
 // ExportArgs select the export encoding.
 type ExportArgs struct {
 	Format string `json:"format,omitempty"` // tar (default), tar-zst, patch

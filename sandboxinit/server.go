@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,7 @@ type Server struct {
 	http     *http.Server
 	inflight atomic.Int64
 	red      *redactor
+	importMu sync.Mutex // one base import at a time (a retried stream waits for the first)
 }
 
 // NewServer builds the RPC server of d.
@@ -52,6 +54,7 @@ func NewServer(d *Daemon) *Server {
 	mux.HandleFunc("/health", s.serveHealth)
 	mux.HandleFunc("/files/list", s.serveFilesList)
 	mux.HandleFunc("/forward/", s.serveForward)
+	mux.HandleFunc(api.ImportBasePath, s.serveImportBase)
 	// CPU and heap profiles of the daemon for `make bench`, behind the
 	// sandbox token like every route.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -120,7 +123,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			writeError(w, api.Errorf(api.KindServerBusy, map[string]any{"max_concurrent_requests": cap(s.slots)}, "the daemon is at its concurrency limit"))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.d.cfg.MaxRequestBytes)
+		if r.URL.Path != api.ImportBasePath { // a workspace tar: the importer's limits apply
+			r.Body = http.MaxBytesReader(w, r.Body, s.d.cfg.MaxRequestBytes)
+		}
 		next.ServeHTTP(w, r)
 	})
 }
