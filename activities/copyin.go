@@ -4,10 +4,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -131,7 +135,96 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSp
 	return rep, nil
 }
 
-// workspaceTar writes a host tree as a tar under prefix.
+// ImportWorkspace streams the host directory spec.WorkspaceRoot to the
+// started sandbox's daemon as one tar (api.ImportBasePath), which imports it
+// as the base in one pass: no tar on disk, no copy into the container
+// through Docker, no second read of the tree. The tar is what CopyWorkspace
+// sends (regular files, directories, symlinks as links, modes and mtimes;
+// FIFOs, sockets and devices skipped and counted); the daemon checks every
+// entry again. Repeating it is safe: the daemon answers the base it already
+// has. It heartbeats its progress.
+func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWorkspaceInput) (workflows.ImportWorkspaceResult, error) {
+	spec := in.Spec
+	if err := checkSandboxID(spec.SandboxID); err != nil {
+		return workflows.ImportWorkspaceResult{}, err
+	}
+	if sb := spec.SharedBase; sb != nil && !sb.Leader {
+		return workflows.ImportWorkspaceResult{}, invalidArgument("sandbox %s follows a shared base: it initialises from the leader's base id, it imports nothing", spec.SandboxID)
+	}
+	if len(in.RequestID) > 256 {
+		return workflows.ImportWorkspaceResult{}, invalidArgument("request id longer than 256 bytes")
+	}
+	root, err := a.cfg.HostPaths.Workspace("workspace_root", spec.WorkspaceRoot)
+	if err != nil {
+		return workflows.ImportWorkspaceResult{}, hostPathError(err)
+	}
+	// Where Docker publishes the daemon now (a retry after a container
+	// restart finds its new port).
+	c, err := a.inspectContainer(ctx, spec.SandboxID)
+	if err != nil {
+		return workflows.ImportWorkspaceResult{}, err
+	}
+	ep := daemonEndpoint(c)
+	if c.State == nil || !c.State.Running || ep.Port == 0 {
+		return workflows.ImportWorkspaceResult{}, fmt.Errorf("container %s is %s: no daemon to import into", c.Name, stateString(c))
+	}
+	head := gitHeadOf(ctx, root)
+	w := &workspaceTar{ctx: ctx, root: root}
+	stop := keepHeartbeating(ctx, 5*time.Second, w.progress)
+	defer stop()
+	path := api.ImportBasePath
+	if spec.ImportAll {
+		path += "?all=true"
+	}
+	req, err := a.daemon.Request(ctx, http.MethodPost, spec.SandboxID, ep, path, nil, in.RequestID)
+	if err != nil {
+		return workflows.ImportWorkspaceResult{}, activityError(err)
+	}
+	pr, pw := io.Pipe()
+	werr := make(chan error, 1)
+	go func() {
+		err := w.write(pw)
+		pw.CloseWithError(err)
+		werr <- err
+	}()
+	req.Body = pr
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, serr := a.daemon.Send(req, spec.SandboxID, "import_base")
+	var base api.InitBaseResult
+	if serr == nil {
+		serr = json.NewDecoder(io.LimitReader(resp.Body, daemonclient.MaxResponse)).Decode(&base)
+		resp.Body.Close()
+		if serr != nil {
+			serr = fmt.Errorf("the daemon's answer to import_base does not decode: %w", serr)
+		}
+	}
+	pr.CloseWithError(errImportEnded)
+	herr := <-werr
+	switch {
+	case serr == nil:
+		// Imported, or the daemon had its base already and answered
+		// without reading on (the writer then stopped on the closed pipe).
+	case herr != nil && !errors.Is(herr, errImportEnded) && !errors.Is(herr, io.ErrClosedPipe):
+		// The host side failed first (a file that changed under the walk):
+		// that is the cause, and retrying may pass; the daemon only saw
+		// the stream break.
+		return workflows.ImportWorkspaceResult{}, fmt.Errorf("stream workspace %s: %w", root, herr)
+	default:
+		return workflows.ImportWorkspaceResult{}, activityError(serr)
+	}
+	rep := w.report()
+	rep.GitHead = head
+	a.log.Info("workspace imported", "sandbox_id", spec.SandboxID, "root", root, "files", rep.Files,
+		"dirs", rep.Dirs, "symlinks", rep.Symlinks, "bytes", rep.Bytes, "skipped", rep.Skipped, "base_id", base.BaseID,
+		"already_initialized", base.AlreadyInitialized)
+	return workflows.ImportWorkspaceResult{Copy: rep, Base: base}, nil
+}
+
+// errImportEnded stops the tar writer once the daemon answered.
+var errImportEnded = errors.New("the import ended")
+
+// workspaceTar writes a host tree as a tar under prefix ("": the tree's
+// own names, the root as ".").
 type workspaceTar struct {
 	ctx    context.Context
 	root   string
@@ -181,7 +274,12 @@ func (w *workspaceTar) write(out io.Writer) error {
 			return err
 		}
 		name := w.prefix
-		if rel != "." {
+		switch {
+		case w.prefix == "" && rel == ".":
+			name = "." // a stream of the tree itself (ImportWorkspace)
+		case w.prefix == "":
+			name = filepath.ToSlash(rel)
+		case rel != ".":
 			name += "/" + filepath.ToSlash(rel)
 		}
 		return w.entry(tw, p, rel, name, d)

@@ -16,6 +16,7 @@ const (
 	ActCreateVolume    = "CreateVolume"
 	ActCreateContainer = "CreateContainer"
 	ActCopyWorkspace   = "CopyWorkspace"
+	ActImportWorkspace = "ImportWorkspace"
 	ActStartContainer  = "StartContainer"
 	ActWaitReady       = "WaitReady"
 	ActRemoveSandbox   = "RemoveSandbox"
@@ -114,6 +115,20 @@ type CopyReport struct {
 	SkippedPaths []string `json:"skipped_paths,omitempty"`
 	// GitHead is the root's git HEAD commit at the copy ("" = none).
 	GitHead string `json:"git_head,omitempty"`
+}
+
+// ImportWorkspaceInput names the workspace a new sandbox's daemon imports
+// as its base, streamed by the host's worker (ImportWorkspace).
+type ImportWorkspaceInput struct {
+	Spec      SandboxSpec `json:"spec"`
+	RequestID string      `json:"request_id,omitempty"`
+}
+
+// ImportWorkspaceResult is what the host sent (the copy's counts and git
+// head) and the base the daemon made of it.
+type ImportWorkspaceResult struct {
+	Copy CopyReport         `json:"copy"`
+	Base api.InitBaseResult `json:"base"`
 }
 
 // SharedBase is the base volume of a group of sandboxes created together.

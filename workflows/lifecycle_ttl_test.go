@@ -29,9 +29,8 @@ func (e *env) state() SandboxState {
 // createSteps mocks the creation steps before the container starts.
 func (e *env) createSteps() {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("eos-state-sb1", nil)
 	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 }
 
 func kindOf(t *testing.T, err error) *api.Error {

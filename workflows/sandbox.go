@@ -25,6 +25,13 @@ const versionPublishSideBySide = "publish-side-by-side"
 // vanished keeps its state volume (it was removed before).
 const versionLostKeepsVolume = "lost-keeps-volume"
 
+// versionStreamedImport marks runs whose create streams the workspace to
+// the started daemon, which imports it in one pass (ImportWorkspace), in
+// place of a copy into the container before it starts and init_base; the
+// image check, volume and container are one step (CreateContainer checks
+// the image and creates the volume itself).
+const versionStreamedImport = "create-streamed-import"
+
 // SandboxWorkflow is the entity of one sandbox: it creates the sandbox's
 // Docker objects (compensating on failure), serves the lifecycle updates,
 // reaps idle sessions, and destroys everything when asked.
@@ -166,14 +173,20 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 			return s.stepFailed("stop the orphan's container", err)
 		}
 	}
-	if err := workflow.ExecuteActivity(dctx, ActCreateVolume, spec).Get(ctx, nil); err != nil {
-		return s.stepFailed("create volume", err)
+	// A new sandbox (not an adopted orphan, not a follower of a shared
+	// base) gets its workspace streamed to its daemon once it runs.
+	streamed := !s.in.Adopt && s.in.BaseID == "" &&
+		workflow.GetVersion(ctx, versionStreamedImport, workflow.DefaultVersion, 1) == 1
+	if !streamed {
+		if err := workflow.ExecuteActivity(dctx, ActCreateVolume, spec).Get(ctx, nil); err != nil {
+			return s.stepFailed("create volume", err)
+		}
 	}
 	var info ContainerInfo
 	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, spec).Get(ctx, &info); err != nil {
 		return s.stepFailed("create container", err)
 	}
-	if !s.in.Adopt {
+	if !s.in.Adopt && !streamed {
 		var copied CopyReport
 		if err := workflow.ExecuteActivity(dctx, ActCopyWorkspace, spec).Get(ctx, &copied); err != nil {
 			return s.stepFailed("copy workspace", err)
@@ -187,17 +200,29 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("wait for the daemon", err)
 	}
 	s.state.Container = info
-	args, _ := json.Marshal(map[string]any{"source_dir": "/eos/import/src", "all": spec.ImportAll, "remove_source": true})
-	if s.in.BaseID != "" {
-		args, _ = json.Marshal(map[string]any{"base_id": s.in.BaseID})
-	}
-	out, err := s.call(ctx, "init_base", args, "init_base")
-	if err != nil {
-		return s.stepFailed("import base", err)
-	}
 	var base api.InitBaseResult
-	if err := decode("init_base", out, &base); err != nil {
-		return s.stepFailed("import base", err)
+	if streamed {
+		in := ImportWorkspaceInput{Spec: spec, RequestID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/import_base"}
+		var imp ImportWorkspaceResult
+		if err := workflow.ExecuteActivity(dctx, ActImportWorkspace, in).Get(ctx, &imp); err != nil {
+			return s.stepFailed("import workspace", err)
+		}
+		s.state.GitHead, base = imp.Copy.GitHead, imp.Base
+		if base.BaseID == "" {
+			return s.stepFailed("import workspace", apperr.Newf(api.KindInternal, nil, "the daemon imported a base without an id"))
+		}
+	} else {
+		args, _ := json.Marshal(map[string]any{"source_dir": "/eos/import/src", "all": spec.ImportAll, "remove_source": true})
+		if s.in.BaseID != "" {
+			args, _ = json.Marshal(map[string]any{"base_id": s.in.BaseID})
+		}
+		out, err := s.call(ctx, "init_base", args, "init_base")
+		if err != nil {
+			return s.stepFailed("import base", err)
+		}
+		if err := decode("init_base", out, &base); err != nil {
+			return s.stepFailed("import base", err)
+		}
 	}
 	s.state.BaseID = base.BaseID
 	if spec.SharedBase != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,12 +39,19 @@ var spec = SandboxSpec{SandboxID: "sb1", Image: "img", WorkspaceRoot: "/src"}
 
 var daemonEP = api.Endpoint{Host: "127.0.0.1", Port: 40001}
 
+// importIn matches the import a new sandbox's create asks of its host's
+// worker: the spec, and a request id derived from the workflow.
+var importIn = mock.MatchedBy(func(in ImportWorkspaceInput) bool {
+	return reflect.DeepEqual(in.Spec, spec) && strings.HasSuffix(in.RequestID, "/import_base") && len(in.RequestID) > len("/import_base")
+})
+
+var imported = ImportWorkspaceResult{Copy: CopyReport{Files: 1, GitHead: "abc123"}, Base: api.InitBaseResult{BaseID: "B-1"}}
+
 // happyCreate mocks every creation step to succeed.
 func (e *env) happyCreate() {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("eos-state-sb1", nil)
 	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
 }
@@ -156,12 +165,11 @@ func TestSandboxLifecycle(t *testing.T) {
 }
 
 func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
-	for _, step := range []string{"CreateContainer", "CopyWorkspace", "StartContainer", "WaitReady", "init_base"} {
+	for _, step := range []string{"CreateContainer", "StartContainer", "WaitReady", "ImportWorkspace"} {
 		t.Run(step, func(t *testing.T) {
 			e := newEnv(t)
 			fail := apperr.Newf(api.KindInvalidRequest, nil, "boom")
 			e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-			e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
 			ret := func(name string) error {
 				if name == step {
 					return fail
@@ -169,15 +177,10 @@ func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
 				return nil
 			}
 			e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{}, ret("CreateContainer")).Maybe()
-			e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, ret("CopyWorkspace")).Maybe()
 			e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Daemon: daemonEP}, ret("StartContainer")).Maybe()
 			e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(ret("WaitReady")).Maybe()
-			e.daemon(func(call DaemonCall) (json.RawMessage, error) {
-				if call.Op == "init_base" && step == "init_base" {
-					return nil, fail
-				}
-				return okDaemon(call)
-			})
+			e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, ret("ImportWorkspace")).Maybe()
+			e.daemon(okDaemon)
 			removed := 0
 			e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(_ context.Context, _ string) error { removed++; return nil })
 			e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
@@ -198,14 +201,14 @@ func TestMissingImageCreatesNothing(t *testing.T) {
 	require.True(t, errors.As(err, &app))
 	require.Equal(t, api.KindInvalidRequest, app.Type())
 	e.AssertNotCalled(t, "CreateVolume", mock.Anything, mock.Anything)
+	e.AssertNotCalled(t, "CreateContainer", mock.Anything, mock.Anything)
 }
 
 func TestTransientFailureIsRetried(t *testing.T) {
 	e := newEnv(t)
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
 	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 	calls := 0
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(func(_ context.Context, _ string) (ContainerInfo, error) {
 		calls++
@@ -263,9 +266,8 @@ func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(func(_ context.Context, _ string) error {
 		return nil
 	})
-	e.OnActivity(acts.CreateVolume, mock.Anything, spec).Return("v", nil)
 	e.OnActivity(acts.CreateContainer, mock.Anything, spec).After(time.Hour).Return(ContainerInfo{}, nil)
-	e.OnActivity(acts.CopyWorkspace, mock.Anything, spec).Return(CopyReport{}, nil)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
 	e.daemon(okDaemon)
@@ -318,7 +320,7 @@ func TestPublishConflictReachesTheCaller(t *testing.T) {
 	)
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
 	require.NoError(t, e.GetWorkflowError())
-	require.Equal(t, []string{"init_base", "create_workspace_session", UpdatePublish}, ops)
+	require.Equal(t, []string{"create_workspace_session", UpdatePublish}, ops)
 }
 
 func TestContinueAsNewCarriesState(t *testing.T) {

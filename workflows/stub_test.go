@@ -25,6 +25,9 @@ func (*stubActivities) CreateContainer(context.Context, SandboxSpec) (ContainerI
 func (*stubActivities) CopyWorkspace(context.Context, SandboxSpec) (CopyReport, error) {
 	return CopyReport{}, nil
 }
+func (*stubActivities) ImportWorkspace(context.Context, ImportWorkspaceInput) (ImportWorkspaceResult, error) {
+	return ImportWorkspaceResult{}, nil
+}
 func (*stubActivities) StartContainer(context.Context, string) (ContainerInfo, error) {
 	return ContainerInfo{}, nil
 }
