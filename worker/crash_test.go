@@ -218,7 +218,7 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 
 func TestWorkerCrashDuringCreate(t *testing.T) {
 	r := newCrashRig(t)
-	for _, fp := range []string{"CreateContainer", "StartContainer"} {
+	for _, fp := range []string{"CreateContainer", "StartContainer", "ImportWorkspace"} {
 		t.Run(fp, func(t *testing.T) {
 			id := "crash-" + randHex(5)
 			t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
