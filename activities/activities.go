@@ -108,6 +108,7 @@ type Activities struct {
 	daemon *daemonclient.Client
 
 	daemonArgs []string // SetDaemonArgs
+	dvol       daemonVolumes
 
 	ownerMu sync.RWMutex
 	cluster string // the Temporal cluster id (SetOwner)

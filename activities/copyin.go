@@ -82,6 +82,30 @@ func bootstrapTar(daemonBinary, token string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// tokenTar is the tar copied into a created sandbox container that mounts
+// the daemon volume: the daemon token (0600, root-owned, in a 0700
+// directory of the state volume).
+func tokenTar(token string) ([]byte, error) {
+	now := time.Now()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := strings.TrimPrefix(filepath.Dir(TokenPath), "/")
+	err := errors.Join(
+		tw.WriteHeader(&tar.Header{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: now}),
+		tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(TokenPath, "/"), Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(token)), ModTime: now}),
+	)
+	if err == nil {
+		_, err = tw.Write([]byte(token))
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build token tar: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // CopyWorkspace streams the host directory spec.WorkspaceRoot into the
 // container's /eos/import/src as a tar, for the daemon's init_base. It
 // copies everything, .git included (the daemon's import does the git-aware

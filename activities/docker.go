@@ -203,6 +203,10 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	if _, err := a.ensureNetwork(ctx, spec); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
+	dvol, err := a.ensureDaemonVolume(ctx, spec.Image)
+	if err != nil {
+		return workflows.ContainerInfo{}, err
+	}
 	name := workflows.ContainerName(spec.SandboxID)
 	info := workflows.ContainerInfo{Name: name, Volume: workflows.VolumeName(spec.SandboxID)}
 	for attempt := 0; ; attempt++ {
@@ -216,7 +220,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 					a.log.Info("container adopted", "sandbox_id", spec.SandboxID, "container", name, "running", true)
 					return info, nil
 				}
-				if err := a.copyBootstrap(ctx, existing.ID, spec.SandboxID); err != nil {
+				if err := a.copyBootstrap(ctx, existing.ID, spec.SandboxID, mountsDaemonVolume(existing)); err != nil {
 					return workflows.ContainerInfo{}, err
 				}
 				a.log.Info("container adopted", "sandbox_id", spec.SandboxID, "container", name, "running", false)
@@ -231,7 +235,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 			return workflows.ContainerInfo{}, fmt.Errorf("inspect container %s: %w", name, err)
 		}
 
-		cfg, hc := a.containerConfig(spec, seccomp.String())
+		cfg, hc := a.containerConfig(spec, seccomp.String(), dvol)
 		created, err := a.docker.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 		if cerrdefs.IsConflict(err) && attempt < 3 {
 			// Someone (an earlier attempt whose answer was lost) created it
@@ -242,7 +246,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 			return workflows.ContainerInfo{}, fmt.Errorf("create container %s: %w", name, err)
 		}
 		info.ContainerID, info.State = created.ID, "created"
-		if err := a.copyBootstrap(ctx, created.ID, spec.SandboxID); err != nil {
+		if err := a.copyBootstrap(ctx, created.ID, spec.SandboxID, true); err != nil {
 			return workflows.ContainerInfo{}, err
 		}
 		a.log.Info("container created", "sandbox_id", spec.SandboxID, "container", name, "image", spec.Image)
@@ -252,9 +256,10 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 
 // containerConfig is the sandbox container: explicit capabilities on top of
 // cap-drop ALL (never privileged), the custom seccomp profile, the state
-// volume at /eos, the daemon port on loopback only, the daemon as
-// entrypoint, and the resource profile.
-func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string) (*container.Config, *container.HostConfig) {
+// volume at /eos, the daemon volume (read-only) at DaemonDir, the daemon
+// port on loopback only, the daemon as entrypoint, and the resource
+// profile.
+func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp, daemonVolume string) (*container.Config, *container.HostConfig) {
 	cfg := &container.Config{
 		Image:        spec.Image,
 		Entrypoint:   []string{DaemonPath},
@@ -273,6 +278,9 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 		NetworkMode: container.NetworkMode(networkName(spec.SandboxID)),
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: workflows.VolumeName(spec.SandboxID), Target: StateDir,
+		}, {
+			Type: mount.TypeVolume, Source: daemonVolume, Target: DaemonDir, ReadOnly: true,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
 		PortBindings: nat.PortMap{daemonPort: []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}},
 		LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
@@ -280,6 +288,7 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 		// re-attaches its sessions and the callers follow its new port.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 	}
+	cfg.Labels[LabelDaemonVolume] = daemonVolume
 	if sb := spec.SharedBase; sb != nil {
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: sb.Volume,
 			Target: StateDir + "/layerstack/base", ReadOnly: !sb.Leader})
@@ -297,10 +306,14 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp string)
 	return cfg, hc
 }
 
-// copyBootstrap copies the daemon binary and the daemon token into the
-// (created, not yet started) container as one tar.
-func (a *Activities) copyBootstrap(ctx context.Context, containerID, sandboxID string) error {
-	tarball, err := bootstrapTar(a.cfg.DaemonBinary, a.token(sandboxID))
+// copyBootstrap copies the daemon token (and, into a container made before
+// the daemon volume, the daemon binary) into the (created, not yet started)
+// container as one tar.
+func (a *Activities) copyBootstrap(ctx context.Context, containerID, sandboxID string, tokenOnly bool) error {
+	tarball, err := tokenTar(a.token(sandboxID))
+	if !tokenOnly {
+		tarball, err = bootstrapTar(a.cfg.DaemonBinary, a.token(sandboxID))
+	}
 	if err != nil {
 		return err
 	}
@@ -308,6 +321,17 @@ func (a *Activities) copyBootstrap(ctx context.Context, containerID, sandboxID s
 		return fmt.Errorf("copy daemon binary and token into %s: %w", workflows.ContainerName(sandboxID), err)
 	}
 	return nil
+}
+
+// mountsDaemonVolume reports whether a container mounts a daemon volume
+// (one made before them has the binary in its own file system).
+func mountsDaemonVolume(c container.InspectResponse) bool {
+	for _, m := range c.Mounts {
+		if m.Destination == DaemonDir && strings.HasPrefix(m.Name, daemonVolumePref) {
+			return true
+		}
+	}
+	return false
 }
 
 // StartContainer starts the sandbox container (nothing to do if it runs)
@@ -441,9 +465,9 @@ func (a *Activities) RemoveSandbox(ctx context.Context, sandboxID string) error 
 	if err := checkSandboxID(sandboxID); err != nil {
 		return err
 	}
-	var baseVolume string
+	var baseVolume, daemonVolume string
 	if c, err := a.docker.ContainerInspect(ctx, workflows.ContainerName(sandboxID)); err == nil && c.Config != nil {
-		baseVolume = c.Config.Labels[LabelBaseVolume]
+		baseVolume, daemonVolume = c.Config.Labels[LabelBaseVolume], c.Config.Labels[LabelDaemonVolume]
 	}
 	if err := a.removeContainer(ctx, workflows.ContainerName(sandboxID)); err != nil {
 		return err
@@ -460,6 +484,10 @@ func (a *Activities) RemoveSandbox(ctx context.Context, sandboxID string) error 
 		if err := a.docker.VolumeRemove(ctx, baseVolume, false); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 			a.log.Warn("remove shared base volume", "volume", baseVolume, "err", err)
 		}
+	}
+	if strings.HasPrefix(daemonVolume, daemonVolumePref) {
+		// An older build's daemon volume goes with its last sandbox.
+		a.removeDaemonVolumeIfUnused(ctx, daemonVolume, a.currentDaemonVolume())
 	}
 	a.log.Info("sandbox removed", "sandbox_id", sandboxID)
 	return nil

@@ -100,20 +100,23 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.False(t, info.Adopted)
 	require.Equal(t, "eos-sbx-sbx1", info.Name)
 	require.Equal(t, "eos-state-sbx1", info.Volume)
-	require.Len(t, d.creates, 1)
+	creates := sandboxCreates(d)
+	require.Len(t, creates, 1)
 
 	// The volume exists with our labels (CreateContainer makes sure of it).
 	v := d.volumes["eos-state-sbx1"]
 	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "state", LabelWorker: "w1", "eos.test": "unit",
 		LabelImage: "img:1"}, v.Labels)
 
-	c := d.creates[0]
+	c := creates[0]
 	require.Equal(t, "img:1", c.cfg.Image)
 	require.Equal(t, []string{DaemonPath}, []string(c.cfg.Entrypoint))
 	require.Empty(t, c.cfg.Cmd)
 	require.Empty(t, c.cfg.Env)
+	dvol := c.cfg.Labels[LabelDaemonVolume]
+	require.Regexp(t, `^eos-daemon-[0-9a-f]{16}$`, dvol)
 	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "sandbox", LabelWorker: "w1", "eos.test": "unit",
-		LabelImage: "img:1"}, c.cfg.Labels)
+		LabelImage: "img:1", LabelDaemonVolume: dvol}, c.cfg.Labels)
 	require.Equal(t, container.RestartPolicyUnlessStopped, c.hc.RestartPolicy.Name, "back after an Engine restart or a reboot")
 	require.False(t, c.hc.Privileged)
 	require.Equal(t, []string{"ALL"}, []string(c.hc.CapDrop))
@@ -126,7 +129,8 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.Equal(t, "bridge", n.Driver)
 	require.False(t, n.Internal, "Docker publishes no ports of a container only on an internal network")
 	require.Equal(t, map[string]string{LabelManaged: "true", LabelSandboxID: "sbx1", LabelRole: "network", LabelWorker: "w1", "eos.test": "unit"}, n.Labels)
-	require.Equal(t, []mount.Mount{{Type: mount.TypeVolume, Source: "eos-state-sbx1", Target: "/eos"}}, c.hc.Mounts)
+	require.Equal(t, []mount.Mount{{Type: mount.TypeVolume, Source: "eos-state-sbx1", Target: "/eos"},
+		{Type: mount.TypeVolume, Source: dvol, Target: DaemonDir, ReadOnly: true, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}, c.hc.Mounts)
 	pb := c.hc.PortBindings["7001/tcp"]
 	require.Len(t, pb, 1)
 	require.Equal(t, "127.0.0.1", pb[0].HostIP)
@@ -136,14 +140,18 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.NotNil(t, c.hc.PidsLimit)
 	require.EqualValues(t, 512, *c.hc.PidsLimit)
 
-	// One copy before start: the binary (0755) and the token (0600).
-	require.Len(t, d.copies, 1)
-	require.Equal(t, "/", d.copies[0].path)
-	entries, _, err := readTar(d.copies[0].data)
+	// The daemon binary is in the daemon volume (filled through a helper
+	// container that is gone), not copied into the container.
+	require.Equal(t, "#!daemon binary", string(d.volData[dvol][filepath.Base(DaemonPath)]))
+	require.Equal(t, roleDaemon, d.volumes[dvol].Labels[LabelRole])
+	require.Contains(t, d.removed, "container/"+daemonFillPrefix+strings.TrimPrefix(dvol, daemonVolumePref))
+	// One copy into the container before start: the token (0600), nothing else.
+	copies := copiesTo(d, info.ContainerID)
+	require.Len(t, copies, 1)
+	require.Equal(t, "/", copies[0].path)
+	entries, order, err := readTar(copies[0].data)
 	require.NoError(t, err)
-	bin := entries[strings.TrimPrefix(DaemonPath, "/")]
-	require.Equal(t, "#!daemon binary", string(bin.data))
-	require.EqualValues(t, 0o755, bin.hdr.Mode)
+	require.Equal(t, []string{"eos/secret/", "eos/secret/daemon.token"}, order)
 	tok := entries["eos/secret/daemon.token"]
 	require.Equal(t, daemonclient.Token(testSecret, "sbx1"), string(tok.data))
 	require.EqualValues(t, 0o600, tok.hdr.Mode)
@@ -184,9 +192,8 @@ func TestCreateContainerAdoptsSameImageAndLabels(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, second.Adopted)
 	require.Equal(t, first.ContainerID, second.ContainerID)
-	require.Len(t, d.creates, 1, "no second create")
-	require.Empty(t, d.removed)
-	require.Len(t, d.copies, 2, "a created container gets the copy again")
+	require.Len(t, sandboxCreates(d), 1, "no second create")
+	require.Len(t, copiesTo(d, first.ContainerID), 2, "a created container gets the copy again")
 
 	// Once running it is adopted as is, with its endpoint.
 	_, err = acts.StartContainer(ctx, "sbx1")
@@ -196,7 +203,29 @@ func TestCreateContainerAdoptsSameImageAndLabels(t *testing.T) {
 	require.True(t, third.Adopted)
 	require.Equal(t, api.Endpoint{Host: "127.0.0.1", Port: 49153}, third.Daemon)
 	require.Equal(t, "running", third.State)
-	require.Len(t, d.copies, 2)
+	require.Len(t, copiesTo(d, first.ContainerID), 2)
+}
+
+// sandboxCreates are the creates of sandbox containers (not the helper
+// that fills a daemon volume).
+func sandboxCreates(d *fakeDocker) []fakeCreate {
+	var out []fakeCreate
+	for _, c := range d.creates {
+		if !strings.HasPrefix(c.name, daemonFillPrefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func copiesTo(d *fakeDocker, containerID string) []fakeCopy {
+	var out []fakeCopy
+	for _, c := range d.copies {
+		if c.container == containerID {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func TestCreateContainerReplaces(t *testing.T) {
@@ -294,7 +323,10 @@ func TestStartStopRemoveInspect(t *testing.T) {
 	require.NoError(t, acts.RemoveSandbox(ctx, "sbx1"), "removing twice is fine")
 	require.NoError(t, acts.StopContainer(ctx, "sbx1"), "stopping a missing container is fine")
 	require.Empty(t, d.containers)
-	require.Empty(t, d.volumes)
+	require.Len(t, d.volumes, 1, "only the current daemon build's volume stays: %v", d.volumes)
+	for name := range d.volumes {
+		require.True(t, strings.HasPrefix(name, daemonVolumePref), name)
+	}
 	require.Empty(t, d.networks, "the sandbox's network goes with it")
 }
 

@@ -36,6 +36,10 @@ type fakeDocker struct {
 	nextID     int
 	// files served by CopyFromContainer, by path; a func is called each time.
 	files map[string]func() []byte
+	// volData holds what was copied into a volume through a container
+	// mounting it (volume -> file name -> contents); CopyFromContainer of
+	// "<mount>/." serves it.
+	volData map[string]map[string][]byte
 }
 
 type fakeCopy struct {
@@ -56,6 +60,7 @@ func newFakeDocker() *fakeDocker {
 		volumes:    map[string]volume.Volume{},
 		networks:   map[string]network.CreateOptions{},
 		files:      map[string]func() []byte{},
+		volData:    map[string]map[string][]byte{},
 	}
 }
 
@@ -123,7 +128,15 @@ func (f *fakeDocker) VolumeRemove(ctx context.Context, name string, force bool) 
 	if _, ok := f.volumes[name]; !ok {
 		return errNotFound("no such volume")
 	}
+	for _, c := range f.containers {
+		for _, m := range c.Mounts {
+			if m.Name == name && !force {
+				return fmt.Errorf("volume is in use: %w", cerrdefs.ErrConflict)
+			}
+		}
+	}
 	delete(f.volumes, name)
+	delete(f.volData, name)
 	f.removed = append(f.removed, "volume/"+name)
 	return nil
 }
@@ -198,11 +211,16 @@ func (f *fakeDocker) ContainerCreate(ctx context.Context, cfg *container.Config,
 	}
 	f.nextID++
 	cid := fmt.Sprintf("c%03d", f.nextID)
+	var mounts []container.MountPoint
+	for _, m := range hc.Mounts {
+		mounts = append(mounts, container.MountPoint{Type: m.Type, Name: m.Source, Destination: m.Target, RW: !m.ReadOnly})
+	}
 	f.containers[name] = &container.InspectResponse{
 		ContainerJSONBase: &container.ContainerJSONBase{ID: cid, Name: "/" + name, Image: id,
 			State: &container.State{Status: "created"}, HostConfig: hc},
 		Config:          cfg,
 		NetworkSettings: &container.NetworkSettings{},
+		Mounts:          mounts,
 	}
 	f.creates = append(f.creates, fakeCreate{name: name, cfg: cfg, hc: hc})
 	return container.CreateResponse{ID: cid}, nil
@@ -306,6 +324,24 @@ func (f *fakeDocker) CopyToContainer(ctx context.Context, ref, dst string, conte
 		return errNotFound("no such container")
 	}
 	f.copies = append(f.copies, fakeCopy{container: c.ID, path: dst, data: data})
+	for _, m := range c.Mounts {
+		if m.Destination != dst {
+			continue
+		}
+		if !m.RW {
+			return errors.New("read-only file system")
+		}
+		ents, _, err := readTar(data)
+		if err != nil {
+			return err
+		}
+		if f.volData[m.Name] == nil {
+			f.volData[m.Name] = map[string][]byte{}
+		}
+		for n, e := range ents {
+			f.volData[m.Name][n] = e.data
+		}
+	}
 	return nil
 }
 
@@ -313,6 +349,18 @@ func (f *fakeDocker) CopyFromContainer(ctx context.Context, ref, src string) (io
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	_, c := f.lookup(ref)
+	for _, m := range mountsOf(c) {
+		if src == m.Destination+"/." {
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for n, data := range f.volData[m.Name] {
+				_ = tw.WriteHeader(&tar.Header{Name: "./" + n, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(data))})
+				_, _ = tw.Write(data)
+			}
+			_ = tw.Close()
+			return io.NopCloser(&buf), container.PathStat{Name: "."}, nil
+		}
+	}
 	gen, ok := f.files[src]
 	if c == nil || !ok {
 		return nil, container.PathStat{}, errNotFound("no such file or container")
@@ -324,6 +372,13 @@ func (f *fakeDocker) CopyFromContainer(ctx context.Context, ref, src string) (io
 	_, _ = tw.Write(data)
 	_ = tw.Close()
 	return io.NopCloser(&buf), container.PathStat{Name: src, Size: int64(len(data))}, nil
+}
+
+func mountsOf(c *container.InspectResponse) []container.MountPoint {
+	if c == nil {
+		return nil
+	}
+	return c.Mounts
 }
 
 // tarEntry is one entry of a recorded copy.

@@ -1,0 +1,274 @@
+package activities
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+)
+
+// The daemon binary (and the session init beside it) reach every sandbox
+// from one read-only Docker volume per build, eos-daemon-<sha256 prefix>,
+// mounted at DaemonDir, instead of a 20 MB copy into each container. The
+// name is the content's hash, so a daemon upgrade makes a new volume and a
+// running (or restarted) sandbox keeps the binary it started with; a
+// volume no container uses any more is removed (RemoveSandbox, and the
+// first create of a worker process).
+const (
+	DaemonDir         = "/usr/local/lib/eos" // DaemonPath and SessinitPath are in it
+	daemonVolumePref  = "eos-daemon-"
+	roleDaemon        = "daemon"            // LabelRole of a daemon volume
+	LabelDaemonSHA256 = "eos.daemon_sha256" // the volume's content hash
+	LabelDaemonVolume = "eos.daemon_volume" // on a sandbox container: the daemon volume it mounts
+	daemonFillMount   = "/eos-daemon-fill"  // where the filling helper container mounts the volume
+	daemonFillPrefix  = "eos-daemon-fill-"  // the helper container's name prefix
+	daemonFillRole    = "daemon-fill"       // LabelRole of the helper container
+	daemonFileMode    = 0o755
+)
+
+// daemonFiles are the files of one daemon build, read once per content.
+type daemonFiles struct {
+	sha   string            // sha256 over names and contents
+	files map[string][]byte // base name -> contents
+}
+
+// daemonVolumes remembers, per worker process, which daemon volumes are
+// known complete and which build the configured files are.
+type daemonVolumes struct {
+	mu       sync.Mutex
+	stamp    string // size and mtime of the daemon files last hashed
+	build    *daemonFiles
+	verified map[string]bool
+	gcDone   bool
+}
+
+// readDaemonFiles reads the daemon binary and, when built next to it, the
+// session init; it rehashes only when their size or mtime changed.
+func (a *Activities) readDaemonFiles() (*daemonFiles, error) {
+	paths := []string{a.cfg.DaemonBinary, filepath.Join(filepath.Dir(a.cfg.DaemonBinary), filepath.Base(SessinitPath))}
+	var stamp strings.Builder
+	for i, p := range paths {
+		fi, err := os.Stat(p)
+		if i > 0 && errors.Is(err, fs.ErrNotExist) {
+			continue // no session init: the daemon runs sessions' inits itself
+		}
+		if err != nil {
+			return nil, invalidArgument("read daemon binary: %v", err)
+		}
+		fmt.Fprintf(&stamp, "%s:%d:%d;", p, fi.Size(), fi.ModTime().UnixNano())
+	}
+	dv := &a.dvol
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if dv.build != nil && dv.stamp == stamp.String() {
+		return dv.build, nil
+	}
+	b := &daemonFiles{files: map[string][]byte{}}
+	h := sha256.New()
+	for i, p := range paths {
+		data, err := os.ReadFile(p)
+		if i > 0 && errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, invalidArgument("read daemon binary: %v", err)
+		}
+		name := filepath.Base(DaemonPath)
+		if i > 0 {
+			name = filepath.Base(SessinitPath)
+		}
+		b.files[name] = data
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
+		h.Write(data)
+	}
+	b.sha = hex.EncodeToString(h.Sum(nil))
+	dv.stamp, dv.build = stamp.String(), b
+	return b, nil
+}
+
+func daemonVolumeName(sha string) string { return daemonVolumePref + sha[:16] }
+
+// ensureDaemonVolume returns the daemon volume of the configured build,
+// creating and filling it when this worker process has not seen it
+// complete. image is one present on the host (the sandbox's): the helper
+// container that fills the volume is created from it, never started.
+func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (string, error) {
+	b, err := a.readDaemonFiles()
+	if err != nil {
+		return "", err
+	}
+	name := daemonVolumeName(b.sha)
+	dv := &a.dvol
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if dv.verified[name] {
+		return name, nil
+	}
+	v, err := a.docker.VolumeInspect(ctx, name)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name,
+			Labels: map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: b.sha}}); err != nil {
+			return "", fmt.Errorf("create daemon volume %s: %w", name, err)
+		}
+	case err != nil:
+		return "", fmt.Errorf("inspect daemon volume %s: %w", name, err)
+	case v.Labels[LabelRole] != roleDaemon || v.Labels[LabelDaemonSHA256] != b.sha:
+		return "", conflict("volume %s exists but is not this daemon build's volume (labels %v); remove it", name, v.Labels)
+	}
+	if err := a.fillDaemonVolume(ctx, name, image, b); err != nil {
+		return "", err
+	}
+	if dv.verified == nil {
+		dv.verified = map[string]bool{}
+	}
+	dv.verified[name] = true
+	if !dv.gcDone {
+		dv.gcDone = true
+		a.removeUnusedDaemonVolumes(ctx, name)
+	}
+	return name, nil
+}
+
+// fillDaemonVolume checks the volume's files against the build (read back
+// whole: a volume a crash or power loss left short is refilled) and copies
+// them in when they differ. A helper container mounts the volume for the
+// Engine's archive calls; it is never started and is removed after.
+func (a *Activities) fillDaemonVolume(ctx context.Context, name, image string, b *daemonFiles) error {
+	helper := daemonFillPrefix + strings.TrimPrefix(name, daemonVolumePref)
+	_ = a.removeContainer(ctx, helper) // one a crash left behind
+	created, err := a.docker.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/nonexistent"},
+		Labels: map[string]string{LabelRole: daemonFillRole, LabelDaemonVolume: name}},
+		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: daemonFillMount,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}}, nil, nil, helper)
+	if err != nil {
+		return fmt.Errorf("create the container that fills daemon volume %s: %w", name, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = a.removeContainer(rctx, created.ID)
+	}()
+	if a.daemonVolumeMatches(ctx, created.ID, b) {
+		return nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	for _, n := range slices.Sorted(maps.Keys(b.files)) {
+		data := b.files[n]
+		if err := tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: daemonFileMode, Size: int64(len(data)), ModTime: now}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := a.docker.CopyToContainer(ctx, created.ID, daemonFillMount, &buf, container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("fill daemon volume %s: %w", name, err)
+	}
+	if !a.daemonVolumeMatches(ctx, created.ID, b) {
+		return fmt.Errorf("daemon volume %s does not hold the daemon build %s after filling it", name, b.sha[:16])
+	}
+	a.log.Info("daemon volume filled", "volume", name, "sha256", b.sha)
+	return nil
+}
+
+// daemonVolumeMatches reads the volume's files back and compares them with
+// the build.
+func (a *Activities) daemonVolumeMatches(ctx context.Context, helper string, b *daemonFiles) bool {
+	rc, _, err := a.docker.CopyFromContainer(ctx, helper, daemonFillMount+"/.")
+	if err != nil {
+		return false
+	}
+	defer rc.Close()
+	got := map[string][]byte{}
+	tr := tar.NewReader(io.LimitReader(rc, 1<<30))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return false
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return false
+		}
+		got[filepath.Base(h.Name)] = data
+	}
+	for n, want := range b.files {
+		if !bytes.Equal(got[n], want) {
+			return false
+		}
+	}
+	return true
+}
+
+// removeUnusedDaemonVolumes removes the daemon volumes of other builds that
+// no container mounts any more (Docker refuses to remove one in use, by a
+// running or a stopped container: that one stays).
+func (a *Activities) removeUnusedDaemonVolumes(ctx context.Context, keep string) {
+	vs, err := a.docker.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelRole+"="+roleDaemon))})
+	if err != nil {
+		return
+	}
+	for _, v := range vs.Volumes {
+		if v == nil || v.Name == keep || !strings.HasPrefix(v.Name, daemonVolumePref) || v.Labels[LabelRole] != roleDaemon {
+			continue
+		}
+		a.removeDaemonVolumeIfUnused(ctx, v.Name, keep)
+	}
+}
+
+// currentDaemonVolume is the configured build's daemon volume name ("" if
+// the build cannot be read).
+func (a *Activities) currentDaemonVolume() string {
+	b, err := a.readDaemonFiles()
+	if err != nil {
+		return ""
+	}
+	return daemonVolumeName(b.sha)
+}
+
+// removeDaemonVolumeIfUnused removes an old build's daemon volume unless a
+// container still uses it; current (the configured build's, which the next
+// sandbox mounts) stays.
+func (a *Activities) removeDaemonVolumeIfUnused(ctx context.Context, name, current string) {
+	if name == current || current == "" {
+		return
+	}
+	err := a.docker.VolumeRemove(ctx, name, false)
+	switch {
+	case err == nil:
+		a.log.Info("unused daemon volume removed", "volume", name)
+	case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+	default:
+		a.log.Warn("remove daemon volume", "volume", name, "err", err)
+	}
+}

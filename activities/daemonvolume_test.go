@@ -1,0 +1,112 @@
+package activities
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/volume"
+	"github.com/stretchr/testify/require"
+)
+
+func daemonVolumeOf(t *testing.T, d *fakeDocker, sandboxID string) string {
+	t.Helper()
+	c := d.containers["eos-sbx-"+sandboxID]
+	require.NotNil(t, c)
+	return c.Config.Labels[LabelDaemonVolume]
+}
+
+// A daemon upgrade makes a new volume: the running sandbox keeps its
+// build's volume (mounted read-only), a new sandbox mounts the new one, and
+// the old one goes with the last sandbox that used it. The current build's
+// volume stays for the next sandbox.
+func TestDaemonVolumePerBuild(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	_, err := acts.CreateContainer(ctx, testSpec("old"))
+	require.NoError(t, err)
+	oldVol := daemonVolumeOf(t, d, "old")
+	require.Equal(t, "#!daemon binary", string(d.volData[oldVol]["sandbox-daemon"]))
+
+	// The same build again: the same volume, not filled again.
+	fills := len(d.copies)
+	_, err = acts.CreateContainer(ctx, testSpec("same"))
+	require.NoError(t, err)
+	require.Equal(t, oldVol, daemonVolumeOf(t, d, "same"))
+	require.Len(t, d.copies, fills+1, "only the token is copied")
+
+	// Upgrade: new contents (and a session init next to it).
+	later := time.Now().Add(time.Minute)
+	require.NoError(t, os.WriteFile(acts.cfg.DaemonBinary, []byte("#!daemon v2"), 0o755))
+	require.NoError(t, os.Chtimes(acts.cfg.DaemonBinary, later, later))
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(acts.cfg.DaemonBinary), "sandbox-sessinit"), []byte("#!sessinit"), 0o755))
+	_, err = acts.CreateContainer(ctx, testSpec("new"))
+	require.NoError(t, err)
+	newVol := daemonVolumeOf(t, d, "new")
+	require.NotEqual(t, oldVol, newVol)
+	require.Equal(t, "#!daemon v2", string(d.volData[newVol]["sandbox-daemon"]))
+	require.Equal(t, "#!sessinit", string(d.volData[newVol]["sandbox-sessinit"]))
+	require.Equal(t, "#!daemon binary", string(d.volData[oldVol]["sandbox-daemon"]), "the old build is untouched")
+
+	require.NoError(t, acts.RemoveSandbox(ctx, "old"))
+	require.Contains(t, d.volumes, oldVol, "still used by sandbox same")
+	require.NoError(t, acts.RemoveSandbox(ctx, "same"))
+	require.NotContains(t, d.volumes, oldVol, "the old build's volume went with its last sandbox")
+	require.NoError(t, acts.RemoveSandbox(ctx, "new"))
+	require.Contains(t, d.volumes, newVol, "the current build's volume stays")
+	for name := range d.containers {
+		require.False(t, strings.HasPrefix(name, daemonFillPrefix), "helper %s left", name)
+	}
+}
+
+// A volume of the right name whose files are wrong (a crash while filling,
+// a power loss) is refilled; one of that name that is not ours is refused.
+func TestDaemonVolumeRefilledOrRefused(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	b, err := acts.readDaemonFiles()
+	require.NoError(t, err)
+	name := daemonVolumeName(b.sha)
+	_, err = d.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: b.sha}})
+	require.NoError(t, err)
+	d.volData[name] = map[string][]byte{"sandbox-daemon": []byte("#!daem")} // cut short
+	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.Equal(t, "#!daemon binary", string(d.volData[name]["sandbox-daemon"]))
+
+	d2 := newFakeDocker()
+	acts2 := newTestActivities(t, d2)
+	_, err = d2.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{"someone": "else"}})
+	require.NoError(t, err)
+	_, err = acts2.CreateContainer(ctx, testSpec("sbx1"))
+	requireAppError(t, err, "invalid_request", true)
+	require.Empty(t, d2.volData[name], "a foreign volume is not written")
+}
+
+// A stopped container made before daemon volumes (the binary in its own
+// file system) keeps working when adopted: it gets the binary copied again.
+func TestAdoptedContainerWithoutDaemonVolume(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	spec := testSpec("sbx1")
+	cfg, hc := acts.containerConfig(spec, "{}", "")
+	hc.Mounts = hc.Mounts[:1] // the state volume only, as before
+	delete(cfg.Labels, LabelDaemonVolume)
+	res, err := d.ContainerCreate(ctx, cfg, hc, nil, nil, "eos-sbx-sbx1")
+	require.NoError(t, err)
+	info, err := acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+	require.True(t, info.Adopted)
+	copies := copiesTo(d, res.ID)
+	require.Len(t, copies, 1)
+	entries, _, err := readTar(copies[0].data)
+	require.NoError(t, err)
+	require.Equal(t, "#!daemon binary", string(entries[strings.TrimPrefix(DaemonPath, "/")].data))
+	require.Contains(t, entries, "eos/secret/daemon.token")
+}
