@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -125,6 +126,97 @@ type streamImporter struct {
 	dirMeta map[string]importDirMeta // modes and mtimes, applied at the end
 	buf     []byte
 	report  *ImportReport
+	kind    map[string]string // what the stream made of each path so far ("file", "symlink"; directories are in dirMeta)
+
+	// Small files are written by a few writers side by side (creating a
+	// file is what an import waits for); recs and sizes of files are
+	// theirs to fill, under mu.
+	jobs    chan fileJob
+	writers sync.WaitGroup
+	mu      sync.Mutex
+	werr    error
+}
+
+// fileJob is one small file for the writers.
+type fileJob struct {
+	name  string
+	data  []byte
+	perm  uint32
+	mtime time.Time
+}
+
+const (
+	importWriters   = 4
+	importInlineMax = 512 << 10 // larger files are written by the reader, streamed
+)
+
+func (si *streamImporter) startWriters() {
+	si.jobs = make(chan fileJob, 64)
+	for i := 0; i < importWriters; i++ {
+		si.writers.Add(1)
+		go func() {
+			defer si.writers.Done()
+			for j := range si.jobs {
+				if si.failed() != nil {
+					continue
+				}
+				if err := si.writeSmall(j); err != nil {
+					si.fail(err)
+				}
+			}
+		}()
+	}
+}
+
+// stopWriters waits for the queued files and returns the first error.
+func (si *streamImporter) stopWriters() error {
+	close(si.jobs)
+	si.writers.Wait()
+	return si.failed()
+}
+
+func (si *streamImporter) fail(err error) {
+	si.mu.Lock()
+	if si.werr == nil {
+		si.werr = err
+	}
+	si.mu.Unlock()
+}
+
+func (si *streamImporter) failed() error {
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	return si.werr
+}
+
+// writeSmall creates one file beneath the root (openat2: no symlink
+// followed, O_EXCL) with its contents, mode and mtime, and records its hash.
+func (si *streamImporter) writeSmall(j fileJob) error {
+	fd, err := unix.Openat2(si.root, j.name, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Mode: 0o600, Resolve: ResolveBeneath})
+	if err != nil {
+		return si.ioErr(j.name, err)
+	}
+	werr := writeAll(fd, j.data)
+	if werr == nil {
+		werr = unix.Fchmod(fd, j.perm)
+	}
+	if werr == nil {
+		ts := []unix.Timespec{unix.NsecToTimespec(j.mtime.UnixNano()), unix.NsecToTimespec(j.mtime.UnixNano())}
+		_ = unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
+	}
+	if cerr := unix.Close(fd); werr == nil && cerr != nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return &archive.ApplyError{Path: j.name, Reason: archive.ReasonIO, Phase: archive.PhaseApply, Err: werr}
+	}
+	sum := sha256.Sum256(j.data)
+	si.mu.Lock()
+	si.sizes[j.name] = int64(len(j.data))
+	si.recs[j.name] = digestRec{j.name, "file", fmt.Sprintf("%04o", j.perm), hex.EncodeToString(sum[:])}
+	si.mu.Unlock()
+	return nil
 }
 
 func refuse(name, reason string, err error) error {
@@ -132,12 +224,24 @@ func refuse(name, reason string, err error) error {
 }
 
 func (si *streamImporter) run(r io.Reader) error {
-	si.sizes = map[string]int64{}
+	si.sizes, si.kind = map[string]int64{}, map[string]string{}
+	si.startWriters()
+	err := si.read(r)
+	if werr := si.stopWriters(); werr != nil {
+		return werr // the cause: the reader stopped on it
+	}
+	return err
+}
+
+func (si *streamImporter) read(r io.Reader) error {
 	cr := &countingReader{r: r}
 	tr := tar.NewReader(cr)
 	for {
 		if err := si.ctx.Err(); err != nil {
 			return refuse("", archive.ReasonCanceled, err)
+		}
+		if err := si.failed(); err != nil {
+			return err
 		}
 		// Every entry's data was read whole, so the next header starts at
 		// the block boundary after it.
@@ -253,11 +357,13 @@ func (si *streamImporter) mkdir(name string, perm uint32, mtime time.Time, expli
 			return nil
 		}
 		si.dirMeta[name] = importDirMeta{perm: perm, mtime: mtime}
+		si.mu.Lock()
 		si.recs[name] = digestRec{name, "dir", fmt.Sprintf("%04o", perm), ""}
+		si.mu.Unlock()
 		return nil
 	}
-	if rec, ok := si.recs[name]; ok {
-		if rec.kind == "symlink" {
+	if k, ok := si.kind[name]; ok {
+		if k == "symlink" {
 			return refuse(name, archive.ReasonSymlinkInPath, errors.New("path goes through a symlink"))
 		}
 		return refuse(name, archive.ReasonParentNotDir, errors.New("a file of the stream is used as a directory"))
@@ -271,7 +377,9 @@ func (si *streamImporter) mkdir(name string, perm uint32, mtime time.Time, expli
 		return si.ioErr(name, err)
 	}
 	si.dirMeta[name] = importDirMeta{perm: perm, mtime: mtime}
+	si.mu.Lock()
 	si.recs[name] = digestRec{name, "dir", fmt.Sprintf("%04o", perm), ""}
+	si.mu.Unlock()
 	return nil
 }
 
@@ -297,6 +405,23 @@ func (si *streamImporter) file(hdr *tar.Header, tr *tar.Reader, name string) err
 	if _, ok := si.dirMeta[name]; ok {
 		return refuse(name, archive.ReasonDuplicateEntry, errors.New("a directory and a file of one name"))
 	}
+	if _, ok := si.kind[name]; ok {
+		return refuse(name, archive.ReasonDuplicateEntry, errors.New("entry repeated"))
+	}
+	si.kind[name] = "file"
+	perm := uint32(hdr.Mode) & 0o777
+	if hdr.Size <= importInlineMax {
+		data, err := io.ReadAll(io.LimitReader(tr, importInlineMax+1))
+		switch {
+		case err != nil:
+			return refuse(name, archive.ReasonBadStream, fmt.Errorf("read file data: %w", err))
+		case int64(len(data)) != hdr.Size:
+			return refuse(name, archive.ReasonBadStream, fmt.Errorf("file data of %d bytes, header says %d", len(data), hdr.Size))
+		}
+		si.bytes += int64(len(data))
+		si.jobs <- fileJob{name: name, data: data, perm: perm, mtime: hdr.ModTime}
+		return nil
+	}
 	fd, err := unix.Openat(pfd, path.Base(name), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return si.ioErr(name, err)
@@ -321,7 +446,6 @@ func (si *streamImporter) file(hdr *tar.Header, tr *tar.Reader, name string) err
 			}
 		}
 	}()
-	perm := uint32(hdr.Mode) & 0o777
 	if werr == nil {
 		werr = unix.Fchmod(fd, perm)
 	}
@@ -336,8 +460,10 @@ func (si *streamImporter) file(hdr *tar.Header, tr *tar.Reader, name string) err
 		return werr
 	}
 	si.bytes += n
+	si.mu.Lock()
 	si.sizes[name] = n
 	si.recs[name] = digestRec{name, "file", fmt.Sprintf("%04o", perm), hex.EncodeToString(h.Sum(nil))}
+	si.mu.Unlock()
 	return nil
 }
 
@@ -382,6 +508,10 @@ func (si *streamImporter) symlink(hdr *tar.Header, name string) error {
 	if _, ok := si.dirMeta[name]; ok {
 		return refuse(name, archive.ReasonDuplicateEntry, errors.New("a directory and a symlink of one name"))
 	}
+	if _, ok := si.kind[name]; ok {
+		return refuse(name, archive.ReasonDuplicateEntry, errors.New("entry repeated"))
+	}
+	si.kind[name] = "symlink"
 	base := path.Base(name)
 	if err := unix.Symlinkat(hdr.Linkname, pfd, base); err != nil {
 		return si.ioErr(name, err)
@@ -390,7 +520,9 @@ func (si *streamImporter) symlink(hdr *tar.Header, name string) error {
 	tv := unix.NsecToTimeval(hdr.ModTime.UnixNano())
 	ts := []unix.Timespec{unix.NsecToTimespec(unix.TimevalToNsec(tv)), unix.NsecToTimespec(unix.TimevalToNsec(tv))}
 	_ = unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
+	si.mu.Lock()
 	si.recs[name] = digestRec{name, "symlink", "", hdr.Linkname}
+	si.mu.Unlock()
 	return nil
 }
 
