@@ -92,7 +92,9 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 	if _, err := daemonclient.BaseURL(ep); err != nil {
 		return activityError(err)
 	}
-	delay := 50 * time.Millisecond
+	// A daemon is up some 50-100 ms after its container starts: poll
+	// often at first, then back off.
+	delay := 10 * time.Millisecond
 	lastCheck := time.Now()
 	var last error
 	for attempt := 1; ; attempt++ {
@@ -129,6 +131,6 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 				sandboxID, ep.Host, ep.Port, ctx.Err(), last, a.logTail(lctx, workflows.ContainerName(sandboxID)))
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 500*time.Millisecond)
+		delay = min(delay*3/2, 500*time.Millisecond)
 	}
 }
