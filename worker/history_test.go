@@ -83,6 +83,40 @@ func TestRecordHistories(t *testing.T) {
 		s.writeHistory(t, h, id, filepath.Join(out, "sandbox-create-failed.json"))
 	})
 
+	t.Run("create-streamed", func(t *testing.T) {
+		// A create whose workspace is streamed to the started daemon
+		// (versionStreamedImport), a session, destroy.
+		id, _ := s.recordCreate(t)
+		var o map[string]any
+		require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "streamed"}))
+		var final workflows.SandboxState
+		require.NoError(t, s.update(id, workflows.UpdateDestroy, &final))
+		s.waitClosed(t, workflows.SandboxWorkflowID(id))
+		h := s.history(t, workflows.SandboxWorkflowID(id))
+		acts := scheduledActivities(h)
+		require.Contains(t, acts, "ImportWorkspace")
+		require.NotContains(t, acts, "CopyWorkspace")
+		s.writeHistory(t, h, id, filepath.Join(out, "sandbox-create-streamed.json"))
+	})
+
+	t.Run("create-streamed-failed", func(t *testing.T) {
+		// The workspace is missing: the streamed import fails after the
+		// container runs, so the saga compensates.
+		id := "rec-" + randHex(6)
+		t.Cleanup(func() { _ = s.acts.RemoveSandbox(context.Background(), id) })
+		ctx := context.Background()
+		run, err := s.svc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+			workflows.SandboxWorkflowName, workflows.SandboxInput{HostQueue: s.svc.HostQueue,
+				Spec: workflows.SandboxSpec{SandboxID: id, Image: testenv.Images[0], WorkspaceRoot: "/nonexistent/workspace"}})
+		require.NoError(t, err)
+		require.Error(t, run.Get(ctx, nil))
+		h := s.history(t, workflows.SandboxWorkflowID(id))
+		acts := scheduledActivities(h)
+		require.Contains(t, acts, "ImportWorkspace")
+		require.Contains(t, acts, "RemoveSandbox", "the failed create was compensated")
+		s.writeHistory(t, h, id, filepath.Join(out, "sandbox-create-streamed-failed.json"))
+	})
+
 	t.Run("contended", func(t *testing.T) { recordContended(t, s, out) })
 
 	t.Run("publish-keep", func(t *testing.T) {
