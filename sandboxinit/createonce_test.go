@@ -68,7 +68,9 @@ func TestCreateOnceByRequestID(t *testing.T) {
 
 	// A waiter gives up with its context.
 	hold := make(chan struct{})
-	go func() { _, _ = d.createOnce(ctx, "r4", func() (*session, error) { <-hold; return nil, errors.New("late") }) }()
+	go func() {
+		_, _ = d.createOnce(ctx, "r4", func() (*session, error) { <-hold; return nil, errors.New("late") })
+	}()
 	require.Eventually(t, func() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.creatingBy["r4"] != nil }, 5*time.Second, time.Millisecond)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

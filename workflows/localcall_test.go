@@ -3,7 +3,7 @@ package workflows
 import (
 	"context"
 	"encoding/json"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
