@@ -18,19 +18,24 @@ const versionLocalFirst = "daemon-call-local-first"
 // worker of another host than the sandbox's.
 const ErrTypeNotHere = "not_here"
 
-// localCallTimeout bounds a local daemon call. The workflow task that
-// carries the update stays open while it runs (the sandbox's other
-// updates wait for it), so a call that takes longer, a big publish under
-// load, goes on as a regular activity: the daemon's own idempotency (the
-// publish's txid, the create's request id) makes the second call join or
-// replay the first.
-const localCallTimeout = 2 * time.Second
-
-// localFirst is whether op's daemon call runs as a local activity first:
-// the two calls on every agent's path (its session's create and its
-// publish), each idempotent in the daemon by a key the workflow derives.
-func localFirst(op string) bool {
-	return op == "create_workspace_session" || op == UpdatePublish
+// localCallTimeout bounds op's local daemon call, or is 0 when op is not
+// called locally first: the two calls on every agent's path, its
+// session's create and its publish, each idempotent in the daemon by a key
+// the workflow derives. The workflow task that carries the update stays
+// open while a local call runs (the sandbox's other updates wait for it),
+// so a call that takes longer goes on as a regular activity, and the
+// daemon's idempotency makes the second call join or replay the first: a
+// publish, which the daemon finishes whatever its caller does, after
+// 500 ms (a big change set); a create, which stops with its caller, after
+// 2 s (its usual 30-40 ms grow to seconds only under heavy load).
+func localCallTimeout(op string) time.Duration {
+	switch op {
+	case UpdatePublish:
+		return 500 * time.Millisecond
+	case "create_workspace_session":
+		return 2 * time.Second
+	}
+	return 0
 }
 
 // callDaemon runs call: for the local-first ops, a local activity in this
@@ -48,10 +53,10 @@ func localFirst(op string) bool {
 // same txid since the workflow's publish sequence did not move, answers
 // its result; a session created then is the daemon's and listed by it.
 func (s *sandbox) callDaemon(ctx, actx workflow.Context, call DaemonCall, out *json.RawMessage) error {
-	if localFirst(call.Op) && workflow.GetVersion(ctx, versionLocalFirst, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+	if timeout := localCallTimeout(call.Op); timeout > 0 && workflow.GetVersion(ctx, versionLocalFirst, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		call.HostQueue = s.in.HostQueue
 		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			ScheduleToCloseTimeout: localCallTimeout,
+			ScheduleToCloseTimeout: timeout,
 			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 		})
 		err := workflow.ExecuteLocalActivity(lctx, ActCallDaemonHere, call).Get(ctx, out)

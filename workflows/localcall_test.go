@@ -38,6 +38,13 @@ func TestLocalDaemonCallsAndTheirFallback(t *testing.T) {
 			return errUnreachable
 		}, wantLocal: map[string]int{"create_workspace_session": 1, UpdatePublish: 1},
 			wantActivity: map[string]int{"create_workspace_session": 1, UpdatePublish: 1}},
+		{name: "the local publish takes longer than its bound", local: func(op string) error {
+			if op == UpdatePublish {
+				time.Sleep(localCallTimeout(UpdatePublish) + 300*time.Millisecond)
+			}
+			return nil
+		}, wantLocal: map[string]int{"create_workspace_session": 1, UpdatePublish: 1},
+			wantActivity: map[string]int{UpdatePublish: 1}},
 		{name: "daemon refuses the publish", local: func(op string) error {
 			if op == UpdatePublish {
 				return apperr.Newf(api.KindResourceExhausted, nil, "too deep")
