@@ -113,6 +113,8 @@ type Daemon struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	creating int // sessions admitted by admitSession and not yet in sessions
+	// creatingBy: the creates in flight, by request id (createOnce).
+	creatingBy map[string]chan struct{}
 	// txs serialises the steps of one publish transaction (prepare,
 	// commit, finalize, abort, and the boot reconcile), never two.
 	txs txLocks

@@ -104,6 +104,9 @@ type sessionRecord struct {
 	// VerifyTxID marks a verified publish's throwaway session: never
 	// restored (a daemon that restarts removes it).
 	VerifyTxID string `json:"verify_txid,omitempty"`
+	// CreatedBy is the request id of the create_workspace_session call
+	// that made the session (createOnce: a retry answers this session).
+	CreatedBy string `json:"created_by,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -180,7 +183,7 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	}
 	defer release()
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
-		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC()}}
+		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC(), CreatedBy: a.RequestID}}
 	if a.Limits != nil {
 		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
 	}
