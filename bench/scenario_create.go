@@ -116,9 +116,12 @@ func runSandboxCreate(ctx context.Context, s *Suite) (Section, error) {
 		o5 := s.summary("f", "ours: create + sessions", r.name, 0, ow5)
 		c5 := s.summary("f", "containers + copies", r.name, 0, cw5)
 		t5.Rows = append(t5.Rows, []string{r.name, fms(o5.P50), samplesCell(o5), fms(c5.P50), samplesCell(c5), ratio(c5.P50, o5.P50)})
+		s.faster(fmt.Sprintf("%d agents: sandbox create + sessions, %s", agents, r.name), o5.P50, c5.P50,
+			fmt.Sprintf("%d containers + copies", agents), 4)
 		o := s.summary("f", "ours", r.name, 0, ow)
 		c := s.summary("f", "container + copy", r.name, 0, cw)
 		g := s.summary("f", "git worktree add", r.name, 0, gw)
+		s.faster("sandbox create, "+r.name, o.P50, c.P50, "container + copy", 1)
 		t.Rows = append(t.Rows, []string{r.name, fms(o.P50), fms(o.Max), samplesCell(o), fms(c.P50), fms(c.Max), samplesCell(c),
 			fms(g.P50), samplesCell(g), ratio(c.P50, o.P50)})
 	}
