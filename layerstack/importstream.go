@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -127,6 +129,7 @@ type streamImporter struct {
 	buf     []byte
 	report  *ImportReport
 	kind    map[string]string // what the stream made of each path so far ("file", "symlink"; directories are in dirMeta)
+	umask   int               // the process's umask (-1: unknown, every file is chmodded)
 
 	// Small files are written by a few writers side by side (creating a
 	// file is what an import waits for); recs and sizes of files are
@@ -192,13 +195,19 @@ func (si *streamImporter) failed() error {
 // writeSmall creates one file beneath the root (openat2: no symlink
 // followed, O_EXCL) with its contents, mode and mtime, and records its hash.
 func (si *streamImporter) writeSmall(j fileJob) error {
+	// Created with its mode when the umask leaves it whole (0644, 0755:
+	// nearly every file), which saves a chmod a file.
+	mode, chmod := uint32(0o600), true
+	if si.umask >= 0 && j.perm&uint32(si.umask) == 0 {
+		mode, chmod = j.perm, false
+	}
 	fd, err := unix.Openat2(si.root, j.name, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Mode: 0o600, Resolve: ResolveBeneath})
+		Mode: uint64(mode), Resolve: ResolveBeneath})
 	if err != nil {
 		return si.ioErr(j.name, err)
 	}
 	werr := writeAll(fd, j.data)
-	if werr == nil {
+	if werr == nil && chmod {
 		werr = unix.Fchmod(fd, j.perm)
 	}
 	if werr == nil {
@@ -224,7 +233,7 @@ func refuse(name, reason string, err error) error {
 }
 
 func (si *streamImporter) run(r io.Reader) error {
-	si.sizes, si.kind = map[string]int64{}, map[string]string{}
+	si.sizes, si.kind, si.umask = map[string]int64{}, map[string]string{}, processUmask()
 	si.startWriters()
 	err := si.read(r)
 	if werr := si.stopWriters(); werr != nil {
@@ -465,6 +474,23 @@ func (si *streamImporter) file(hdr *tar.Header, tr *tar.Reader, name string) err
 	si.recs[name] = digestRec{name, "file", fmt.Sprintf("%04o", perm), hex.EncodeToString(h.Sum(nil))}
 	si.mu.Unlock()
 	return nil
+}
+
+// processUmask reads the umask from /proc/self/status (setting it to read
+// it would race with other goroutines creating files); -1 when unknown.
+func processUmask() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Umask:"); ok {
+			if n, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return int(n)
+			}
+		}
+	}
+	return -1
 }
 
 type countingReader struct {

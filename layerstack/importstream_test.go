@@ -102,6 +102,11 @@ func richTree(t testing.TB) string {
 	_, _ = rand.Read(big)
 	require.NoError(t, os.WriteFile(filepath.Join(src, "deep/big.bin"), big, 0o640))
 	require.NoError(t, os.Chmod(filepath.Join(src, "ro.txt"), 0o444))
+	// Modes a usual umask (022) would cut: the import must not.
+	require.NoError(t, os.WriteFile(filepath.Join(src, "shared.txt"), []byte("s"), 0o600))
+	require.NoError(t, os.Chmod(filepath.Join(src, "shared.txt"), 0o666))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "deep/all"), []byte("x"), 0o600))
+	require.NoError(t, os.Chmod(filepath.Join(src, "deep/all"), 0o777))
 	require.NoError(t, os.Chmod(filepath.Join(src, "deep/er"), 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "zero"), nil, 0o600))
 	require.NoError(t, unix.Mkfifo(filepath.Join(src, "fifo"), 0o644))
