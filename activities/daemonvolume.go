@@ -56,7 +56,7 @@ type daemonVolumes struct {
 	mu       sync.Mutex
 	stamp    string // size and mtime of the daemon files last hashed
 	build    *daemonFiles
-	verified map[string]bool
+	verified map[string]string // volume name -> its CreatedAt when it was last found complete
 	gcDone   bool
 }
 
@@ -119,13 +119,12 @@ func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (stri
 	dv := &a.dvol
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
-	if dv.verified[name] {
-		return name, nil
-	}
+	// One inspect a create: a volume removed (docker volume prune) since
+	// it was checked is made and filled again, never mounted empty.
 	v, err := a.docker.VolumeInspect(ctx, name)
 	switch {
 	case cerrdefs.IsNotFound(err):
-		if _, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name,
+		if v, err = a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name,
 			Labels: map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: b.sha}}); err != nil {
 			return "", fmt.Errorf("create daemon volume %s: %w", name, err)
 		}
@@ -134,13 +133,16 @@ func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (stri
 	case v.Labels[LabelRole] != roleDaemon || v.Labels[LabelDaemonSHA256] != b.sha:
 		return "", conflict("volume %s exists but is not this daemon build's volume (labels %v); remove it", name, v.Labels)
 	}
+	if seen, ok := dv.verified[name]; ok && seen == v.CreatedAt {
+		return name, nil
+	}
 	if err := a.fillDaemonVolume(ctx, name, image, b); err != nil {
 		return "", err
 	}
 	if dv.verified == nil {
-		dv.verified = map[string]bool{}
+		dv.verified = map[string]string{}
 	}
-	dv.verified[name] = true
+	dv.verified[name] = v.CreatedAt
 	if !dv.gcDone {
 		dv.gcDone = true
 		a.removeUnusedDaemonVolumes(ctx, name)

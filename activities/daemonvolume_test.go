@@ -39,6 +39,14 @@ func TestDaemonVolumePerBuild(t *testing.T) {
 	require.Equal(t, oldVol, daemonVolumeOf(t, d, "same"))
 	require.Len(t, d.copies, fills+1, "only the token is copied")
 
+	// Removed behind the worker's back (docker volume prune): made and
+	// filled again, never mounted empty.
+	require.NoError(t, d.VolumeRemove(ctx, oldVol, true))
+	_, err = acts.CreateContainer(ctx, testSpec("again"))
+	require.NoError(t, err)
+	require.Equal(t, "#!daemon binary", string(d.volData[oldVol]["sandbox-daemon"]))
+	require.NoError(t, acts.RemoveSandbox(ctx, "again"))
+
 	// Upgrade: new contents (and a session init next to it).
 	later := time.Now().Add(time.Minute)
 	require.NoError(t, os.WriteFile(acts.cfg.DaemonBinary, []byte("#!daemon v2"), 0o755))

@@ -94,7 +94,8 @@ func (f *fakeDocker) VolumeCreate(ctx context.Context, o volume.CreateOptions) (
 	if v, ok := f.volumes[o.Name]; ok {
 		return v, nil
 	}
-	v := volume.Volume{Name: o.Name, Labels: o.Labels, Driver: "local"}
+	f.nextID++
+	v := volume.Volume{Name: o.Name, Labels: o.Labels, Driver: "local", CreatedAt: fmt.Sprintf("t%03d", f.nextID)}
 	f.volumes[o.Name] = v
 	return v, nil
 }

@@ -202,7 +202,9 @@ func gitPaths(src string, opts ImportOptions) ([]string, bool) {
 	if _, err := os.Lstat(filepath.Join(src, ".git")); err != nil {
 		return nil, false
 	}
-	cmd := exec.Command("git", "-C", src, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	// The work tree's own config must not run a command here (the daemon
+	// is more privileged than a session): no fsmonitor hook.
+	cmd := exec.Command("git", "-c", "core.fsmonitor=false", "-C", src, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0")
 	out, err := cmd.Output()
 	if err != nil {
