@@ -240,7 +240,7 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	rep.GitHead = head
 	a.log.Info("workspace imported", "sandbox_id", spec.SandboxID, "root", root, "files", rep.Files,
 		"dirs", rep.Dirs, "symlinks", rep.Symlinks, "bytes", rep.Bytes, "skipped", rep.Skipped, "base_id", base.BaseID,
-		"already_initialized", base.AlreadyInitialized)
+		"already_initialized", base.AlreadyInitialized, "daemon_import", base.Import)
 	return workflows.ImportWorkspaceResult{Copy: rep, Base: base}, nil
 }
 

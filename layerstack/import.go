@@ -58,6 +58,10 @@ type ImportReport struct {
 	GitAware bool `json:"git_aware"`
 	// Reused is true when an identical base already existed.
 	Reused bool `json:"reused"`
+	// WriteMS and SyncMS are how long the streamed import took to write
+	// the tree and to make it durable (ImportStream only).
+	WriteMS int64 `json:"write_ms,omitempty"`
+	SyncMS  int64 `json:"sync_ms,omitempty"`
 }
 
 // ImportDir copies the host directory src into a new base layer under
@@ -144,6 +148,7 @@ func finishImportDigest(tmp, parent string, rep *ImportReport, digest string, co
 		rep.Reused = true
 		return info, rep, writeBaseInfo(parent, info)
 	}
+	t0 := time.Now()
 	if err := syncFS(tmp); err != nil {
 		return BaseInfo{}, nil, err
 	}
@@ -153,7 +158,11 @@ func finishImportDigest(tmp, parent string, rep *ImportReport, digest string, co
 	if err := atomicfile.SyncDir(parent); err != nil {
 		return BaseInfo{}, nil, err
 	}
-	return info, rep, writeBaseInfo(parent, info)
+	err := writeBaseInfo(parent, info)
+	if rep.WriteMS > 0 {
+		rep.SyncMS = time.Since(t0).Milliseconds()
+	}
+	return info, rep, err
 }
 
 // writeBaseInfo leaves <parent>/<id>.json beside a base, so another store

@@ -60,6 +60,7 @@ func ImportStream(ctx context.Context, r io.Reader, parent string, opts StreamIm
 	}
 	si := &streamImporter{ctx: ctx, root: root, limits: withImportLimits(opts.Limits), recs: map[string]digestRec{},
 		dirs: map[string]int{}, dirMeta: map[string]importDirMeta{}, buf: make([]byte, 256<<10), report: &ImportReport{}}
+	t0 := time.Now()
 	err = si.run(r)
 	si.closeDirs()
 	if err == nil {
@@ -91,6 +92,7 @@ func ImportStream(ctx context.Context, r io.Reader, parent string, opts StreamIm
 		}
 	}
 	si.report.Files, si.report.Dirs, si.report.Symlinks, si.report.Bytes = c.Files, c.Dirs, c.Symlinks, n
+	si.report.WriteMS = max(1, time.Since(t0).Milliseconds())
 	return finishImportDigest(tmp, parent, si.report, digestOf(recs), c, n)
 }
 
