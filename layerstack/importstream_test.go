@@ -311,3 +311,33 @@ func TestImportStreamCutMidFileLeavesNothing(t *testing.T) {
 type iotestErrReader struct{}
 
 func (iotestErrReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+// FuzzImportStream: whatever the stream, the import either makes a base
+// whose digest a re-read confirms, or fails and leaves nothing; it never
+// writes beside the parent.
+func FuzzImportStream(f *testing.F) {
+	f.Add(tarOf(f, dir("d/"), reg("d/f", "x"), sym("l", "d/f")))
+	f.Add(tarOf(f, sym("out", "/tmp"), reg("out/escape", "x")))
+	f.Add(tarOf(f, reg("../escape", "x")))
+	f.Add(tarOf(f, reg("f", "1"), reg("f/g", "2")))
+	f.Add(tarOf(f, reg(".wh.f", "x"), entry{hdr: tar.Header{Name: "fifo", Typeflag: tar.TypeFifo}}))
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		outside := t.TempDir()
+		parent := filepath.Join(outside, "base")
+		info, _, err := ImportStream(context.Background(), bytes.NewReader(raw), parent,
+			StreamImportOptions{All: true, Limits: archive.ApplyLimits{MaxEntries: 200, MaxBytes: 1 << 20}})
+		ents, rerr := os.ReadDir(outside)
+		require.NoError(t, rerr)
+		require.Len(t, ents, 1, "nothing beside the parent")
+		if err != nil {
+			left, rerr := os.ReadDir(parent)
+			require.NoError(t, rerr)
+			require.Empty(t, left, "a failed import leaves nothing: %v", err)
+			return
+		}
+		digest, _, _, err := treeDigest(info.Path)
+		require.NoError(t, err)
+		require.Equal(t, info.RootHash, digest)
+	})
+}
