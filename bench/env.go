@@ -36,6 +36,7 @@ import (
 // StackOptions say how to run the product for a benchmark.
 type StackOptions struct {
 	DaemonBinary string   // the static sandbox-daemon (make daemon: bin/sandbox-daemon)
+	DaemonArgs   []string // more sandbox-daemon flags for every sandbox (-daemon-args)
 	Seccomp      string   // profile path ("" = found next to the daemon or in the tree)
 	StateDir     string   // embedded Temporal's SQLite and the secret
 	AllowRoots   []string // where workspaces and exports may be (--allow-root; none = home and cwd)
@@ -74,6 +75,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	acts, err := worker.BuildActivities(secret, o.DaemonBinary, o.Seccomp, hostPaths, o.Log)
 	if err != nil {
 		return nil, err
+	}
+	if len(o.DaemonArgs) > 0 {
+		activities.SetDaemonArgs(acts, o.DaemonArgs)
 	}
 	dc, err := activities.NewDockerClient()
 	if err != nil {

@@ -37,6 +37,14 @@ type Config struct {
 	OutputBudget       int64 // output kept by all commands; finished ones lose theirs first; default 256 MiB
 	MaxPublishBytes    int64 // bytes of files in one change set, default 1 GiB
 
+	// The background lane (lane.go): heavy operations run at most
+	// BackgroundLanes at once (0: max(1, NumCPU/2)), FIFO, refused with
+	// server_busy past BackgroundQueueWait (0: 1 min), on threads of nice
+	// BackgroundNice (0: DefaultBackgroundNice, negative: normal weight).
+	BackgroundLanes     int
+	BackgroundQueueWait time.Duration
+	BackgroundNice      int
+
 	// Observability (seed-spec §6). SandboxID names the sandbox in the
 	// views when the gateway does not pass sandbox_id.
 	SandboxID       string
@@ -83,6 +91,16 @@ func (c *Config) defaults() {
 	if c.MaxPublishBytes <= 0 {
 		c.MaxPublishBytes = DefaultMaxPublishBytes
 	}
+	if c.BackgroundLanes <= 0 {
+		c.BackgroundLanes = defaultLanes()
+	}
+	if c.BackgroundQueueWait <= 0 {
+		c.BackgroundQueueWait = DefaultBackgroundQueueWait
+	}
+	if c.BackgroundNice == 0 {
+		c.BackgroundNice = DefaultBackgroundNice
+	}
+	c.BackgroundNice = min(c.BackgroundNice, 19)
 }
 
 // hidden are the paths no session may see: the whole state volume (layers,
@@ -121,6 +139,8 @@ type Daemon struct {
 	bg      sync.WaitGroup
 	obs     *observe.Observer
 	started time.Time
+	// lane admits the heavy background operations (lane.go).
+	lane *lane
 }
 
 // New opens the state volume, the layer store and the session runtime, and
@@ -146,7 +166,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, token: tok, store: store, rt: rt,
-		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now()}
+		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now(),
+		lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
+	if cfg.BackgroundNice < 0 {
+		cfg.Logger.Info("background lane at normal CPU weight (--background-nice < 0)", "lanes", cfg.BackgroundLanes)
+	}
 	if err := d.openObservability(); err != nil {
 		store.Close()
 		return nil, err

@@ -221,7 +221,10 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 	if err := mountWorkspace(d.store.LowerDirs(lease), s.upper(), s.work(), s.merged()); err != nil {
 		return err
 	}
-	rs, err := d.rt.Start(ctx, d.runtimeSpec(s))
+	var rs *runtime.Session
+	// Never from a niced background thread: the session's init, and every
+	// command it starts, would inherit its nice value (lane.go).
+	err := unniced(func() (err error) { rs, err = d.rt.Start(ctx, d.runtimeSpec(s)); return })
 	if err != nil {
 		_ = unmountAll(s.merged())
 		return fmt.Errorf("start session: %w", err)
