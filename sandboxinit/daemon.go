@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -170,6 +171,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
 	if cfg.BackgroundNice < 0 {
 		cfg.Logger.Info("background lane at normal CPU weight (--background-nice < 0)", "lanes", cfg.BackgroundLanes)
+	} else {
+		// A niced thread the kernel keeps waiting still holds its P: give
+		// the scheduler one P per lane on top, so interactive goroutines
+		// keep every core's worth of Ps.
+		procs := goruntime.GOMAXPROCS(0) + cfg.BackgroundLanes
+		goruntime.GOMAXPROCS(procs)
+		cfg.Logger.Info("background lane", "lanes", cfg.BackgroundLanes, "nice", cfg.BackgroundNice, "gomaxprocs", procs)
 	}
 	if err := d.openObservability(); err != nil {
 		store.Close()

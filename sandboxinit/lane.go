@@ -36,12 +36,14 @@ const DefaultBackgroundNice = 10
 const DefaultBackgroundQueueWait = time.Minute
 
 // backgroundOps are the RPC operations that go through the lane.
-// publish_workspace_session with verify does not (laneOf): it holds no
-// CPU while its command runs, and a ten-minute test must not keep session
-// creates out.
+// publish_workspace_session with verify does not (laned): it holds no CPU
+// while its command runs, and a ten-minute test must not keep session
+// creates out. Nor does recover_workspace_session: it settles a publish
+// under the transaction's lock, which a verified publish holds while it
+// verifies — a slot must not wait on that.
 var backgroundOps = map[string]bool{
 	"create_workspace_session": true, "restore_workspace_session": true, "destroy_workspace_session": true,
-	"archive_idle_sessions": true, "refresh_workspace_session": true, "recover_workspace_session": true,
+	"archive_idle_sessions": true, "refresh_workspace_session": true,
 	"publish_workspace_session": true, "publish_prepare": true, "publish_commit": true,
 	"publish_finalize": true, "publish_abort": true,
 	"squash_layerstack": true, "init_base": true,

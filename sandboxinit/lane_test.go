@@ -157,7 +157,7 @@ func TestLanedClassifiesOperations(t *testing.T) {
 	}
 	for _, op := range []string{"exec_command", "write_command_stdin", "read_command_lines", "cancel_command", "file_read",
 		"file_write", "file_edit", "file_list", "file_search", "file_upload", "file_download", "diff_workspace_session",
-		"list_workspace_sessions", "check_publish", "snapshot", "daemon", "export_layerstack"} {
+		"list_workspace_sessions", "check_publish", "snapshot", "daemon", "export_layerstack", "recover_workspace_session"} {
 		require.False(t, laned(op, nil), op)
 	}
 	require.False(t, laned("publish_workspace_session", []byte(`{"workspace_session_id":"ws-1","verify":{"cmd":"make test"}}`)),
