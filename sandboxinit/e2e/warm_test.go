@@ -19,7 +19,9 @@ import (
 // session the daemon left behind.
 func TestWarmSession(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
-	warm := func() map[string]any { return sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any) }
+	warm := func() map[string]any {
+		return sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any)
+	}
 	head := func() float64 { return sb.ok("layerstack", nil)["manifest_version"].(float64) }
 	readyAt := func(v float64) {
 		t.Helper()
