@@ -109,9 +109,24 @@ type Activities struct {
 
 	daemonArgs []string // SetDaemonArgs
 
-	ownerMu sync.RWMutex
-	cluster string // the Temporal cluster id (SetOwner)
-	ns      string // the Temporal namespace
+	ownerMu   sync.RWMutex
+	cluster   string // the Temporal cluster id (SetOwner)
+	ns        string // the Temporal namespace
+	hostQueue string // this host's task queue (SetHostQueue)
+}
+
+// SetHostQueue records the task queue of the host whose worker runs a.
+func SetHostQueue(a *Activities, q string) {
+	a.ownerMu.Lock()
+	defer a.ownerMu.Unlock()
+	a.hostQueue = q
+}
+
+// HostQueueOf is what SetHostQueue recorded.
+func HostQueueOf(a *Activities) string {
+	a.ownerMu.RLock()
+	defer a.ownerMu.RUnlock()
+	return a.hostQueue
 }
 
 // SetOwner records the Temporal cluster and namespace whose workflows use

@@ -11,6 +11,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
+	"go.temporal.io/sdk/temporal"
 )
 
 // CallDaemon runs one RPC on a sandbox's daemon through the one daemon
@@ -28,6 +29,22 @@ func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) 
 	}
 	stop := keepHeartbeating(ctx, daemonHeartbeat, nil)
 	defer stop()
+	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op,
+		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
+	return out, activityError(err)
+}
+
+// CallDaemonHere is CallDaemon as a local activity, in the workflow
+// task of the sandbox's workflow: it runs only on the sandbox's host (a
+// worker of another host answers not_here at once, and the workflow calls
+// CallDaemon on the host queue instead), and it does not heartbeat.
+func (a *Activities) CallDaemonHere(ctx context.Context, call workflows.DaemonCall) (json.RawMessage, error) {
+	if err := checkSandboxID(call.SandboxID); err != nil {
+		return nil, err
+	}
+	if call.HostQueue != "" && call.HostQueue != HostQueueOf(a) {
+		return nil, temporal.NewNonRetryableApplicationError("the sandbox's daemon is on another host", workflows.ErrTypeNotHere, nil)
+	}
 	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op,
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
 	return out, activityError(err)

@@ -17,6 +17,10 @@ type CreateSessionArgs struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// From forks that session: the new one starts as its workspace is now.
 	From string `json:"from,omitempty"`
+	// RequestID is the daemon's own copy of the call's request id (never
+	// read from the body): a create retried under the same id answers the
+	// session the first one made.
+	RequestID string `json:"-"`
 }
 
 // SessionLimits are a session's cgroup limits on the wire.

@@ -40,6 +40,10 @@ func (s *Suite) Report(date, base, command string) string {
 	for _, k := range sortedKeys(s.Machine) {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, s.Machine[k])
 	}
+	if len(s.Targets) > 0 {
+		b.WriteString("\n## Targets\n\nThe performance issue's measures as this run found them, each against its baseline in the same run:\n\n")
+		b.WriteString(s.TargetsTable())
+	}
 	b.WriteString("\nLatencies are nearest-rank percentiles in milliseconds over the successful samples; a failed sample " +
 		"is counted in its row, never dropped. Ratios divide the baseline's p50 by ours (above 1: we are faster).\n")
 	for _, sec := range s.Sections {

@@ -79,6 +79,9 @@ func runCommand(ctx context.Context, s *Suite) (Section, error) {
 		row = append(row, summaryCells(dock)...)
 		row = append(row, ratio(dock.P50, ours.P50), fmt.Sprintf("%.1fx", ours.OpsPerSec/dock.OpsPerSec))
 		t.Rows = append(t.Rows, row)
+		if c == 1 {
+			s.faster("exec in a session (c=1)", ours.P50, dock.P50, "`docker exec`", 25)
+		}
 		for _, ws := range sessions {
 			_, _ = s.st.Call(ctx, "destroy_workspace_session", id, map[string]any{"workspace_session_id": ws})
 		}
@@ -134,6 +137,8 @@ func runSessionCreate(ctx context.Context, s *Suite) (Section, error) {
 	t.Rows = append(t.Rows, append(append([]string{"ours: create_workspace_session"}, summaryCells(ours)...), "1x"))
 	t.Rows = append(t.Rows, append(append([]string{"docker run (create, start, wait, remove)"}, summaryCells(dock)...), ratio(dock.P50, ours.P50)))
 	t.Rows = append(t.Rows, append(append([]string{"git worktree add (1k files)"}, summaryCells(git)...), ratio(git.P50, ours.P50)))
+	s.faster("session create, durable", ours.P50, dock.P50, "`docker run`", 15)
+	s.faster("session create, durable, 1k-file repository", ours.P50, git.P50, "`git worktree add`", 10)
 
 	disk := Table{Caption: "Disk of one new, idle agent workspace", Header: []string{"", "bytes"}}
 	for i, ws := range idle {

@@ -134,6 +134,16 @@ func runSessions(ctx context.Context, s *Suite) (Section, error) {
 		}
 		t.Rows = append(t.Rows, row)
 	}
+	if top := levels[len(levels)-1]; top.memPerSession > 0 {
+		base := "–"
+		for _, lv := range levels {
+			if lv.baseline {
+				base = "an idle container's cgroup " + bytesStr(lv.baseMem)
+			}
+		}
+		s.target(Target{Measure: fmt.Sprintf("memory per idle session, %d sessions in the sandbox", top.n), Ours: bytesStr(top.memPerSession),
+			Baseline: base, Ratio: "–", Goal: "≤ 1 MiB", Met: top.memPerSession <= 1<<20})
+	}
 	for _, p := range []struct {
 		plot  *Plot
 		names []string

@@ -71,3 +71,32 @@ func TestWriteReport(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "scenario,case,op,concurrency,latency_ms,error\nd,ours,1 x 4 KiB,1,20.0000,false\n", string(csv))
 }
+
+// The run's targets lead the report and replace README.md's marked block,
+// and only it.
+func TestTargetsReachReportAndReadme(t *testing.T) {
+	s := &Suite{Rec: &Recorder{}, Machine: map[string]string{"cores": "2", "load_before": "0.5", "load_after": "0.7"}}
+	s.faster("exec", 2*time.Millisecond, 60*time.Millisecond, "`docker exec`", 25)
+	s.faster("publish", 20*time.Millisecond, 30*time.Millisecond, "git", 3)
+	s.target(Target{Measure: "memory", Ours: "900 KiB", Baseline: "–", Ratio: "–", Goal: "≤ 1 MiB", Met: true})
+	require.Equal(t, "| measure | ours | baseline, same run | ratio | target | met |\n|---|---|---|---|---|---|\n"+
+		"| exec | 2 ms | `docker exec` 60 ms | 30x | ≥ 25x faster | yes |\n"+
+		"| publish | 20 ms | git 30 ms | 1.5x | ≥ 3x faster | **missed** |\n"+
+		"| memory | 900 KiB | – | – | ≤ 1 MiB | yes |\n", s.TargetsTable())
+	dir := t.TempDir()
+	path, err := s.Write(dir, "2026-12-01", "make bench")
+	require.NoError(t, err)
+	md, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## Targets\n")
+
+	readme := filepath.Join(dir, "README.md")
+	require.NoError(t, os.WriteFile(readme, []byte("# x\n\nbefore\n"+readmeBegin+"\nold table\n"+readmeEnd+"\nafter\n"), 0o644))
+	require.NoError(t, s.WriteReadme(readme, "bench/results/2026-12-01.md"))
+	got, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	require.NotContains(t, string(got), "old table")
+	require.True(t, strings.HasPrefix(string(got), "# x\n\nbefore\n"+readmeBegin+"\nFrom [`bench/results/2026-12-01.md`]"), string(got))
+	require.True(t, strings.HasSuffix(string(got), "| memory | 900 KiB | – | – | ≤ 1 MiB | yes |\n"+readmeEnd+"\nafter\n"), string(got))
+	require.Error(t, s.WriteReadme(filepath.Join(dir, "2026-12-01.md"), "x"), "a file without the block is refused")
+}

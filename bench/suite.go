@@ -37,6 +37,9 @@ type Suite struct {
 	Profiles []string
 	Machine  map[string]string
 	Analysis string // the hand-written analysis file next to the report, if any
+	// Targets are the performance issue's measures this run took (the
+	// report's first table, and README.md's with -readme).
+	Targets []Target
 }
 
 // Section is one scenario's part of the report.

@@ -34,6 +34,7 @@ type Config struct {
 	// Budgets: past them requests are refused with resource_exhausted (or,
 	// for retained output, the oldest finished commands lose theirs).
 	MaxSessions        int   // live workspace sessions, default 256
+	WarmSessions       int   // pre-started sessions a plain create adopts (warm.go): 0 or 1
 	MaxRunningCommands int   // commands running at once, default 512
 	OutputBudget       int64 // output kept by all commands; finished ones lose theirs first; default 256 MiB
 	MaxPublishBytes    int64 // bytes of files in one change set, default 1 GiB
@@ -132,6 +133,9 @@ type Daemon struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	creating int // sessions admitted by admitSession and not yet in sessions
+	// creatingBy: the creates in flight, by request id (createOnce).
+	creatingBy map[string]chan struct{}
+	warm       warmPool // guarded by mu
 	// txs serialises the steps of one publish transaction (prepare,
 	// commit, finalize, abort, and the boot reconcile), never two.
 	txs txLocks
@@ -190,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.reconcilePublishes(ctx)
 	d.sweepTxns()
 	d.sweepTrash()
+	d.startWarm()
 	return d, nil
 }
 
@@ -197,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 // store. Sessions keep running (they are re-attached on the next start);
 // the container's stop ends them.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.stopWarm(ctx)
 	d.cmds.Shutdown(ctx, d.cfg.ShutdownGrace)
 	d.waitFinalizes(ctx)
 	return errors.Join(d.closeObservability(), d.store.Close())

@@ -26,7 +26,8 @@ func (d *Daemon) operations() map[string]handler {
 			if a.From != "" {
 				create = d.forkSession
 			}
-			s, err := create(ctx, a)
+			a.RequestID = rid
+			s, err := d.createOnce(ctx, rid, func() (*session, error) { return create(ctx, a) })
 			if err != nil {
 				return nil, err
 			}

@@ -30,6 +30,14 @@ import (
 // moved onto the new head before the answer: its agent's next command runs
 // there.
 func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.PublishTxResult, retErr error) {
+	if a.Verify == nil {
+		// Once asked, an exactly-once publish runs to its end whatever its
+		// caller does: the sandbox workflow calls it from a local activity
+		// first, and a caller that went away (a timed-out local call, a
+		// gateway killed with its Temporal) finds the result recorded under
+		// the txid when it, or its fallback activity, asks again.
+		ctx = context.WithoutCancel(ctx)
+	}
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "txid": a.TxID, "keep": a.Keep, "exactly_once": true})
 	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	if a.TxID == "" {

@@ -166,12 +166,14 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 
 	// A publish is one exactly-once daemon call (publish_workspace_session by
 	// its txid): the worker dies after the daemon committed and answered,
-	// before Temporal recorded it; the retry gets the same answer. Verified
-	// or not.
+	// before Temporal recorded it; the retry gets the same answer. A plain
+	// publish calls from a local activity (the update is not even accepted
+	// in the history yet: Temporal hands it to the next worker), a verified
+	// one from an activity.
 	for i, tc := range []struct {
 		fp     string
 		verify *string
-	}{{"CallDaemon:publish_workspace_session", nil}, {"CallDaemon:publish_workspace_session", ptr("grep -c step f.txt")}} {
+	}{{"CallDaemonHere:publish_workspace_session", nil}, {"CallDaemon:publish_workspace_session", ptr("grep -c step f.txt")}} {
 		fp := tc.fp
 		name := fp
 		if tc.verify != nil {
@@ -214,6 +216,56 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 	var final workflows.SandboxState
 	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
 	require.Equal(t, workflows.PhaseStopped, final.Phase)
+}
+
+// A session create calls the daemon from a local activity: the worker
+// dies after the daemon made the session and answered, before Temporal
+// heard of it. Temporal hands the update to the next worker, whose call
+// under the same request id answers the same session: one session, the
+// one the caller is told of.
+func TestWorkerCrashDuringSessionCreate(t *testing.T) {
+	r := newCrashRig(t)
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
+	id := "crash-" + randHex(5)
+	t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
+	r.spawn("")
+	r.startSandbox(id, ws)
+	var st workflows.SandboxState
+	require.NoError(t, r.update(id, workflows.UpdateWaitReady, &st))
+	s := &stack{t: t, secret: r.secret}
+	ep := st.Container.Daemon
+	sessions := func() []any {
+		return s.daemon(id, ep, "list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any)
+	}
+	before := len(sessions())
+
+	const fp = "CallDaemonHere:create_workspace_session"
+	r.kill()
+	r.spawn(fp)
+	type result struct {
+		out map[string]any
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var o map[string]any
+		err := r.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "crash"})
+		res <- result{o, err}
+	}()
+	r.awaitFailpoint(fp)
+	r.spawn("")
+	got := <-res
+	require.NoError(t, got.err)
+	after := sessions()
+	require.Len(t, after, before+1, "one session for one create: %v", after)
+	var ids []string
+	for _, x := range after {
+		ids = append(ids, x.(map[string]any)["workspace_session_id"].(string))
+	}
+	require.Contains(t, ids, got.out["workspace_session_id"], "the caller is told of the session that exists")
+	var final workflows.SandboxState
+	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
 }
 
 func TestWorkerCrashDuringCreate(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/interceptor"
 )
 
-// FailpointEnv arms a worker failpoint for crash tests: "<activity>" or
-// "CallDaemon:<op>". The worker SIGKILLs itself right after that activity
+// FailpointEnv arms a worker failpoint for crash tests: "<activity>",
+// "CallDaemon:<op>" or "CallDaemonHere:<op>" (the local call). The worker SIGKILLs itself right after that activity
 // succeeded and before Temporal hears of it — the worst moment to crash:
 // the side effect happened, the history does not know.
 const FailpointEnv = "EOS_WORKER_FAILPOINT"
@@ -49,7 +49,7 @@ func (f *failpointActivity) ExecuteActivity(ctx context.Context, in *interceptor
 		return res, err
 	}
 	name := activity.GetInfo(ctx).ActivityType.Name
-	if name == "CallDaemon" && len(in.Args) > 0 {
+	if (name == "CallDaemon" || name == "CallDaemonHere") && len(in.Args) > 0 {
 		var call struct {
 			Op string `json:"op"`
 		}

@@ -118,6 +118,7 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	// Every Docker object the activities make says which Temporal cluster
 	// and namespace own it, so no other deployment takes it for its own.
 	activities.SetOwner(o.Activities, svc.ClusterID, o.Namespace)
+	activities.SetHostQueue(o.Activities, o.HostQueue)
 	wopts := worker.Options{DisableRegistrationAliasing: true, Interceptors: o.Interceptors}
 	if !o.NoWorkflowWorker {
 		shared := worker.New(c, workflows.TaskQueue, wopts)

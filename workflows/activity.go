@@ -21,6 +21,7 @@ const (
 	ActRemoveSandbox   = "RemoveSandbox"
 	ActStopContainer   = "StopContainer"
 	ActCallDaemon      = "CallDaemon"
+	ActCallDaemonHere  = "CallDaemonHere"
 	ActResolveDaemon   = "ResolveDaemon"
 	ActExportChanges   = "ExportChanges"
 	// Reads of a Docker host (HostOpWorkflow).
@@ -77,6 +78,9 @@ type DaemonCall struct {
 	Args      json.RawMessage `json:"args,omitempty"`
 	RequestID string          `json:"request_id,omitempty"` // idempotency key / trace id, derived by the workflow
 	Timeout   time.Duration   `json:"timeout,omitempty"`
+	// HostQueue is the sandbox's host queue: a local call (CallDaemonHere)
+	// runs only on that host's worker.
+	HostQueue string `json:"host_queue,omitempty"`
 }
 
 // ExportSpec exports a sandbox's published changes to the host.

@@ -248,7 +248,7 @@ func (s *sandbox) call(ctx workflow.Context, op string, args json.RawMessage, ke
 	var out json.RawMessage
 	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: op, Args: args,
 		RequestID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + key}
-	err := workflow.ExecuteActivity(daemonOptions(ctx, s.queue()), ActCallDaemon, call).Get(ctx, &out)
+	err := s.callDaemon(ctx, daemonOptions(ctx, s.queue()), call, &out)
 	return out, err
 }
 
@@ -439,6 +439,11 @@ func (s *sandbox) destroySession(ctx workflow.Context, r SessionRequest) (json.R
 	args, _ := json.Marshal(r)
 	out, err := s.call(ctx, "destroy_workspace_session", args, s.updateKey(ctx))
 	if err != nil {
+		if ae, ok := apperr.From(err); ok && ae.Kind == api.KindNotFound {
+			// The daemon has no such session (one published while its
+			// update was lost with a killed Temporal): forget it too.
+			delete(s.state.Sessions, r.WorkspaceSessionID)
+		}
 		return nil, err
 	}
 	delete(s.state.Sessions, r.WorkspaceSessionID)

@@ -49,9 +49,11 @@ func (e *env) happyCreate() {
 
 // daemon answers CallDaemon by op.
 func (e *env) daemon(f func(call DaemonCall) (json.RawMessage, error)) {
-	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
+	answer := func(_ context.Context, call DaemonCall) (json.RawMessage, error) {
 		return f(call)
-	})
+	}
+	e.OnActivity(acts.CallDaemon, mock.Anything, mock.Anything).Return(answer)
+	e.OnActivity(acts.CallDaemonHere, mock.Anything, mock.Anything).Return(answer)
 }
 
 func okDaemon(call DaemonCall) (json.RawMessage, error) {

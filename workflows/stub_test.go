@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"go.temporal.io/sdk/temporal"
 )
 
 // stubActivities has the signatures of package activities' methods, so the
@@ -32,6 +33,11 @@ func (*stubActivities) WaitReady(context.Context, string, api.Endpoint) error { 
 func (*stubActivities) RemoveSandbox(context.Context, string) error           { return nil }
 func (*stubActivities) CallDaemon(context.Context, DaemonCall) (json.RawMessage, error) {
 	return nil, nil
+}
+func (*stubActivities) CallDaemonHere(context.Context, DaemonCall) (json.RawMessage, error) {
+	// Unmocked, a local call is on another host: the workflow falls back
+	// to CallDaemon.
+	return nil, temporal.NewNonRetryableApplicationError("another host", ErrTypeNotHere, nil)
 }
 func (*stubActivities) ResolveDaemon(context.Context, string) (ContainerInfo, error) {
 	return ContainerInfo{}, nil

@@ -29,6 +29,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	var (
 		out       = flag.String("out", "bench/results", "directory of the report, CSV and plots")
+		readme    = flag.String("readme", "", "also write the run's targets table into this README's bench-targets block (make bench: README.md)")
 		date      = flag.String("date", time.Now().Format("2006-01-02"), "name of this run's files")
 		scale     = flag.Float64("scale", 1, "multiply every sample count and duration (0.2: a quick look)")
 		agents    = flag.String("agents", "1,5,20,50", "concurrency levels of the parallel-agents scenario")
@@ -87,6 +88,16 @@ func run() int {
 	}
 	if o.Profile != "" {
 		writeTops(o.Profile)
+	}
+	if *readme != "" && len(s.Targets) > 0 {
+		rel, rerr := filepath.Rel(filepath.Dir(*readme), path)
+		if rerr != nil {
+			rel = path
+		}
+		if werr := s.WriteReadme(*readme, rel); werr != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-bench: README:", werr)
+			return 1
+		}
 	}
 	progress.Info("benchmark suite done", "report", path, "minutes", time.Since(start).Minutes())
 	if err != nil {

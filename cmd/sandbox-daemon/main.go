@@ -62,6 +62,7 @@ func serve(args []string) int {
 	fs.Int64Var(&cfg.SampleBudget, "samples-max-bytes", 1<<20, "disk budget of the resource samples (128 KiB-4 MiB)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", 2*time.Second, "resource sampling interval while the sandbox is active (250ms-10m)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", sandboxinit.DefaultMaxSessions, "workspace sessions the sandbox may have at once; more are refused with resource_exhausted")
+	fs.IntVar(&cfg.WarmSessions, "warm-sessions", 1, "pre-started sessions a plain create_workspace_session adopts while the head has not moved (0: none, 1)")
 	fs.IntVar(&cfg.MaxRunningCommands, "max-running-commands", command.DefaultMaxRunning, "commands that may run at once; more are refused with resource_exhausted")
 	fs.Int64Var(&cfg.OutputBudget, "output-budget-bytes", command.DefaultOutputBudget, "output kept by all commands together; past it the oldest finished ones lose theirs (reads say output_dropped)")
 	fs.Int64Var(&cfg.MaxPublishBytes, "max-publish-bytes", sandboxinit.DefaultMaxPublishBytes, "bytes of files in one published change set; larger ones are refused with resource_exhausted")
