@@ -93,7 +93,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 	token := hexToken()
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: hostPaths}
+	// As make run: the sandboxes on this process's own workers are on this machine.
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: hostPaths,
+		LocalQueue: svc.HostQueue, LocalName: "bench"}
 	srv := gateway.New(backend, token, o.Log)
 	srv.SetMetrics(metrics)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
