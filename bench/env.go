@@ -36,6 +36,7 @@ import (
 // StackOptions say how to run the product for a benchmark.
 type StackOptions struct {
 	DaemonBinary string   // the static sandbox-daemon (make daemon: bin/sandbox-daemon)
+	DaemonArgs   []string // more sandbox-daemon flags for every sandbox (-daemon-args)
 	Seccomp      string   // profile path ("" = found next to the daemon or in the tree)
 	StateDir     string   // embedded Temporal's SQLite and the secret
 	AllowRoots   []string // where workspaces and exports may be (--allow-root; none = home and cwd)
@@ -75,6 +76,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(o.DaemonArgs) > 0 {
+		activities.SetDaemonArgs(acts, o.DaemonArgs)
+	}
 	dc, err := activities.NewDockerClient()
 	if err != nil {
 		return nil, err
@@ -89,7 +93,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 	token := hexToken()
-	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: hostPaths}
+	// As make run: the sandboxes on this process's own workers are on this machine.
+	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: hostPaths,
+		LocalQueue: svc.HostQueue, LocalName: "bench"}
 	srv := gateway.New(backend, token, o.Log)
 	srv.SetMetrics(metrics)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -99,6 +99,16 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 	for _, op := range agentOps {
 		plot.Series = append(plot.Series, *series[op+" p50"], *series[op+" p95"])
 	}
+	if top := runs[len(runs)-1]; top.n >= 50 && top.wall > 0 {
+		loops := float64(top.iterations) / top.wall.Seconds()
+		s.target(Target{Measure: fmt.Sprintf("edit-test-publish loops/s, %d agents (%d failed ops, %d conflicts reported)", top.n, top.failures, top.conflicts),
+			Ours: fops(loops), Baseline: fmt.Sprintf("c73852f on this VM, %.1f (another run)", referenceLoops),
+			Ratio: fmt.Sprintf("%.2gx", loops/referenceLoops), Goal: "≥ 1.5x, 0 failed", Met: loops >= 1.5*referenceLoops && top.failures == 0})
+	}
+	tables := []Table{thr, lat}
+	if ratio, ok := s.interactiveRatios(runs); ok {
+		tables = append(tables, ratio)
+	}
 	s.Plots = append(s.Plots, plot)
 	return Section{Intro: fmt.Sprintf("N agents in one sandbox over a 200-file repository, each looping for %s: "+
 		"create_workspace_session, file_read of a shared %d-line file, file_write of a 4 KiB file of its own, file_edit of one "+
@@ -108,8 +118,61 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 		"core of the 2), memory its cgroup's, both sampled from the Docker Engine every 500 ms; disk per session is what one "+
 		"session's directory holds after its edits (upper dir, overlay work dir, records), against a `git worktree add` of the "+
 		"same repository.", s.agentTime(), sharedLines),
-		Tables: []Table{thr, lat}, Notes: notes}, nil
+		Tables: tables, Notes: notes}, nil
 }
+
+// interactiveOps are the operation classes issue 17 holds to "p99 at N
+// agents ≤ 10x the same op's p50 at one agent".
+var interactiveOps = []string{"file_read", "file_write", "file_edit", "exec_test"}
+
+// interactiveRatios is that ratio per level and class, when the run has a
+// level of one agent to divide by.
+func (s *Suite) interactiveRatios(runs []agentRun) (Table, bool) {
+	base := map[string]time.Duration{}
+	for _, r := range runs {
+		if r.n != 1 {
+			continue
+		}
+		for _, op := range interactiveOps {
+			base[op] = s.summary("e", "1", op, 1, 0).P50
+		}
+	}
+	if len(base) == 0 {
+		return Table{}, false
+	}
+	t := Table{Caption: "Interactive p99 at N agents / the same op's p50 at 1 agent (issue 17's target: ≤ 10x)",
+		Header: append([]string{"agents"}, interactiveOps...)}
+	for _, r := range runs {
+		row := []string{fmt.Sprint(r.n)}
+		for _, op := range interactiveOps {
+			p99 := s.summary("e", fmt.Sprint(r.n), op, r.n, 0).P99
+			if base[op] <= 0 {
+				row = append(row, "-")
+				continue
+			}
+			row = append(row, fmt.Sprintf("%.1fx", float64(p99)/float64(base[op])))
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	top := runs[len(runs)-1]
+	for _, op := range interactiveOps {
+		p99 := s.summary("e", fmt.Sprint(top.n), op, top.n, 0).P99
+		if base[op] <= 0 || p99 <= 0 || top.n == 1 {
+			continue
+		}
+		r := float64(p99) / float64(base[op])
+		s.target(Target{Measure: fmt.Sprintf("%s p99 with %d agents (creating sessions and publishing)", op, top.n),
+			Ours: fmt.Sprintf("%v ms", Ms(p99)), Baseline: fmt.Sprintf("its p50 with 1 agent %v ms", Ms(base[op])),
+			Ratio: fmt.Sprintf("%.2gx", r), Goal: "≤ 10x", Met: r <= 10})
+	}
+	return t, true
+}
+
+// referenceLoops is the 50-agent loops/s of the code before issue 17's
+// round two on this 2-core VM (c73852f, quiet, 2026-12-01: 21.9): the
+// issue's "≥ 1.5x the current code on the same machine" is read against
+// it, not against a run of the same minutes.
+const referenceLoops = 21.9
 
 func (s *Suite) agentTime() time.Duration {
 	return time.Duration(float64(s.o.AgentTime) * s.o.Scale).Round(time.Second)

@@ -37,9 +37,9 @@ func runDepth(ctx context.Context, s *Suite) (Section, error) {
 	}{{"at 100 (default)", nil}, {"off", []string{"-autosquash-at", "-1"}}} {
 		// Flags of the sandboxes created from now on; the next mode's
 		// sandbox is created after this one is gone.
-		activities.SetDaemonArgs(s.st.Acts, mode.args)
+		activities.SetDaemonArgs(s.st.Acts, append(append([]string(nil), s.o.Stack.DaemonArgs...), mode.args...))
 		rows, stopped, err := s.depthRun(ctx, i, mode.name)
-		activities.SetDaemonArgs(s.st.Acts, nil)
+		activities.SetDaemonArgs(s.st.Acts, s.o.Stack.DaemonArgs)
 		if err != nil {
 			return Section{}, fmt.Errorf("autosquash %s: %w", mode.name, err)
 		}

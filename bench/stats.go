@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"sync"
@@ -132,4 +133,57 @@ func Load(rec *Recorder, scenario, cas, op string, c, n int, fn func(worker, i i
 	}
 	wg.Wait()
 	return time.Since(start)
+}
+
+// Len is how many samples the recorder holds: a mark for P50Since.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.samples)
+}
+
+// P50Since is the p50 of the successful samples of scenario and case
+// recorded after mark (0 when there are none).
+func (r *Recorder) P50Since(mark int, scenario, cas string) time.Duration {
+	r.mu.Lock()
+	var lat []time.Duration
+	for _, s := range r.samples[min(mark, len(r.samples)):] {
+		if s.Scenario == scenario && s.Case == cas && !s.Err {
+			lat = append(lat, s.Latency)
+		}
+	}
+	r.mu.Unlock()
+	return Summarize(lat, 0, 0).P50
+}
+
+// Rounds are the same-run ratios of several rounds of a comparison (the
+// baseline's p50 over ours, each round ours then the baseline): their
+// median and spread say more on a noisy machine than one pooled ratio.
+type Rounds []float64
+
+// Add records one round's ratio base/ours (a round without both is skipped).
+func (rs *Rounds) Add(base, ours time.Duration) {
+	if base > 0 && ours > 0 {
+		*rs = append(*rs, float64(base)/float64(ours))
+	}
+}
+
+// Median of the rounds' ratios (0 with none).
+func (rs Rounds) Median() float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), rs...)
+	sort.Float64s(c)
+	return c[len(c)/2]
+}
+
+// String: "2.1x (1.8–2.4 over 3 rounds)".
+func (rs Rounds) String() string {
+	if len(rs) == 0 {
+		return "–"
+	}
+	c := append([]float64(nil), rs...)
+	sort.Float64s(c)
+	return fmt.Sprintf("%.2gx (%.2g–%.2g over %d rounds)", rs.Median(), c[0], c[len(c)-1], len(c))
 }

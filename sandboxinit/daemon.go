@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -33,9 +34,18 @@ type Config struct {
 	// Budgets: past them requests are refused with resource_exhausted (or,
 	// for retained output, the oldest finished commands lose theirs).
 	MaxSessions        int   // live workspace sessions, default 256
+	WarmSessions       int   // pre-started sessions a plain create adopts (warm.go): 0 or 1
 	MaxRunningCommands int   // commands running at once, default 512
 	OutputBudget       int64 // output kept by all commands; finished ones lose theirs first; default 256 MiB
 	MaxPublishBytes    int64 // bytes of files in one change set, default 1 GiB
+
+	// The background lane (lane.go): heavy operations run at most
+	// BackgroundLanes at once (0: max(1, NumCPU/2)), FIFO, refused with
+	// server_busy past BackgroundQueueWait (0: 1 min), on threads of nice
+	// BackgroundNice (0: DefaultBackgroundNice, negative: normal weight).
+	BackgroundLanes     int
+	BackgroundQueueWait time.Duration
+	BackgroundNice      int
 
 	// Observability (seed-spec §6). SandboxID names the sandbox in the
 	// views when the gateway does not pass sandbox_id.
@@ -83,6 +93,16 @@ func (c *Config) defaults() {
 	if c.MaxPublishBytes <= 0 {
 		c.MaxPublishBytes = DefaultMaxPublishBytes
 	}
+	if c.BackgroundLanes <= 0 {
+		c.BackgroundLanes = defaultLanes()
+	}
+	if c.BackgroundQueueWait <= 0 {
+		c.BackgroundQueueWait = DefaultBackgroundQueueWait
+	}
+	if c.BackgroundNice == 0 {
+		c.BackgroundNice = DefaultBackgroundNice
+	}
+	c.BackgroundNice = min(c.BackgroundNice, 19)
 }
 
 // hidden are the paths no session may see: the whole state volume (layers,
@@ -115,6 +135,7 @@ type Daemon struct {
 	creating int // sessions admitted by admitSession and not yet in sessions
 	// creatingBy: the creates in flight, by request id (createOnce).
 	creatingBy map[string]chan struct{}
+	warm       warmPool // guarded by mu
 	// txs serialises the steps of one publish transaction (prepare,
 	// commit, finalize, abort, and the boot reconcile), never two.
 	txs txLocks
@@ -123,6 +144,8 @@ type Daemon struct {
 	bg      sync.WaitGroup
 	obs     *observe.Observer
 	started time.Time
+	// lane admits the heavy background operations (lane.go).
+	lane *lane
 }
 
 // New opens the state volume, the layer store and the session runtime, and
@@ -148,7 +171,18 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, token: tok, store: store, rt: rt,
-		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now()}
+		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now(),
+		lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
+	if cfg.BackgroundNice < 0 {
+		cfg.Logger.Info("background lane at normal CPU weight (--background-nice < 0)", "lanes", cfg.BackgroundLanes)
+	} else {
+		// A niced thread the kernel keeps waiting still holds its P: give
+		// the scheduler one P per lane on top, so interactive goroutines
+		// keep every core's worth of Ps.
+		procs := goruntime.GOMAXPROCS(0) + cfg.BackgroundLanes
+		goruntime.GOMAXPROCS(procs)
+		cfg.Logger.Info("background lane", "lanes", cfg.BackgroundLanes, "nice", cfg.BackgroundNice, "gomaxprocs", procs)
+	}
 	if err := d.openObservability(); err != nil {
 		store.Close()
 		return nil, err
@@ -160,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.reconcilePublishes(ctx)
 	d.sweepTxns()
 	d.sweepTrash()
+	d.startWarm()
 	return d, nil
 }
 
@@ -167,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 // store. Sessions keep running (they are re-attached on the next start);
 // the container's stop ends them.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.stopWarm(ctx)
 	d.cmds.Shutdown(ctx, d.cfg.ShutdownGrace)
 	d.waitFinalizes(ctx)
 	return errors.Join(d.closeObservability(), d.store.Close())

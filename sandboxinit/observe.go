@@ -84,6 +84,20 @@ func (o observed) Session(id string) (observe.Session, error) {
 
 func (o observed) Layers() *layerstack.Store { return o.d.store }
 
+// WarmStats is the warm session's state for the daemon view.
+func (o observed) WarmStats() map[string]any {
+	d := o.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := &d.warm
+	st := map[string]any{"enabled": d.cfg.WarmSessions > 0, "ready": w.s != nil, "building": w.building,
+		"built": w.built, "adopted": w.adopted, "discarded": w.discarded}
+	if w.s != nil || w.building {
+		st["manifest_version"] = w.version
+	}
+	return st
+}
+
 // snapshot is what a view may read of s without its gate. The record's
 // other fields never change once the session is live.
 func (s *session) snapshot() observe.Session {

@@ -157,7 +157,11 @@ func (d *Daemon) observabilityOps() map[string]handler {
 			return d.obs.TopologyView(), nil
 		}),
 		"daemon": op(func(ctx context.Context, rid string, _ observe.ScopeArgs) (any, error) {
-			return d.obs.DaemonView(), nil
+			v := d.obs.DaemonView()
+			if dm, ok := v["daemon"].(map[string]any); ok {
+				dm["background_lane"] = d.lane.stats() // lane.go: depth, waits, refusals
+			}
+			return v, nil
 		}),
 		"layerstack": op(func(ctx context.Context, rid string, a observe.LayerstackArgs) (any, error) {
 			return d.obs.LayerstackView(a)

@@ -58,7 +58,7 @@ func openTestDaemon(t *testing.T, dir string, base map[string]string, tune func(
 		require.NoError(t, err)
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, token: []byte(testToken), store: store, cmds: command.New(command.Options{}),
-		sessions: map[string]*session{}, started: time.Now()}
+		sessions: map[string]*session{}, started: time.Now(), lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
 	require.NoError(t, d.openObservability())
 	t.Cleanup(func() { _ = d.Close(context.Background()) })
 	return d

@@ -210,7 +210,18 @@ func (s *Server) dispatch(ctx context.Context, op, rid string, h handler, body [
 	}
 	s.d.touch()
 	ctx, sp := s.d.span(ctx, "daemon.dispatch", map[string]any{"op": op})
-	res, err := h(ctx, rid, body)
+	var res any
+	var err error
+	if laned(op, body) {
+		// Heavy background work: FIFO through the bounded lane, at a lower
+		// CPU weight; interactive operations never wait on it.
+		var waited time.Duration
+		res, waited, err = s.d.lane.run(ctx, func(ctx context.Context) (any, error) { return h(ctx, rid, body) })
+		sp.Set("lane", "background")
+		sp.Set("lane_wait_ms", float64(waited.Microseconds())/1000)
+	} else {
+		res, err = h(ctx, rid, body)
+	}
 	if err != nil {
 		sp.Set("error_kind", api.AsError(err).Kind)
 	}

@@ -45,6 +45,9 @@ type session struct {
 	state string
 	act   activity
 
+	// warmVersion: the manifest version a warm session is mounted on.
+	warmVersion int64
+
 	// seenMu guards rt, state, rec.LeaseID and rec.Upper for readers that
 	// do not take the gate (the observability views and the sampler):
 	// writers hold the gate and take seenMu for the write itself.
@@ -107,6 +110,9 @@ type sessionRecord struct {
 	// CreatedBy is the request id of the create_workspace_session call
 	// that made the session (createOnce: a retry answers this session).
 	CreatedBy string `json:"created_by,omitempty"`
+	// Warm marks the warm session before it is adopted (warm.go): never
+	// restored (a daemon that restarts removes it).
+	Warm bool `json:"warm,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -154,7 +160,14 @@ func (d *Daemon) info(s *session) api.SessionInfo {
 
 // createSession makes a session on the current head. Any failure undoes
 // every step, so nothing (lease, mount, dirs, container) is left behind.
-func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, implicit bool) (_ *session, retErr error) {
+func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, implicit bool) (*session, error) {
+	return d.createSessionAs(ctx, a, implicit, false)
+}
+
+// createSessionAs is createSession; warm makes the warm session instead
+// (warm.go): its record says so, it is not in the session table, and its
+// lease is released once it runs.
+func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, implicit, warm bool) (_ *session, retErr error) {
 	switch a.NetworkProfile {
 	case "":
 		a.NetworkProfile = "shared"
@@ -175,15 +188,23 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	if len(a.Agent) > 256 {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "agent label is longer than 256 bytes")
 	}
-	ctx, sp := d.span(ctx, "workspace_session.create", map[string]any{"network_profile": a.NetworkProfile, "implicit": implicit, "agent": a.Agent})
+	ctx, sp := d.span(ctx, "workspace_session.create", map[string]any{"network_profile": a.NetworkProfile, "implicit": implicit, "agent": a.Agent, "warm": warm})
 	defer func() { sp.End(retErr) }()
+	if !warm && d.warmEligible(a, implicit) {
+		if s := d.adoptWarm(ctx, a); s != nil {
+			sp.Set("workspace_session_id", s.rec.ID)
+			sp.Set("adopted_warm", true)
+			d.event(ctx, "workspace_session.created", map[string]any{"workspace_session_id": s.rec.ID, "network_profile": a.NetworkProfile, "agent": a.Agent, "adopted_warm": true})
+			return s, nil
+		}
+	}
 	release, err := d.admitSession()
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
-		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC(), CreatedBy: a.RequestID}}
+		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC(), CreatedBy: a.RequestID, Warm: warm}}
 	if a.Limits != nil {
 		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
 	}
@@ -194,7 +215,9 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	s.setUpperLease(s.rec.Upper, lease.ID)
-	d.event(ctx, "lease.acquired", map[string]any{"lease_id": lease.ID, "workspace_session_id": s.rec.ID, "manifest_version": lease.ManifestVersion})
+	if !warm {
+		d.event(ctx, "lease.acquired", map[string]any{"lease_id": lease.ID, "workspace_session_id": s.rec.ID, "manifest_version": lease.ManifestVersion})
+	}
 	defer func() {
 		if retErr != nil {
 			d.teardown(context.WithoutCancel(ctx), s, true)
@@ -211,6 +234,14 @@ func (d *Daemon) createSession(ctx context.Context, a api.CreateSessionArgs, imp
 	if err := d.start(ctx, s, lease); err != nil {
 		return nil, err
 	}
+	if warm {
+		s.warmVersion = lease.ManifestVersion
+		if err := d.store.Release(lease.ID); err != nil {
+			return nil, err
+		}
+		s.rec.LeaseID = ""
+		return s, nil
+	}
 	s.act.touch()
 	d.mu.Lock()
 	d.sessions[s.rec.ID] = s
@@ -224,7 +255,10 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 	if err := mountWorkspace(d.store.LowerDirs(lease), s.upper(), s.work(), s.merged()); err != nil {
 		return err
 	}
-	rs, err := d.rt.Start(ctx, d.runtimeSpec(s))
+	var rs *runtime.Session
+	// Never from a niced background thread: the session's init, and every
+	// command it starts, would inherit its nice value (lane.go).
+	err := unniced(func() (err error) { rs, err = d.rt.Start(ctx, d.runtimeSpec(s)); return })
 	if err != nil {
 		_ = unmountAll(s.merged())
 		return fmt.Errorf("start session: %w", err)
@@ -393,6 +427,10 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 		s.act.touch()
 		if s.rec.VerifyTxID != "" {
 			d.removeThrowaway(ctx, s)
+			continue
+		}
+		if s.rec.Warm {
+			d.removeWarmAtBoot(ctx, s)
 			continue
 		}
 		if d.pendingPublish(s.rec.ID) {

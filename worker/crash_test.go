@@ -151,18 +151,25 @@ func (r *crashRig) acts() *activities.Activities {
 	return activities.New(activities.Config{Secret: r.secret, HostPaths: testenv.HostPaths(r.t)}, dc)
 }
 
-func TestWorkerCrashDuringPublish(t *testing.T) {
-	r := newCrashRig(t)
-	ws := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\nb\nc\n"), 0o644))
+// readySandbox starts a worker and a sandbox over a workspace whose f.txt
+// holds content, waits until it is ready, and returns its id, a stack to
+// call its daemon with, and the daemon's endpoint.
+func (r *crashRig) readySandbox(content string) (string, *stack, api.Endpoint) {
+	r.t.Helper()
+	ws := r.t.TempDir()
+	require.NoError(r.t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte(content), 0o644))
 	id := "crash-" + randHex(5)
-	t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
+	r.t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
 	r.spawn("")
 	r.startSandbox(id, ws)
 	var st workflows.SandboxState
-	require.NoError(t, r.update(id, workflows.UpdateWaitReady, &st))
-	s := &stack{t: t, secret: r.secret}
-	ep := st.Container.Daemon
+	require.NoError(r.t, r.update(id, workflows.UpdateWaitReady, &st))
+	return id, &stack{t: r.t, secret: r.secret}, st.Container.Daemon
+}
+
+func TestWorkerCrashDuringPublish(t *testing.T) {
+	r := newCrashRig(t)
+	id, s, ep := r.readySandbox("a\nb\nc\n")
 
 	// A publish is one exactly-once daemon call (publish_workspace_session by
 	// its txid): the worker dies after the daemon committed and answered,
@@ -225,16 +232,7 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 // one the caller is told of.
 func TestWorkerCrashDuringSessionCreate(t *testing.T) {
 	r := newCrashRig(t)
-	ws := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
-	id := "crash-" + randHex(5)
-	t.Cleanup(func() { _ = r.acts().RemoveSandbox(context.Background(), id) })
-	r.spawn("")
-	r.startSandbox(id, ws)
-	var st workflows.SandboxState
-	require.NoError(t, r.update(id, workflows.UpdateWaitReady, &st))
-	s := &stack{t: t, secret: r.secret}
-	ep := st.Container.Daemon
+	id, s, ep := r.readySandbox("a\n")
 	sessions := func() []any {
 		return s.daemon(id, ep, "list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any)
 	}

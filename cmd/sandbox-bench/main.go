@@ -37,6 +37,7 @@ func run() int {
 		only      = flag.String("only", "", "comma-separated scenarios to run (a,b,c,d,e,f,g,h,i,p; default all)")
 		image     = flag.String("image", "eos-test-busybox:1", "image of the sandboxes and the baseline containers")
 		daemon    = flag.String("daemon-binary", "bin/sandbox-daemon", "the static sandbox-daemon (make daemon)")
+		daemonArg = flag.String("daemon-args", "", "more sandbox-daemon flags for every sandbox, space-separated (e.g. '--background-lanes 2')")
 		workDir   = flag.String("workdir", filepath.Join(os.TempDir(), "eos-bench"), "scratch: repositories, worktrees, Temporal state")
 		profile   = flag.Bool("profile", true, "write CPU profiles of the publish and parallel-agents scenarios")
 		verbose   = flag.Bool("v", false, "log the product's own messages too")
@@ -49,7 +50,7 @@ func run() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	progress := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	o := bench.Options{Image: *image, Scale: *scale, AgentTime: *agentTime, WorkDir: *workDir, Log: log,
-		Stack: bench.StackOptions{DaemonBinary: *daemon}}
+		Stack: bench.StackOptions{DaemonBinary: *daemon, DaemonArgs: strings.Fields(*daemonArg)}}
 	for _, a := range strings.Split(*agents, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(a))
 		if err != nil || n < 1 {

@@ -62,9 +62,13 @@ func serve(args []string) int {
 	fs.Int64Var(&cfg.SampleBudget, "samples-max-bytes", 1<<20, "disk budget of the resource samples (128 KiB-4 MiB)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", 2*time.Second, "resource sampling interval while the sandbox is active (250ms-10m)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", sandboxinit.DefaultMaxSessions, "workspace sessions the sandbox may have at once; more are refused with resource_exhausted")
+	fs.IntVar(&cfg.WarmSessions, "warm-sessions", 1, "pre-started sessions a plain create_workspace_session adopts while the head has not moved (0: none, 1)")
 	fs.IntVar(&cfg.MaxRunningCommands, "max-running-commands", command.DefaultMaxRunning, "commands that may run at once; more are refused with resource_exhausted")
 	fs.Int64Var(&cfg.OutputBudget, "output-budget-bytes", command.DefaultOutputBudget, "output kept by all commands together; past it the oldest finished ones lose theirs (reads say output_dropped)")
 	fs.Int64Var(&cfg.MaxPublishBytes, "max-publish-bytes", sandboxinit.DefaultMaxPublishBytes, "bytes of files in one published change set; larger ones are refused with resource_exhausted")
+	fs.IntVar(&cfg.BackgroundLanes, "background-lanes", 0, "heavy background operations (session create, publish, archive, squash, import) run at once; the rest wait in FIFO order (0: max(1, NumCPU/2)); exec, file operations and reads never wait")
+	fs.DurationVar(&cfg.BackgroundQueueWait, "background-queue-wait", sandboxinit.DefaultBackgroundQueueWait, "how long a background operation waits for the lane before it is refused with server_busy")
+	fs.IntVar(&cfg.BackgroundNice, "background-nice", sandboxinit.DefaultBackgroundNice, "nice value (1-19) of the threads running background operations; -1: normal CPU weight")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -65,6 +65,12 @@ type sandbox struct {
 // --network).
 func startSandbox(t testing.TB, image string, base map[string]string, createArgs ...string) *sandbox {
 	t.Helper()
+	return startSandboxWith(t, image, base, createArgs, nil)
+}
+
+// startSandboxWith is startSandbox with sandbox-daemon flags (daemonArgs).
+func startSandboxWith(t testing.TB, image string, base map[string]string, createArgs, daemonArgs []string) *sandbox {
+	t.Helper()
 	requireDocker(t)
 	bin := daemonBinary(t)
 	var rb [4]byte
@@ -83,7 +89,7 @@ func startSandbox(t testing.TB, image string, base map[string]string, createArgs
 	for _, c := range sandboxCaps {
 		args = append(args, "--cap-add", c)
 	}
-	args = append(append(args, createArgs...), image)
+	args = append(append(append(args, createArgs...), image), daemonArgs...)
 	docker(t, "volume", "create", "--label", "eos.test=e2e", sb.volume)
 	docker(t, args...)
 	t.Cleanup(func() {

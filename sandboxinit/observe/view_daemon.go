@@ -27,8 +27,13 @@ func (o *Observer) DaemonView() map[string]any {
 	running := o.Running.Count()
 	sessions := o.src.Sessions()
 	layers := o.src.Layers()
+	var warm any // the warm session (a daemon that has one)
+	if ws, ok := o.src.(interface{ WarmStats() map[string]any }); ok {
+		warm = ws.WarmStats()
+	}
 	return map[string]any{"view": "daemon", "scope": "sandbox", "daemon": map[string]any{
-		"process": proc,
+		"warm_session": warm,
+		"process":      proc,
 		"runtime": map[string]any{"go_version": goruntime.Version(), "goroutines": goruntime.NumGoroutine(), "gomaxprocs": goruntime.GOMAXPROCS(0),
 			"num_cpu": goruntime.NumCPU(), "heap_alloc_bytes": ms.HeapAlloc, "heap_inuse_bytes": ms.HeapInuse, "heap_sys_bytes": ms.HeapSys,
 			"sys_bytes": ms.Sys, "gc_cycles": ms.NumGC},

@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+)
+
+// TestWarmSession: the daemon keeps one pre-started session that a plain
+// create adopts while the head has not moved. Before it is adopted it is
+// in no list and holds no lease; adopted, it is an ordinary session on the
+// head of its create; a publish makes it stale, and the next one is
+// started on the new head once the head is still; a fork, an isolated
+// session or one with limits never adopts it; a restart removes a warm
+// session the daemon left behind.
+func TestWarmSession(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	warm := func() map[string]any {
+		return sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any)
+	}
+	head := func() float64 { return sb.ok("layerstack", nil)["manifest_version"].(float64) }
+	readyAt := func(v float64) {
+		t.Helper()
+		require.Eventually(t, func() bool { w := warm(); return w["ready"] == true && w["manifest_version"] == v }, time.Minute, 50*time.Millisecond,
+			"a warm session on manifest version %v: %v", v, warm())
+	}
+	readyAt(head())
+	require.Empty(t, sb.ok("list_workspace_sessions", nil)["workspace_sessions"], "the warm session is in no list")
+	require.EqualValues(t, 0, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "it holds no lease")
+
+	// A plain create adopts it: an ordinary session from then on.
+	ws := sb.session(map[string]any{"agent": "a1"})
+	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
+	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+	require.Len(t, list, 1)
+	require.Equal(t, "a1", list[0].(map[string]any)["agent"])
+	require.Equal(t, "base\n", sb.read(ws, "f.txt"))
+	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+
+	// The head moved: the next warm session is on the new head, and what it
+	// hands over is that head.
+	readyAt(head())
+	ws2 := sb.session(nil)
+	require.EqualValues(t, 2, warm()["adopted"], "%v", warm())
+	require.Equal(t, "one\n", sb.read(ws2, "f.txt"), "an adopted session starts on the head of its create")
+
+	// Creates that ask for more than a plain session never adopt it.
+	readyAt(head())
+	for _, args := range []map[string]any{{"network_profile": "isolated"}, {"limits": map[string]any{"pids_max": 64}}, {"from": ws2}} {
+		id := sb.session(args)
+		require.EqualValues(t, 2, warm()["adopted"], "%v adopted the warm session", args)
+		sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": id, "force": true})
+	}
+
+	// A restart removes the warm session it finds; the sessions are intact.
+	docker(t, "restart", "-t", "5", sb.name)
+	sb.connect()
+	readyAt(head())
+	list = sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+	require.Len(t, list, 1, "%v", list)
+	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
+	require.Len(t, dirs, 2, "the live session and one warm session, no leftover: %v", dirs)
+	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
+}
