@@ -59,7 +59,9 @@ func runSandboxCreate(ctx context.Context, s *Suite) (Section, error) {
 			}
 			return total
 		}
-		timed := func(cas string, create func() (cleanup func(), err error)) time.Duration { return timedN(n, cas, create) }
+		timed := func(cas string, create func() (cleanup func(), err error)) time.Duration {
+			return timedN(n, cas, create)
+		}
 		ow := timed("ours", func() (func(), error) {
 			id, err := s.st.CreateSandbox(ctx, s.o.Image, repo)
 			return func() {
