@@ -167,6 +167,29 @@ func (r *crashRig) readySandbox(content string) (string, *stack, api.Endpoint) {
 	return id, &stack{t: r.t, secret: r.secret}, st.Container.Daemon
 }
 
+// crashDuring restarts the worker with failpoint fp armed, runs update
+// until that worker kills itself there, starts a worker without it, and
+// returns what update answered once the new worker finished its work.
+func (r *crashRig) crashDuring(fp string, update func(out *map[string]any) error) (map[string]any, error) {
+	r.t.Helper()
+	r.kill()
+	r.spawn(fp)
+	type result struct {
+		out map[string]any
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var o map[string]any
+		err := update(&o)
+		res <- result{o, err}
+	}()
+	r.awaitFailpoint(fp)
+	r.spawn("")
+	got := <-res
+	return got.out, got.err
+}
+
 func TestWorkerCrashDuringPublish(t *testing.T) {
 	r := newCrashRig(t)
 	id, s, ep := r.readySandbox("a\nb\nc\n")
@@ -195,23 +218,11 @@ func TestWorkerCrashDuringPublish(t *testing.T) {
 			require.Equal(t, "ok", out["status"])
 			before := len(s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any))
 
-			r.kill()
-			r.spawn(fp)
-			type result struct {
-				out map[string]any
-				err error
-			}
-			res := make(chan result, 1)
-			go func() {
-				var o map[string]any
-				err := r.update(id, workflows.UpdatePublish, &o, workflows.PublishRequest{WorkspaceSessionID: wsID, Verify: tc.verify})
-				res <- result{o, err}
-			}()
-			r.awaitFailpoint(fp)
-			r.spawn("")
-			got := <-res
-			require.NoError(t, got.err)
-			require.Equal(t, true, got.out["destroyed"], "%v", got.out)
+			out, err := r.crashDuring(fp, func(o *map[string]any) error {
+				return r.update(id, workflows.UpdatePublish, o, workflows.PublishRequest{WorkspaceSessionID: wsID, Verify: tc.verify})
+			})
+			require.NoError(t, err)
+			require.Equal(t, true, out["destroyed"], "%v", out)
 
 			hist := s.daemon(id, ep, "layerstack_history", map[string]any{})["publishes"].([]any)
 			require.Len(t, hist, before+1, "exactly one new layer")
@@ -239,29 +250,17 @@ func TestWorkerCrashDuringSessionCreate(t *testing.T) {
 	before := len(sessions())
 
 	const fp = "CallDaemonHere:create_workspace_session"
-	r.kill()
-	r.spawn(fp)
-	type result struct {
-		out map[string]any
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		var o map[string]any
-		err := r.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "crash"})
-		res <- result{o, err}
-	}()
-	r.awaitFailpoint(fp)
-	r.spawn("")
-	got := <-res
-	require.NoError(t, got.err)
+	out, err := r.crashDuring(fp, func(o *map[string]any) error {
+		return r.update(id, workflows.UpdateCreateSession, o, workflows.CreateSessionRequest{Agent: "crash"})
+	})
+	require.NoError(t, err)
 	after := sessions()
 	require.Len(t, after, before+1, "one session for one create: %v", after)
 	var ids []string
 	for _, x := range after {
 		ids = append(ids, x.(map[string]any)["workspace_session_id"].(string))
 	}
-	require.Contains(t, ids, got.out["workspace_session_id"], "the caller is told of the session that exists")
+	require.Contains(t, ids, out["workspace_session_id"], "the caller is told of the session that exists")
 	var final workflows.SandboxState
 	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
 }

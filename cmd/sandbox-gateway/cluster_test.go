@@ -247,9 +247,14 @@ func TestCluster(t *testing.T) {
 	// Lose h1: its worker dies (SIGKILL, no goodbye) and its Engine stops.
 	c.hostCmd(t, []string{"SIG=KILL"}, "stop-worker", h1)
 	c.hostCmd(t, nil, "stop-engine", h1)
-	clusterEventually(t, "h1's sandbox listed unavailable", func() (bool, string) {
+	// Lost by the registry (12 s without a beat), not only slow to answer:
+	// a query of the sandbox's workflow may first time out while its sticky
+	// worker is the dead one, which also says unavailable.
+	clusterEventually(t, "h1's sandbox listed unavailable and h1 lost by the registry", func() (bool, string) {
 		_, rec := c.op(t, "inspect_sandbox", "", map[string]any{"sandbox_id": ids[h1]})
-		return rec["availability"] == "unavailable", mustJSON(rec)
+		hz := healthz(t, c.g)
+		return rec["availability"] == "unavailable" && hz["status"] == "degraded" && strings.Contains(mustJSON(hz["docker"]), `"host":"`+h1+`"`),
+			mustJSON(rec) + " " + mustJSON(hz)
 	})
 	if hz := healthz(t, c.g); hz["status"] != "degraded" || !strings.Contains(mustJSON(hz["docker"]), `"host":"`+h1+`"`) {
 		t.Errorf("/healthz with %s lost: %s", h1, mustJSON(hz))
