@@ -168,12 +168,25 @@ func TestSessionFork(t *testing.T) {
 }
 
 // waitArchived: the killed fork's session dir (without a record) is not
-// left among the sessions (the restart archived it).
+// left among the sessions (the restart archived it). The daemon's warm
+// session (sandboxinit/warm.go) has a dir too, whose record says warm: it
+// is not a session, and a restarted daemon may be building a new one (its
+// dir is made just before its record), so this waits a little for the
+// dirs to settle.
 func waitArchived(t *testing.T, container string, after []string) {
 	t.Helper()
-	out, err := exec.Command("docker", "exec", container, "ls", "/eos/sessions").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	dirs := strings.Fields(string(out))
-	sort.Strings(dirs)
+	const list = `for d in /eos/sessions/*; do [ -d "$d" ] || continue; grep -qsE '"warm": *true' "$d/session.json" || basename "$d"; done`
+	var dirs []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := exec.Command("docker", "exec", container, "sh", "-c", list).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		dirs = strings.Fields(string(out))
+		sort.Strings(dirs)
+		if strings.Join(dirs, " ") == strings.Join(after, " ") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	require.Equal(t, after, dirs, "session dirs on the state volume")
 }
