@@ -105,7 +105,26 @@ func (b *TemporalBackend) update(ctx context.Context, sandboxID, name string, ou
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout())
 	defer cancel()
-	return mapErr(sandboxID, lifecycle.Update(ctx, b.Client, sandboxID, name, RequestID(ctx), out, args...))
+	var raw json.RawMessage // written only by the update's own goroutine
+	if err := b.whileHostLive(ctx, sandboxID, func(ctx context.Context) error {
+		return mapErr(sandboxID, lifecycle.Update(ctx, b.Client, sandboxID, name, RequestID(ctx), &raw, args...))
+	}); err != nil {
+		var lost errHostLost
+		if errors.As(err, &lost) {
+			if name == workflows.UpdateResolveDaemon { // the gateway's own look, not the caller's op
+				return lost.error
+			}
+			return inFlight(lost.error)
+		}
+		return err
+	}
+	if out == nil || len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return api.Errorf(api.KindInternal, map[string]any{"sandbox_id": sandboxID, "op": name}, "decode the answer to %s: %v", name, err)
+	}
+	return nil
 }
 
 // submit runs an update the async way: it returns once the workflow

@@ -150,6 +150,60 @@ func (b *TemporalBackend) checkHost(ctx context.Context, id string) error {
 	return nil // anything else is for the operation itself to report
 }
 
+// hostWatch is how often an operation waiting on a remote host checks
+// that the host is still live.
+const hostWatch = time.Second
+
+// whileHostLive runs fn, and returns the host's unavailable error as soon
+// as the sandbox's host is lost while fn waits (its worker died after the
+// operation was accepted: its activities would wait for that worker for
+// as long as their timeouts allow). What fn started is not abandoned: a
+// durable operation finishes when the host is back. Only a gateway
+// without workers of its own has remote hosts; for the others fn just
+// runs.
+func (b *TemporalBackend) whileHostLive(ctx context.Context, id string, fn func(context.Context) error) error {
+	if b.LocalQueue != "" || b.Client == nil {
+		return fn(ctx)
+	}
+	if v, err := b.via(ctx, id); err != nil || v == nil {
+		return fn(ctx) // this machine's, or for fn itself to report
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t := time.NewTicker(hostWatch)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			if err := b.checkHost(ctx, id); err != nil {
+				return errHostLost{err}
+			}
+		}
+	}
+}
+
+// errHostLost is whileHostLive's answer when it gave up on fn.
+type errHostLost struct{ error }
+
+func (e errHostLost) Unwrap() error { return e.error }
+
+// inFlight says of a lost host's error that the durable operation it
+// interrupted goes on.
+func inFlight(err error) error {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	e := *ae
+	e.Details = withArg(ae.Details, "in_flight", true)
+	e.Message += "; the operation was accepted and finishes when the host is back (the same request id then joins it and gets its answer)"
+	return &e
+}
+
 // place is the queue a new sandbox (or a host-scoped read) goes to: the
 // named host, else this process's own workers, else the live host with
 // the fewest sandboxes (reserve: a sandbox goes there, counted until the

@@ -8,6 +8,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
+// resolveWithin bounds a resolve_daemon's look at the container.
+const resolveWithin = 30 * time.Second
+
 // nonRetryable are activity error types that no retry can fix. Refusals
 // raised with apperr.New are non-retryable themselves; these are the types
 // older workers raised, for failures still in flight during an upgrade.
@@ -69,12 +72,15 @@ func cleanupOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 	})
 }
 
-// resolveOptions: a quick look at the container; the caller waits for it.
+// resolveOptions: a quick look at the container; the caller waits for it,
+// so it is bounded from when it is scheduled too: on a host whose worker
+// is gone it would otherwise wait in that worker's queue until it is back.
 func resolveOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           hostQueue,
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumAttempts: 3},
+		TaskQueue:              hostQueue,
+		ScheduleToCloseTimeout: resolveWithin,
+		StartToCloseTimeout:    10 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumAttempts: 3},
 	})
 }
 

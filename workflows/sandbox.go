@@ -585,6 +585,10 @@ func (s *sandbox) export(ctx workflow.Context, r ExportRequest) (*api.ExportResu
 func (s *sandbox) resolveDaemon(ctx workflow.Context) (*ContainerInfo, error) {
 	var info ContainerInfo
 	if err := workflow.ExecuteActivity(resolveOptions(ctx, s.queue()), ActResolveDaemon, s.id()).Get(ctx, &info); err != nil {
+		if temporal.IsTimeoutError(err) {
+			return nil, apperr.Newf(api.KindOperationFailed, map[string]any{"sandbox_id": s.id(), "availability": "unavailable"},
+				"the worker of sandbox %s's host did not answer within %s; its work is kept, and it is served again when that worker is back", s.id(), resolveWithin)
+		}
 		return nil, err
 	}
 	if info.State != "running" || info.Daemon.Port == 0 {

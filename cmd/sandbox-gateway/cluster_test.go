@@ -247,6 +247,35 @@ func TestCluster(t *testing.T) {
 	// Lose h1: its worker dies (SIGKILL, no goodbye) and its Engine stops.
 	c.hostCmd(t, []string{"SIG=KILL"}, "stop-worker", h1)
 	c.hostCmd(t, nil, "stop-engine", h1)
+	// Just dead, not yet lost by the registry: an op then waits on the
+	// dead worker's queue (a daemon call re-resolves the daemon through
+	// the sandbox workflow; a create runs on its host). Each still answers
+	// unavailable once the host is lost, not after the update's timeout.
+	justDead := map[string]map[string]any{"exec_command": {"cmd": "true"}, "create_workspace_session": {}, "file_read": {"path": "shared.txt"}}
+	answers := make(chan string, len(justDead))
+	for op, args := range justDead {
+		go func(op string, args map[string]any) {
+			st, e := c.op(t, op, ids[h1], args)
+			d, _ := e["details"].(map[string]any)
+			// A create was accepted and finishes when the host is back;
+			// a daemon call was never made.
+			if st == http.StatusOK || e["kind"] != "operation_failed" || d["availability"] != "unavailable" || (d["in_flight"] == true) != (op == "create_workspace_session") {
+				answers <- fmt.Sprintf("%s on the just-dead host: HTTP %d %s", op, st, mustJSON(e))
+				return
+			}
+			answers <- ""
+		}(op, args)
+	}
+	for range justDead {
+		select {
+		case a := <-answers:
+			if a != "" {
+				t.Error(a)
+			}
+		case <-time.After(90 * time.Second): // lost after 12 s; resolve_daemon gives up after 30 s
+			t.Fatalf("an op on the just-dead host %s has not answered in 90 s", h1)
+		}
+	}
 	// Lost by the registry (12 s without a beat), not only slow to answer:
 	// a query of the sandbox's workflow may first time out while its sticky
 	// worker is the dead one, which also says unavailable.
