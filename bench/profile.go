@@ -80,3 +80,52 @@ func (s *Stack) daemonProfile(ctx context.Context, sandboxID, path string) (stop
 		}
 	}
 }
+
+// cpuParts profiles this process's CPU only while resumed (the timed part
+// of a scenario, not its setup), and writes the parts merged.
+type cpuParts struct {
+	parts []*bytes.Buffer
+	cur   *bytes.Buffer
+}
+
+func (c *cpuParts) resume() {
+	if c == nil || c.cur != nil {
+		return
+	}
+	buf := new(bytes.Buffer)
+	if pprof.StartCPUProfile(buf) == nil {
+		c.cur = buf
+	}
+}
+
+func (c *cpuParts) pause() {
+	if c == nil || c.cur == nil {
+		return
+	}
+	pprof.StopCPUProfile()
+	c.parts, c.cur = append(c.parts, c.cur), nil
+}
+
+// write merges the parts into path.
+func (c *cpuParts) write(path string) error {
+	c.pause()
+	var ps []*profile.Profile
+	for _, b := range c.parts {
+		if p, err := profile.Parse(b); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		return fmt.Errorf("no profile")
+	}
+	merged, err := profile.Merge(ps)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return merged.Write(f)
+}

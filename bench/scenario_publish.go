@@ -125,6 +125,24 @@ func writeRandomFiles(dir string, cs changeSet, seed int) error {
 	return nil
 }
 
+// profileTimed is profile for a scenario's timed parts only: this
+// process's CPU while resumed (a nil *cpuParts without -profile), the
+// daemon's throughout (it only serves the scenario).
+func (s *Suite) profileTimed(ctx context.Context, name, sandboxID string) (local *cpuParts, stop func()) {
+	if s.o.Profile == "" {
+		return nil, func() {}
+	}
+	_ = os.MkdirAll(s.o.Profile, 0o755)
+	local = &cpuParts{}
+	stopDaemon := s.st.daemonProfile(ctx, sandboxID, filepath.Join(s.o.Profile, name+"-daemon.pprof"))
+	start := time.Now()
+	return local, func() {
+		_ = local.write(filepath.Join(s.o.Profile, name+"-gateway.pprof"))
+		stopDaemon()
+		s.Profiles = append(s.Profiles, fmt.Sprintf("%s (%s; this process's only while timed): %s-gateway.pprof, %s-daemon.pprof", name, time.Since(start).Round(time.Second), name, name))
+	}
+}
+
 // profile records CPU profiles while a scenario runs: this process (the
 // gateway, the workers and the embedded Temporal server) and the
 // sandbox's daemon. stop writes them.

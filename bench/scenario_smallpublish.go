@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // runSmallPublish: the small-publish target, one 4 KiB file,
@@ -28,7 +30,9 @@ func runSmallPublish(ctx context.Context, s *Suite) (Section, error) {
 		return Section{}, err
 	}
 	defer rm()
-	t := Table{Header: []string{"round", "ours p50", "p95", "samples", "of which the daemon, p50", "git add+commit p50", "p95", "samples", "git p50 / ours p50"}}
+	t := Table{Header: []string{"round", "ours p50", "p95", "samples", "of which the daemon, p50", "CPU of this process (gateway, worker, Temporal) per publish, p50", "git add+commit p50", "p95", "samples", "git p50 / ours p50"}}
+	prof, stopProfile := s.profileTimed(ctx, "small-publish", id)
+	defer stopProfile()
 	var ratios []float64
 	for r := 0; r < rounds; r++ {
 		var sessions []string
@@ -48,21 +52,26 @@ func runSmallPublish(ctx context.Context, s *Suite) (Section, error) {
 		// each the daemon's own time for it (its dispatch span, from the
 		// trace view; outside the timing): the rest is the gateway and
 		// Temporal.
-		var daemonMS []float64
+		var daemonMS, cpuMS []float64
+		prof.resume() // the ours loop (and its trace reads), not the setup or git
 		start := time.Now()
 		for k := -1; k < n; k++ {
+			c0 := processCPU()
 			t0 := time.Now()
 			_, err := s.st.Call(ctx, "publish_workspace_session", id, map[string]any{"workspace_session_id": sessions[k+1]})
 			lat := time.Since(t0)
+			cpu := processCPU() - c0
 			if k < 0 {
 				continue
 			}
 			s.Rec.Add(Sample{Scenario: "p", Case: "ours", Op: cas, Concurrency: 1, Latency: lat, Err: err != nil})
+			cpuMS = append(cpuMS, Ms(cpu))
 			if ms, ok := s.lastDispatchMS(ctx, id, "publish_workspace_session"); ok {
 				daemonMS = append(daemonMS, ms)
 			}
 		}
 		ow := time.Since(start)
+		prof.pause()
 		gw := Load(s.Rec, "p", "git", cas, 1, n, func(w, k int) error {
 			if err := writeRandomFiles(filepath.Join(wt, "gen"), cs, r*1000+k+2); err != nil {
 				return err
@@ -79,7 +88,7 @@ func runSmallPublish(ctx context.Context, s *Suite) (Section, error) {
 		if o.P50 > 0 {
 			ratios = append(ratios, float64(g.P50)/float64(o.P50))
 		}
-		t.Rows = append(t.Rows, []string{cas, fms(o.P50), fms(o.P95), samplesCell(o), fmt.Sprintf("%.1f", median(daemonMS)), fms(g.P50), fms(g.P95), samplesCell(g), ratio(g.P50, o.P50)})
+		t.Rows = append(t.Rows, []string{cas, fms(o.P50), fms(o.P95), samplesCell(o), fmt.Sprintf("%.1f", median(daemonMS)), fmt.Sprintf("%.1f", median(cpuMS)), fms(g.P50), fms(g.P95), samplesCell(g), ratio(g.P50, o.P50)})
 	}
 	sort.Float64s(ratios)
 	med := 0.0
@@ -101,6 +110,15 @@ func runSmallPublish(ctx context.Context, s *Suite) (Section, error) {
 			Goal:     "≥ 3x faster", Met: med >= 3})
 	}
 	return sec, nil
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(xs []float64) float64 {

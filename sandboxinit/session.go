@@ -333,10 +333,14 @@ func (d *Daemon) stop(ctx context.Context, s *session) error {
 
 // teardown removes a session completely: runtime, mount, dirs, lease.
 func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (int64, error) {
-	err := d.stop(ctx, s)
+	sctx, sp := d.span(ctx, "session.stop", nil)
+	err := d.stop(sctx, s)
+	sp.End(err)
 	bytes := dirBytes(s.upper())
 	if err == nil {
+		_, sp := d.span(ctx, "session.remove_dir", nil)
 		err = d.removeDir(s.dir)
+		sp.End(err)
 	}
 	if releaseLease && s.rec.LeaseID != "" {
 		if rerr := d.store.Release(s.rec.LeaseID); rerr != nil && err == nil {
@@ -378,6 +382,10 @@ func (d *Daemon) listSessions() []api.SessionInfo {
 }
 
 func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (_ *api.SessionDestroyed, retErr error) {
+	// Once begun, a destroy finishes whatever its caller does (a local
+	// call that outgrew its bound goes on as an activity: its call finds
+	// the session gone, which the workflow answers as destroyed).
+	ctx = context.WithoutCancel(ctx)
 	ctx, sp := d.span(ctx, "workspace_session.destroy", map[string]any{"workspace_session_id": a.WorkspaceSessionID, "force": a.Force})
 	defer func() { sp.End(retErr) }()
 	s, err := d.lockLive(a.WorkspaceSessionID)

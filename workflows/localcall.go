@@ -14,28 +14,38 @@ import (
 // before replay their regular activities.
 const versionLocalFirst = "daemon-call-local-first"
 
+// versionDestroyLocalFirst marks runs in which a session destroy calls the
+// daemon locally first too (a run recorded before it replays a regular
+// activity, even where it recorded versionLocalFirst).
+const versionDestroyLocalFirst = "destroy-local-first"
+
 // ErrTypeNotHere is the error type of a local daemon call that ran on a
 // worker of another host than the sandbox's.
 const ErrTypeNotHere = "not_here"
 
-// localCallTimeout bounds op's local daemon call, or is 0 when op is not
-// called locally first: the two calls on every agent's path, its
-// session's create and its publish, each idempotent in the daemon by a key
-// the workflow derives. The workflow task that carries the update stays
+// localCallTimeout bounds op's local daemon call (and names the version
+// change that brought it), or is 0 when op is not called locally first:
+// the calls on every agent's path, its session's create, its publish and
+// its session's destroy, each safe to call twice (a create and a publish
+// by a key the workflow derives; a destroy by its effect). The workflow task that carries the update stays
 // open while a local call runs (the sandbox's other updates wait for it),
 // so a call that takes longer goes on as a regular activity, and the
-// daemon's idempotency makes the second call join or replay the first: a
+// second call joins, replays or completes the first: a
 // publish, which the daemon finishes whatever its caller does, after
 // 500 ms (a big change set); a create, which stops with its caller, after
 // 2 s (its usual 30-40 ms grow to seconds only under heavy load).
-func localCallTimeout(op string) time.Duration {
+// A destroy, which the daemon finishes whatever its caller does too, and
+// which a second call answers as done (destroySession), after 2 s.
+func localCallTimeout(op string) (time.Duration, string) {
 	switch op {
 	case UpdatePublish:
-		return 500 * time.Millisecond
+		return 500 * time.Millisecond, versionLocalFirst
 	case "create_workspace_session":
-		return 2 * time.Second
+		return 2 * time.Second, versionLocalFirst
+	case "destroy_workspace_session":
+		return 2 * time.Second, versionDestroyLocalFirst
 	}
-	return 0
+	return 0, ""
 }
 
 // callDaemon runs call: for the local-first ops, a local activity in this
@@ -53,7 +63,7 @@ func localCallTimeout(op string) time.Duration {
 // same txid since the workflow's publish sequence did not move, answers
 // its result; a session created then is the daemon's and listed by it.
 func (s *sandbox) callDaemon(ctx, actx workflow.Context, call DaemonCall, out *json.RawMessage) error {
-	if timeout := localCallTimeout(call.Op); timeout > 0 && workflow.GetVersion(ctx, versionLocalFirst, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+	if timeout, change := localCallTimeout(call.Op); timeout > 0 && workflow.GetVersion(ctx, change, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		call.HostQueue = s.in.HostQueue
 		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			ScheduleToCloseTimeout: timeout,

@@ -460,14 +460,27 @@ func (s *sandbox) createSession(ctx workflow.Context, r CreateSessionRequest) (j
 	return out, nil
 }
 
+// versionDestroyGoneIsDone marks runs in which destroying a recorded
+// session the daemon no longer has answers destroyed (runs recorded
+// before answered not_found).
+const versionDestroyGoneIsDone = "destroy-gone-is-done"
+
 func (s *sandbox) destroySession(ctx workflow.Context, r SessionRequest) (json.RawMessage, error) {
 	args, _ := json.Marshal(r)
 	out, err := s.call(ctx, "destroy_workspace_session", args, s.updateKey(ctx))
 	if err != nil {
 		if ae, ok := apperr.From(err); ok && ae.Kind == api.KindNotFound {
-			// The daemon has no such session (one published while its
-			// update was lost with a killed Temporal): forget it too.
+			// The daemon has no such session: a first call of this
+			// destroy did it (a local call that took longer than its
+			// bound, an activity whose answer was lost), or one published
+			// while its update was lost with a killed Temporal. Forget it
+			// too; a session this sandbox recorded is gone, which is what
+			// its destroy asked.
+			_, known := s.state.Sessions[r.WorkspaceSessionID]
 			delete(s.state.Sessions, r.WorkspaceSessionID)
+			if known && workflow.GetVersion(ctx, versionDestroyGoneIsDone, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+				return json.Marshal(api.SessionDestroyed{WorkspaceSessionID: r.WorkspaceSessionID, Destroyed: true})
+			}
 		}
 		return nil, err
 	}
