@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -137,16 +138,30 @@ func (b *TemporalBackend) workflowsView(ctx context.Context, sandboxID string, l
 }
 
 // freshLastPublish sets the last_publish of the sandbox's running
-// workflow in out from the workflow itself: visibility (the list) catches
-// up with a memo upsert only some time after the publish returned, its
-// describe at once.
+// workflow in out from the workflow itself: its last_publish query (the
+// memo lags a publish by up to a second, visibility — the list — some
+// time more), else its memo as describe shows it (a run that has not
+// published yet: its memo is the previous run's).
 func (b *TemporalBackend) freshLastPublish(ctx context.Context, sandboxID string, out []map[string]any) {
-	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
+	wid := workflows.SandboxWorkflowID(sandboxID)
+	d, err := b.Client.DescribeWorkflowExecution(ctx, wid, "")
 	if err != nil {
 		return
 	}
 	info := d.GetWorkflowExecutionInfo()
-	lp := decodeMemo(info.GetMemo().GetFields())[workflows.MemoLastPublish]
+	var lp any
+	if v, err := b.Client.QueryWorkflow(ctx, wid, info.GetExecution().GetRunId(), workflows.QueryLastPublish); err == nil && v.HasValue() {
+		var rec *workflows.PublishRecord
+		if v.Get(&rec) == nil && rec != nil {
+			var m map[string]any
+			if raw, err := json.Marshal(rec); err == nil && json.Unmarshal(raw, &m) == nil {
+				lp = m
+			}
+		}
+	}
+	if lp == nil {
+		lp = decodeMemo(info.GetMemo().GetFields())[workflows.MemoLastPublish]
+	}
 	if lp == nil {
 		return
 	}

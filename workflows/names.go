@@ -28,6 +28,7 @@ const (
 	// records it.
 	UpdateResolveDaemon = "resolve_daemon"
 	QueryState          = "state"
+	QueryLastPublish    = "last_publish" // the latest publish's record (the memo may lag it by up to a second)
 	// QueryPublishProgress is PublishWorkflow's query: the step it is in.
 	QueryPublishProgress = "progress"
 	SignalContainerLost  = "container_lost"

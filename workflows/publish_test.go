@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
@@ -196,4 +197,55 @@ func TestPublishStartsOverAfterTheDaemonAbortedIt(t *testing.T) {
 			require.Equal(t, []string{publishIn.TxID, publishIn.TxID + "/again-1"}, txids)
 		})
 	}
+}
+
+// TestLastPublishMemoCoalesced: the last_publish query answers the latest
+// publish at once; the memo is upserted at once for a publish a second
+// after the last upsert, and publishes closer than that share one upsert,
+// of the latest, when the second is up; the end of the run leaves nothing
+// unrecorded.
+func TestLastPublishMemoCoalesced(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil)
+	var memos []string // the txid of each upsert
+	e.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
+		rec := args.Get(0).(map[string]interface{})[MemoLastPublish].(PublishRecord)
+		memos = append(memos, rec.TxID)
+	}).Return(nil)
+	lastTx := func() string {
+		v, err := e.QueryWorkflow(QueryLastPublish)
+		require.NoError(t, err)
+		var rec *PublishRecord
+		require.NoError(t, v.Get(&rec))
+		require.NotNil(t, rec)
+		return rec.TxID
+	}
+	tx := func(n int) string { return PublishWorkflowID("sb1", "ws-1", n) }
+	publish := step{name: UpdatePublish, args: []any{PublishRequest{WorkspaceSessionID: "ws-1"}}, check: ok(t)}
+	p1, p2, p3 := publish, publish, publish
+	p1.then = func() {
+		require.Equal(t, tx(1), lastTx())
+		require.Equal(t, []string{tx(1)}, memos, "the first publish is in the memo at once")
+	}
+	p2.then = func() {
+		require.Equal(t, tx(2), lastTx(), "the query is never behind")
+		require.Equal(t, []string{tx(1)}, memos, "a publish right after: no upsert yet")
+	}
+	p3.then = func() {
+		require.Equal(t, tx(3), lastTx())
+		require.Equal(t, []string{tx(1)}, memos)
+		e.RegisterDelayedCallback(func() {
+			require.Equal(t, []string{tx(1), tx(3)}, memos, "one upsert, of the latest, a second later")
+		}, 3*time.Second)
+	}
+	create := step{name: UpdateCreateSession, check: ok(t)}
+	e.script(time.Second, step{name: UpdateWaitReady, check: ok(t)}, create, p1, create, p2, create, p3)
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(UpdateDestroy, "destroy", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(error) {}, OnComplete: func(any, error) {}})
+	}, time.Minute)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, []string{tx(1), tx(3)}, memos, "nothing more at the end: the memo already showed the latest")
 }

@@ -66,7 +66,13 @@ type sandbox struct {
 	// (lifecycle_ttl.go).
 	busy, wakeRev   int
 	expirePostponed bool
-	log             interface {
+	// lastPublish is the latest publish's record (query last_publish);
+	// memoPending says the memo does not show it yet, memoTimer that a
+	// timer will upsert it, memoAt when it was last upserted (publish.go).
+	lastPublish            *PublishRecord
+	memoPending, memoTimer bool
+	memoAt                 time.Time
+	log                    interface {
 		Info(string, ...interface{})
 		Error(string, ...interface{})
 	}
@@ -83,6 +89,9 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 	// routing; setting it schedules nothing, so old histories replay.
 	s.state.HostQueue = in.HostQueue
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (*SandboxState, error) { return s.state, nil }); err != nil {
+		return nil, err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryLastPublish, func() (*PublishRecord, error) { return s.lastPublish, nil }); err != nil {
 		return nil, err
 	}
 	handlers := []struct {
@@ -295,10 +304,12 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 		switch {
 		case s.state.Phase == PhaseStopped:
 			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			s.flushLastPublish(ctx)
 			return SandboxResult{SandboxID: s.id(), Phase: PhaseStopped}, nil
 		case s.lost:
 			s.state.Phase = PhaseFailed
 			s.settle(ctx)
+			s.flushLastPublish(ctx)
 			// Nothing is deleted by inference: the state volume (the work)
 			// stays, an orphan to adopt or delete. Runs recorded before
 			// replay as they ran.
@@ -309,6 +320,7 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 			return SandboxResult{SandboxID: s.id(), Phase: PhaseFailed, Error: s.state.Error}, nil
 		case s.suggestContinue(ctx):
 			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			s.flushLastPublish(ctx) // the next run starts with this run's memo
 			in := s.in
 			in.State = s.state
 			return SandboxResult{}, workflow.NewContinueAsNewError(ctx, SandboxWorkflowName, in)
