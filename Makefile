@@ -25,7 +25,7 @@ daemon:
 	bash scripts/ensure-build-deps.sh
 	@mkdir -p $(BIN)
 	$(GO) build -tags 'seccomp osusergo netgo' -ldflags '-linkmode external -extldflags -static' -o $(BIN)/sandbox-daemon ./cmd/sandbox-daemon
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/sandbox-sessinit ./cmd/sandbox-sessinit
+	bash scripts/build-sessinit.sh $(BIN)/sandbox-sessinit
 
 # What the end-to-end tests need on this machine: a Docker Engine and the
 # locally built test images (cached by tag).
@@ -74,7 +74,7 @@ test-cluster: binaries test-deps
 	bash scripts/cluster/test.sh
 
 # Each fuzz target briefly (go test -fuzz takes one target per run).
-FUZZPKGS := ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./daemonclient
+FUZZPKGS := ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./daemonclient ./sandboxinit/runtime/sessinit
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do \
 		for t in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \

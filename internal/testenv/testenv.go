@@ -70,8 +70,8 @@ func goBuild(env []string, args ...string) error {
 var daemonBuild built
 
 // DaemonBinary builds cmd/sandbox-daemon the way the product ships it: one
-// statically linked binary with libseccomp inside, and cmd/sandbox-sessinit
-// next to it.
+// statically linked binary with libseccomp inside, and the session init
+// (cmd/sandbox-sessinit) next to it.
 func DaemonBinary(t testing.TB) string {
 	t.Helper()
 	dir := daemonBuild.get(t, "eos-daemon-bin-", func(dir string) error {
@@ -82,10 +82,19 @@ func DaemonBinary(t testing.TB) string {
 		}
 		// Next to the daemon, as make daemon leaves it: sandboxes then
 		// run each session's init from it.
-		return goBuild([]string{"CGO_ENABLED=0"}, "-trimpath", "-ldflags", "-s -w",
-			"-o", filepath.Join(dir, "sandbox-sessinit"), "./cmd/sandbox-sessinit")
+		return BuildSessinit(filepath.Join(dir, "sandbox-sessinit"))
 	})
 	return filepath.Join(dir, "sandbox-daemon")
+}
+
+// BuildSessinit builds the session init (cmd/sandbox-sessinit, static C)
+// at out, as make daemon does.
+func BuildSessinit(out string) error {
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "scripts", "build-sessinit.sh"), out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the session init (needs a C compiler and a static libc: scripts/ensure-build-deps.sh): %v\n%s", err, b)
+	}
+	return nil
 }
 
 // SeccompProfile returns the sandbox seccomp profile's JSON.

@@ -1,0 +1,401 @@
+package sessinit_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
+)
+
+// The session init every idle session is (cmd/sandbox-sessinit, C), run
+// as PID 1 of a pid namespace of its own, on this machine: the daemon's
+// protocol (a request and its stdio, a pid and a pidfd, the exit), and
+// what it does with requests a stranger might send.
+
+var cinit struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func cinitBinary(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a pid namespace)")
+	}
+	cinit.once.Do(func() {
+		dir, err := os.MkdirTemp("", "eos-sessinit-")
+		if err != nil {
+			cinit.err = err
+			return
+		}
+		cinit.path = filepath.Join(dir, "sandbox-sessinit")
+		cinit.err = testenv.BuildSessinit(cinit.path)
+	})
+	require.NoError(t, cinit.err)
+	return cinit.path
+}
+
+type initProc struct {
+	cmd  *exec.Cmd
+	sock string
+	done chan error
+}
+
+// startInit starts the init as PID 1 of a new pid namespace, serving an
+// exec socket of its own. jailed, it runs chrooted in an empty directory
+// (but for itself): nothing a request names can be found there.
+func startInit(t testing.TB, jailed bool) *initProc {
+	t.Helper()
+	bin := cinitBinary(t)
+	dir := t.TempDir()
+	var jail string
+	if jailed {
+		jail = t.TempDir()
+		b, err := os.ReadFile(bin)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(jail, "init"), b, 0o755))
+		bin = "/init"
+	}
+	sock := filepath.Join(dir, "exec.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	require.NoError(t, err)
+	ln.SetUnlinkOnClose(false)
+	lf, err := ln.File()
+	require.NoError(t, err)
+	ln.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"EOS_EXEC_FD=3", "PATH=/usr/bin:/bin"}
+	cmd.ExtraFiles = []*os.File{lf}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Chroot: jail}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	lf.Close()
+	p := &initProc{cmd: cmd, sock: sock, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("init stderr: %s", stderr.String())
+		}
+	})
+	return p
+}
+
+type reply struct {
+	Pid   int    `json:"pid"`
+	Error string `json:"error"`
+	Exit  *int   `json:"exit"`
+}
+
+func readReply(t testing.TB, c *net.UnixConn) (reply, []int) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	require.NoError(t, err)
+	require.NotZero(t, n, "the init closed the connection without an answer")
+	fds, err := sessinit.ParseRights(oob[:oobn])
+	require.NoError(t, err)
+	var r reply
+	require.NoError(t, json.Unmarshal(buf[:n], &r), "%q", buf[:n])
+	return r, fds
+}
+
+// send sends raw with nfds descriptors (the write end of one pipe, whose
+// read end it returns, as stdout and stderr; /dev/null as stdin).
+func (p *initProc) send(t testing.TB, raw []byte, nfds int) (*net.UnixConn, *os.File) {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: p.sock, Net: "unixpacket"})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	null, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer null.Close()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer w.Close()
+	all := []int{int(null.Fd()), int(w.Fd()), int(w.Fd()), int(w.Fd())}
+	var rights []byte
+	if nfds > 0 {
+		rights = unix.UnixRights(all[:nfds]...)
+	}
+	if len(raw) > 100<<10 { // a record this big needs a bigger send buffer
+		rc, err := c.SyscallConn()
+		require.NoError(t, err)
+		require.NoError(t, rc.Control(func(fd uintptr) {
+			err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20)
+		}))
+		require.NoError(t, err)
+	}
+	_, _, err = c.WriteMsgUnix(raw, rights, nil)
+	require.NoError(t, err)
+	return c, r
+}
+
+func request(args []string, env []string, cwd string) []byte {
+	b, _ := json.Marshal(sessinit.Request{Args: args, Env: env, Cwd: cwd})
+	return b
+}
+
+func TestCInitRunsRequests(t *testing.T) {
+	p := startInit(t, false)
+	c, out := p.send(t, request([]string{"sh", "-c", `echo "$1|$X|$(pwd)|$$"; exit 7`, "sh", "hé \"q\" \u003c"}, []string{"X=1", "PATH=/usr/bin:/bin"}, "/tmp"), 3)
+	r, fds := readReply(t, c)
+	require.Empty(t, r.Error)
+	require.Positive(t, r.Pid)
+	require.Len(t, fds, 1, "a pidfd with the start reply")
+	unix.Close(fds[0])
+	r, _ = readReply(t, c)
+	require.NotNil(t, r.Exit)
+	require.Equal(t, 7, *r.Exit)
+	b := make([]byte, 256)
+	n, _ := out.Read(b)
+	fields := strings.Split(strings.TrimSpace(string(b[:n])), "|")
+	require.Equal(t, []string{"hé \"q\" <", "1", "/tmp"}, fields[:3], "args, env and cwd as sent")
+	require.NotEqual(t, "1", fields[3], "the process is not the init")
+
+	// Killed by a signal: -signal.
+	c, _ = p.send(t, request([]string{"sh", "-c", "kill -9 $$"}, nil, ""), 3)
+	r, fds = readReply(t, c)
+	require.Empty(t, r.Error)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	r, _ = readReply(t, c)
+	require.Equal(t, -9, *r.Exit)
+
+	// Its signals are its own: none is blocked for it (the init blocks
+	// SIGCHLD, SIGTERM, SIGINT and SIGPIPE for itself).
+	c, out = p.send(t, request([]string{"sh", "-c", "grep -E '^SigBlk' /proc/self/status"}, nil, ""), 3)
+	r, fds = readReply(t, c)
+	require.Empty(t, r.Error)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	r, _ = readReply(t, c)
+	require.Equal(t, 0, *r.Exit)
+	n, _ = out.Read(b)
+	require.Contains(t, string(b[:n]), "SigBlk:\t0000000000000000", "%s", b[:n])
+}
+
+func TestCInitRefusesBadRequests(t *testing.T) {
+	p := startInit(t, false)
+	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	for _, tc := range []struct {
+		name string
+		raw  string
+		nfds int
+		want string
+	}{
+		{"no fds", string(request([]string{"true"}, nil, "")), 0, "want 3 stdio fds, got 0"},
+		{"two fds", string(request([]string{"true"}, nil, "")), 2, "want 3 stdio fds, got 2"},
+		{"four fds", string(request([]string{"true"}, nil, "")), 4, "want 3 stdio fds"},
+		{"not json", "hello", 3, "bad request"},
+		{"not an object", `["true"]`, 3, "bad request"},
+		{"no args", `{"env":["A=1"]}`, 3, "bad request: no args"},
+		{"args null", `{"args":null}`, 3, "bad request: no args"},
+		{"args not strings", `{"args":[1,2]}`, 3, "bad request"},
+		{"unterminated", `{"args":["tru`, 3, "bad request"},
+		{"bad escape", `{"args":["\x"]}`, 3, "bad request"},
+		{"short unicode escape", `{"args":["\u12"]}`, 3, "bad request"},
+		{"raw control character", "{\"args\":[\"a\nb\"]}", 3, "bad request"},
+		{"trailing data", `{"args":["true"]} {}`, 3, "bad request"},
+		{"nested too deep", `{"x":` + deep + `,"args":["true"]}`, 3, "bad request"},
+		{"NUL in an arg", `{"args":["true","a\u0000b"]}`, 3, "invalid argument"},
+		{"NUL in the env", `{"args":["true"],"env":["A=\u0000"]}`, 3, "invalid argument"},
+		{"not found", string(request([]string{"no-such-command-here"}, []string{"PATH=/nonexistent"}, "")), 3, "no-such-command-here: executable file not found in $PATH"},
+		{"not executable", string(request([]string{"/etc/passwd"}, nil, "")), 3, "start /etc/passwd: permission denied"},
+		{"bad cwd", string(request([]string{"true"}, nil, "/nonexistent/dir")), 3, "start true: no such file or directory"},
+		{"oversized", `{"args":["true"],"pad":"` + strings.Repeat("a", sessinit.MaxRequest) + `"}`, 3, "bad request"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := p.send(t, []byte(tc.raw), tc.nfds)
+			r, fds := readReply(t, c)
+			require.Empty(t, fds)
+			require.Contains(t, r.Error, tc.want)
+			require.Zero(t, r.Pid)
+		})
+	}
+	// Unknown fields are ignored, escapes decoded, as Go reads them; and
+	// the init still serves after all of that.
+	c, out := p.send(t, []byte(`{"x":{"a":[1,-2.5e3,true,false,null,"s"]},"args":["sh","-c","echo \"$1\"","sh","\ud83d\ude00 \ud800"],"cwd":null}`), 3)
+	r, fds := readReply(t, c)
+	require.Empty(t, r.Error)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	r, _ = readReply(t, c)
+	require.Equal(t, 0, *r.Exit)
+	b := make([]byte, 64)
+	n, _ := out.Read(b)
+	require.Equal(t, "😀 \ufffd\n", string(b[:n]))
+}
+
+func TestCInitRefusesToRunButAsPID1(t *testing.T) {
+	out, err := exec.Command(cinitBinary(t)).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 2, ee.ExitCode())
+	require.Contains(t, string(out), "not PID 1")
+}
+
+// SIGTERM: every other process is terminated (a SIGTERM-ignoring one
+// SIGKILLed after the grace), each waiting connection gets its exit, and
+// the init exits 0.
+func TestCInitShutdown(t *testing.T) {
+	p := startInit(t, false)
+	var conns []*net.UnixConn
+	for _, script := range []string{"sleep 100", "trap '' TERM; sleep 100 & wait"} {
+		c, _ := p.send(t, request([]string{"sh", "-c", script}, nil, ""), 3)
+		r, fds := readReply(t, c)
+		require.Empty(t, r.Error)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(100 * time.Millisecond) // the trap is set
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.done:
+		require.NoError(t, err)
+		p.done <- err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the init did not exit after SIGTERM")
+	}
+	for i, c := range conns {
+		r, _ := readReply(t, c)
+		require.NotNil(t, r.Exit, "connection %d", i)
+	}
+}
+
+// The seccomp filter: loaded before anything runs (its processes are
+// under it), reported on the ready fd; a malformed one is refused and
+// reported, and nothing is served.
+func TestCInitLoadsTheHandedFilter(t *testing.T) {
+	// A filter that allows everything but uname (EPERM).
+	allowAll := &sessinit.Filter{Prog: []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.SYS_UNAME, Jt: 0, Jf: 1},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+	}}
+	for _, tc := range []struct {
+		name  string
+		data  []byte
+		ready string
+	}{
+		{"a filter", allowAll.Encode(), "ok\n"},
+		{"not a filter", []byte("garbage"), "error: not a compiled seccomp filter\n"},
+		{"wrong count", append(allowAll.Encode(), 0), "error: compiled seccomp filter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mf, err := os.CreateTemp(t.TempDir(), "filter")
+			require.NoError(t, err)
+			_, err = mf.Write(tc.data)
+			require.NoError(t, err)
+			rd, wr, err := os.Pipe()
+			require.NoError(t, err)
+			// fds 3 (socket), 4 (filter), 5 (ready).
+			bin := cinitBinary(t)
+			dir := t.TempDir()
+			sock := filepath.Join(dir, "exec.sock")
+			ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+			require.NoError(t, err)
+			ln.SetUnlinkOnClose(false)
+			lf, _ := ln.File()
+			ln.Close()
+			cmd := exec.Command(bin)
+			cmd.Env = []string{"EOS_EXEC_FD=3", "EOS_SECCOMP_FD=4", "EOS_READY_FD=5", "PATH=/usr/bin:/bin"}
+			cmd.ExtraFiles = []*os.File{lf, mf, wr}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+			require.NoError(t, cmd.Start())
+			lf.Close()
+			mf.Close()
+			wr.Close()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+			msg := make([]byte, 256)
+			_ = rd.SetReadDeadline(time.Now().Add(20 * time.Second))
+			n, _ := rd.Read(msg)
+			require.Contains(t, string(msg[:n]), tc.ready)
+			if tc.ready != "ok\n" {
+				select {
+				case err := <-done:
+					var ee *exec.ExitError
+					require.ErrorAs(t, err, &ee)
+					require.Equal(t, 1, ee.ExitCode())
+					done <- err
+				case <-time.After(20 * time.Second):
+					t.Fatal("the init went on with a bad filter")
+				}
+				return
+			}
+			p := &initProc{cmd: cmd, sock: sock, done: done}
+			c, out := p.send(t, request([]string{"sh", "-c", "uname >/dev/null 2>&1 || echo refused; grep Seccomp: /proc/self/status"}, nil, ""), 3)
+			r, fds := readReply(t, c)
+			require.Empty(t, r.Error)
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			r, _ = readReply(t, c)
+			require.Equal(t, 0, *r.Exit)
+			b := make([]byte, 128)
+			n, _ = out.Read(b)
+			require.Contains(t, string(b[:n]), "refused", "the command runs under the init's filter")
+			require.Contains(t, string(b[:n]), "Seccomp:\t2")
+			pid := strconv.Itoa(cmd.Process.Pid)
+			f, err := sessinit.SeccompFilters(pid)
+			require.NoError(t, err)
+			require.Equal(t, 1, f, "the init itself runs under the filter")
+		})
+	}
+}
+
+// FuzzCInitRequest: whatever a request holds, the init answers it (an
+// error, or a start and an exit) and goes on serving.
+func FuzzCInitRequest(f *testing.F) {
+	for _, s := range []string{`{"args":["true"]}`, `{"args":["\u00e9\ud83d"],"env":null,"cwd":"/"}`, `{"a":[{"b":{}}],"args":[]}`, `{`, `"\\`, `{"args":["a"],"args":null}`} {
+		f.Add([]byte(s))
+	}
+	p := startInit(f, true) // the requests it makes up run nothing
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) == 0 {
+			return // an empty record reads as a closed connection
+		}
+		c, _ := p.send(t, raw, 3)
+		r, fds := readReply(t, c)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		if r.Error == "" {
+			require.Positive(t, r.Pid, "%q", raw)
+			r, _ = readReply(t, c)
+			require.NotNil(t, r.Exit, "%q", raw)
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("the init exited on %q: %v", raw, err)
+		default:
+		}
+	})
+}
