@@ -29,7 +29,7 @@ func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) 
 	}
 	stop := keepHeartbeating(ctx, daemonHeartbeat, nil)
 	defer stop()
-	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op,
+	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Direct: call.Direct, Op: call.Op,
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
 	return out, activityError(err)
 }
@@ -45,7 +45,7 @@ func (a *Activities) CallDaemonHere(ctx context.Context, call workflows.DaemonCa
 	if call.HostQueue != "" && call.HostQueue != HostQueueOf(a) {
 		return nil, temporal.NewNonRetryableApplicationError("the sandbox's daemon is on another host", workflows.ErrTypeNotHere, nil)
 	}
-	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op,
+	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Direct: call.Direct, Op: call.Op,
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
 	return out, activityError(err)
 }

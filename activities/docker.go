@@ -22,6 +22,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -216,7 +217,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 			if isOurs(labelsOf(existing), spec.SandboxID) && existing.Image == img.ID && a.sameOwner(labelsOf(existing)) {
 				info.ContainerID, info.Adopted, info.State = existing.ID, true, stateOf(existing)
 				if existing.State != nil && existing.State.Running {
-					info.Daemon = daemonEndpoint(existing)
+					info.Daemon, info.DaemonDirect = daemonEndpoint(existing), daemonDirect(existing)
 					a.log.Info("container adopted", "sandbox_id", spec.SandboxID, "container", name, "running", true)
 					return info, nil
 				}
@@ -380,7 +381,25 @@ func (a *Activities) inspectContainer(ctx context.Context, sandboxID string) (co
 
 func containerInfo(c container.InspectResponse, sandboxID string) workflows.ContainerInfo {
 	return workflows.ContainerInfo{ContainerID: c.ID, Name: workflows.ContainerName(sandboxID), Volume: workflows.VolumeName(sandboxID),
-		Daemon: daemonEndpoint(c), State: stateOf(c)}
+		Daemon: daemonEndpoint(c), DaemonDirect: daemonDirect(c), State: stateOf(c)}
+}
+
+// daemonDirect is the daemon's address on the container's network (its
+// one network's IP and the daemon's port in the container), which a caller
+// on this machine dials instead of Docker's proxy; nil when it has none.
+func daemonDirect(c container.InspectResponse) *api.Endpoint {
+	if c.NetworkSettings == nil || len(c.NetworkSettings.Ports[daemonPort]) == 0 {
+		return nil // not published: not a daemon this product runs
+	}
+	ip := c.NetworkSettings.IPAddress
+	if ip == "" && len(c.NetworkSettings.Networks) == 1 {
+		for _, n := range c.NetworkSettings.Networks {
+			if n != nil {
+				ip = n.IPAddress
+			}
+		}
+	}
+	return daemonclient.DirectOf(ip, daemonPort.Int())
 }
 
 func stateOf(c container.InspectResponse) string {

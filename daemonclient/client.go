@@ -53,29 +53,31 @@ type Client struct {
 	secret  []byte
 	http    *http.Client
 	resolve Resolver
-	pins    *pins // forwarders' certificate fingerprints by address (Via)
+	pins    *pins    // forwarders' certificate fingerprints by address (Via)
+	direct  *directs // the direct paths in use and those that failed (nil: none)
 }
 
 // New builds a client whose tokens derive from secret. resolve may be nil.
 func New(secret []byte, resolve Resolver) *Client {
 	p := &pins{m: map[string]string{}}
+	d := &directs{}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:         dialer.DialContext,
+		DialContext:         d.dialer(dialer.DialContext),
 		DialTLSContext:      p.dialTLS(dialer),
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	return &Client{secret: secret, http: &http.Client{Transport: tr}, resolve: resolve, pins: p}
+	return &Client{secret: secret, http: &http.Client{Transport: tr}, resolve: resolve, pins: p, direct: d}
 }
 
 // WithHTTP returns a copy of c that sends through hc (tests, custom
-// transports).
+// transports), without direct paths (hc's dialer does not bound them).
 func (c *Client) WithHTTP(hc *http.Client) *Client {
 	cp := *c
-	cp.http = hc
+	cp.http, cp.direct = hc, nil
 	return &cp
 }
 
@@ -98,6 +100,9 @@ type Call struct {
 	// Via, when set, sends the call through the forwarder of the
 	// sandbox's host (the daemon listens on that host's loopback only).
 	Via *Via
+	// Direct, when set (and Via is not), is the daemon's address on its
+	// container's network: tried first, skipping Docker's proxy (direct.go).
+	Direct *api.Endpoint
 }
 
 // ConnError is a call that did not get an answer from the daemon: it could
@@ -210,17 +215,42 @@ func check(call Call) error {
 }
 
 func (c *Client) do(ctx context.Context, call Call, body []byte) (json.RawMessage, error) {
-	req, err := c.RequestVia(ctx, http.MethodPost, call.SandboxID, call.Endpoint, call.Via, "/rpc/"+call.Op, body, call.RequestID)
-	if err != nil {
-		return nil, err
+	direct := c.directAddr(call)
+	for {
+		req, err := c.RequestVia(ctx, http.MethodPost, call.SandboxID, call.Endpoint, call.Via, "/rpc/"+call.Op, body, call.RequestID)
+		if err != nil {
+			return nil, err
+		}
+		if call.Progress != nil {
+			req.Header.Set("Accept", api.ContentTypeNDJSON)
+		}
+		if direct != "" {
+			goDirect(req, direct)
+		}
+		resp, err := c.roundTrip(req)
+		if err != nil && direct != "" && dialFailed(err) && ctx.Err() == nil {
+			c.direct.failed(direct) // nothing was sent: the published endpoint now
+			direct = ""
+			continue
+		}
+		if err == nil && direct != "" && resp.StatusCode == http.StatusUnauthorized {
+			// Another daemon has the address now (a restarted container's
+			// was given to another): it refused before doing anything.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			c.direct.failed(direct)
+			direct = ""
+			continue
+		}
+		if err != nil {
+			return nil, connError(call, err)
+		}
+		return c.answer(resp, call)
 	}
-	if call.Progress != nil {
-		req.Header.Set("Accept", api.ContentTypeNDJSON)
-	}
-	resp, err := c.roundTrip(req)
-	if err != nil {
-		return nil, connError(call, err)
-	}
+}
+
+// answer reads the daemon's answer to call.
+func (c *Client) answer(resp *http.Response, call Call) (json.RawMessage, error) {
 	defer resp.Body.Close()
 	if call.Progress != nil && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), api.ContentTypeNDJSON) {
 		return readStream(resp.Body, call, call.Progress)

@@ -51,10 +51,13 @@ type TemporalBackend struct {
 	daemon    *daemonclient.Client
 	mu        sync.Mutex
 	endpoints map[string]api.Endpoint
-	queues    map[string]string // sandbox id -> its host's queue
-	hostList  []workflows.HostInfo
-	hostsAt   time.Time
-	placed    map[string][]time.Time // when this gateway placed sandboxes, per queue
+	// directs holds each sandbox's direct daemon address with the published
+	// endpoint it came with (records.go: rememberDirect).
+	directs  map[string][2]api.Endpoint
+	queues   map[string]string // sandbox id -> its host's queue
+	hostList []workflows.HostInfo
+	hostsAt  time.Time
+	placed   map[string][]time.Time // when this gateway placed sandboxes, per queue
 }
 
 // daemons is the daemon client, with a resolver that asks the sandbox's

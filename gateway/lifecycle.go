@@ -252,7 +252,7 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	}
 	records := make([]any, len(states))
 	for i, st := range states {
-		b.remember(ids[i], st.Container.Daemon)
+		b.rememberContainer(ids[i], st.Container)
 		b.rememberQueue(ids[i], st.HostQueue)
 		records[i] = b.recordWith(st, map[string]any{"workspace_root": root, "image": image})
 	}

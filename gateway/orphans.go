@@ -159,7 +159,7 @@ func (b *TemporalBackend) adoptOrphan(ctx context.Context, _ string, args map[st
 	if err != nil {
 		return nil, mapErr(id, err)
 	}
-	b.remember(id, states[0].Container.Daemon)
+	b.rememberContainer(id, states[0].Container)
 	return b.recordWith(states[0], memo), nil
 }
 

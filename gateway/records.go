@@ -117,6 +117,35 @@ func (b *TemporalBackend) forget(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.endpoints, id)
+	delete(b.directs, id)
+}
+
+// rememberContainer remembers where a sandbox's daemon listens: its
+// published endpoint and, when the record has it, its direct address.
+func (b *TemporalBackend) rememberContainer(id string, c workflows.ContainerInfo) {
+	b.remember(id, c.Daemon)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.DaemonDirect == nil {
+		delete(b.directs, id)
+		return
+	}
+	if b.directs == nil {
+		b.directs = map[string][2]api.Endpoint{}
+	}
+	b.directs[id] = [2]api.Endpoint{c.Daemon, *c.DaemonDirect}
+}
+
+// directFor is sandbox id's direct daemon address if it came with the
+// published endpoint ep (a record of the same container start), else nil.
+func (b *TemporalBackend) directFor(id string, ep api.Endpoint) *api.Endpoint {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.directs[id]
+	if !ok || d[0] != ep {
+		return nil
+	}
+	return &d[1]
 }
 
 // workflowsView lists a sandbox's workflow (with its last_publish) and the

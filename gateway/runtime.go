@@ -29,7 +29,7 @@ func (b *TemporalBackend) endpoint(ctx context.Context, id string) (api.Endpoint
 	if st.Phase != workflows.PhaseReady || st.Container.Daemon.Port == 0 {
 		return ep, api.Errorf(api.KindInvalidRequest, map[string]any{"sandbox_id": id, "state": st.Phase}, "sandbox %s is %s", id, st.Phase)
 	}
-	b.remember(id, st.Container.Daemon)
+	b.rememberContainer(id, st.Container)
 	return st.Container.Daemon, nil
 }
 
@@ -46,7 +46,7 @@ func (b *TemporalBackend) resolveDaemon(ctx context.Context, id string) (api.End
 	if err := b.update(ctx, id, workflows.UpdateResolveDaemon, &info); err != nil {
 		return api.Endpoint{}, err
 	}
-	b.remember(id, info.Daemon)
+	b.rememberContainer(id, info)
 	return info.Daemon, nil
 }
 
@@ -103,7 +103,7 @@ func (b *TemporalBackend) callDaemon(ctx context.Context, sandboxID string, ep a
 	if err != nil {
 		return nil, err
 	}
-	out, used, err := b.daemons().Do(ctx, daemonclient.Call{SandboxID: sandboxID, Endpoint: ep, Op: op, Args: body,
+	out, used, err := b.daemons().Do(ctx, daemonclient.Call{SandboxID: sandboxID, Endpoint: ep, Direct: b.directFor(sandboxID, ep), Op: op, Args: body,
 		RequestID: RequestID(ctx), Progress: lines, Via: via})
 	if used != ep && err == nil {
 		b.remember(sandboxID, used)

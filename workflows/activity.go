@@ -65,8 +65,12 @@ type ContainerInfo struct {
 	Name        string       `json:"name"`
 	Volume      string       `json:"volume"`
 	Daemon      api.Endpoint `json:"daemon"`
-	Adopted     bool         `json:"adopted"`         // an existing container of the same name was reused
-	State       string       `json:"state,omitempty"` // Docker's status: created, running, exited, ...
+	// DaemonDirect is the daemon's address on the container's network,
+	// which a caller on the same machine dials instead of Docker's proxy
+	// (daemonclient/direct.go); nil for records made before it.
+	DaemonDirect *api.Endpoint `json:"daemon_direct,omitempty"`
+	Adopted      bool          `json:"adopted"`         // an existing container of the same name was reused
+	State        string        `json:"state,omitempty"` // Docker's status: created, running, exited, ...
 }
 
 // DaemonCall is one RPC to a sandbox's daemon. The activity derives the
@@ -82,6 +86,9 @@ type DaemonCall struct {
 	// HostQueue is the sandbox's host queue: a local call (CallDaemonHere)
 	// runs only on that host's worker.
 	HostQueue string `json:"host_queue,omitempty"`
+	// Direct is the daemon's address on its container's network (the
+	// record's DaemonDirect), tried before Docker's proxy.
+	Direct *api.Endpoint `json:"direct,omitempty"`
 }
 
 // ExportSpec exports a sandbox's published changes to the host.

@@ -262,7 +262,7 @@ func (s *sandbox) publishCall(actx workflow.Context, r PublishRequest, txid stri
 	if updateID != "" {
 		rid += "/" + updateID
 	}
-	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: UpdatePublish, Args: args, RequestID: rid, Timeout: timeout}
+	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Direct: s.state.Container.DaemonDirect, Op: UpdatePublish, Args: args, RequestID: rid, Timeout: timeout}
 	rec := PublishRecord{TxID: txid, WorkspaceSessionID: r.WorkspaceSessionID, UpdateID: updateID, Verified: v != nil}
 	var raw json.RawMessage
 	run := s.callDaemon

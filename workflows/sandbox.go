@@ -280,7 +280,7 @@ func (s *sandbox) stepFailed(step string, err error) error {
 // call runs one daemon RPC with a request id derived from the workflow.
 func (s *sandbox) call(ctx workflow.Context, op string, args json.RawMessage, key string) (json.RawMessage, error) {
 	var out json.RawMessage
-	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Op: op, Args: args,
+	call := DaemonCall{SandboxID: s.id(), Daemon: s.state.Container.Daemon, Direct: s.state.Container.DaemonDirect, Op: op, Args: args,
 		RequestID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + key}
 	err := s.callDaemon(ctx, daemonOptions(ctx, s.queue()), call, &out)
 	return out, err
@@ -621,6 +621,7 @@ func (s *sandbox) resolveDaemon(ctx workflow.Context) (*ContainerInfo, error) {
 			"the container of sandbox %s is %s; it serves again once Docker has restarted it", s.id(), info.State)
 	}
 	s.state.Container.ContainerID, s.state.Container.Daemon, s.state.Container.State = info.ContainerID, info.Daemon, info.State
+	s.state.Container.DaemonDirect = info.DaemonDirect
 	return &s.state.Container, nil
 }
 
