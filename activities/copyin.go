@@ -204,6 +204,7 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	if err != nil {
 		return workflows.ImportWorkspaceResult{}, activityError(err)
 	}
+	a.daemon.UseDirect(ctx, req, daemonDirect(c)) // the tree skips Docker's proxy
 	pr, pw := io.Pipe()
 	werr := make(chan error, 1)
 	go func() {

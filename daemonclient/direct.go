@@ -94,6 +94,27 @@ func (c *Client) directAddr(call Call) string {
 	return addr
 }
 
+// UseDirect points req (built by Request for the published endpoint) at
+// the daemon's direct address d when it dials: for a request whose body
+// cannot be sent twice (a stream), so it is dialled first, once per
+// address. It reports whether req goes direct.
+func (c *Client) UseDirect(ctx context.Context, req *http.Request, d *api.Endpoint) bool {
+	addr := c.directAddr(Call{Direct: d})
+	if addr == "" {
+		return false
+	}
+	dctx, cancel := context.WithTimeout(ctx, directDialTimeout)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		c.direct.failed(addr)
+		return false
+	}
+	_ = conn.Close()
+	goDirect(req, addr)
+	return true
+}
+
 // goDirect points req at addr, keeping the published endpoint as its Host.
 func goDirect(req *http.Request, addr string) {
 	req.Host = req.URL.Host

@@ -79,3 +79,30 @@ func TestDoDirectAndItsFallback(t *testing.T) {
 	require.Nil(t, DirectOf("10.0.0.2", 0))
 	require.Equal(t, &api.Endpoint{Host: "10.0.0.2", Port: 7001}, DirectOf("10.0.0.2", 7001))
 }
+
+// UseDirect (a streamed request) dials the address first: one that answers
+// gets the request, with its published Host; one that does not leaves the
+// request as it was and is not dialled again.
+func TestUseDirect(t *testing.T) {
+	dir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer dir.Close()
+	c := New([]byte("s"), nil)
+	pub := api.Endpoint{Host: "127.0.0.1", Port: 1}
+	req, err := c.Request(context.Background(), http.MethodPost, "sb", pub, "/import/base", nil, "")
+	require.NoError(t, err)
+	d := endpointOf(t, dir)
+	require.True(t, c.UseDirect(context.Background(), req, &d))
+	require.Equal(t, dir.Listener.Addr().String(), req.URL.Host)
+	require.Equal(t, "127.0.0.1:1", req.Host)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gone := api.Endpoint{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
+	require.NoError(t, l.Close())
+	req, err = c.Request(context.Background(), http.MethodPost, "sb", pub, "/import/base", nil, "")
+	require.NoError(t, err)
+	require.False(t, c.UseDirect(context.Background(), req, &gone))
+	require.Equal(t, "127.0.0.1:1", req.URL.Host, "left on the published endpoint")
+	require.Equal(t, "", c.directAddr(Call{Direct: &gone}))
+	require.False(t, c.UseDirect(context.Background(), req, nil))
+}
