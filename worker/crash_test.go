@@ -265,6 +265,34 @@ func TestWorkerCrashDuringSessionCreate(t *testing.T) {
 	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
 }
 
+// The worker dies right after the daemon destroyed the session, before
+// Temporal recorded it: the retry finds the session gone, which is what
+// the destroy asked, and answers destroyed; the sandbox forgets it.
+func TestWorkerCrashDuringSessionDestroy(t *testing.T) {
+	r := newCrashRig(t)
+	id, s, ep := r.readySandbox("a\n")
+	var created map[string]any
+	require.NoError(t, r.update(id, workflows.UpdateCreateSession, &created, workflows.CreateSessionRequest{Agent: "crash"}))
+	ws := created["workspace_session_id"].(string)
+
+	const fp = "CallDaemonHere:destroy_workspace_session"
+	out, err := r.crashDuring(fp, func(o *map[string]any) error {
+		return r.update(id, workflows.UpdateDestroySession, o, workflows.SessionRequest{WorkspaceSessionID: ws})
+	})
+	require.NoError(t, err)
+	require.Equal(t, true, out["destroyed"], "%v", out)
+	require.Equal(t, ws, out["workspace_session_id"])
+	for _, x := range s.daemon(id, ep, "list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any) {
+		require.NotEqual(t, ws, x.(map[string]any)["workspace_session_id"], "the daemon has no such session")
+	}
+	v, err := r.c.QueryWorkflow(context.Background(), workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+	require.NoError(t, err)
+	var st workflows.SandboxState
+	require.NoError(t, v.Get(&st))
+	require.NotContains(t, st.Sessions, ws, "the sandbox forgot it")
+	require.NoError(t, r.update(id, workflows.UpdateDestroy, &st))
+}
+
 func TestWorkerCrashDuringCreate(t *testing.T) {
 	r := newCrashRig(t)
 	for _, fp := range []string{"CreateContainer", "StartContainer", "ImportWorkspace"} {
