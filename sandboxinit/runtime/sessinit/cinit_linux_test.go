@@ -154,6 +154,24 @@ func request(args []string, env []string, cwd string) []byte {
 	return b
 }
 
+// run sends a request the init starts, and returns the process's exit
+// and what it wrote (up to 256 bytes).
+func (p *initProc) run(t testing.TB, raw []byte) (int, string) {
+	t.Helper()
+	c, out := p.send(t, raw, 3)
+	r, fds := readReply(t, c)
+	require.Empty(t, r.Error)
+	require.Positive(t, r.Pid)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	r, _ = readReply(t, c)
+	require.NotNil(t, r.Exit)
+	b := make([]byte, 256)
+	n, _ := out.Read(b)
+	return *r.Exit, string(b[:n])
+}
+
 func TestCInitRunsRequests(t *testing.T) {
 	p := startInit(t, false)
 	c, out := p.send(t, request([]string{"sh", "-c", `echo "$1|$X|$(pwd)|$$"; exit 7`, "sh", "hé \"q\" \u003c"}, []string{"X=1", "PATH=/usr/bin:/bin"}, "/tmp"), 3)
@@ -172,27 +190,14 @@ func TestCInitRunsRequests(t *testing.T) {
 	require.NotEqual(t, "1", fields[3], "the process is not the init")
 
 	// Killed by a signal: -signal.
-	c, _ = p.send(t, request([]string{"sh", "-c", "kill -9 $$"}, nil, ""), 3)
-	r, fds = readReply(t, c)
-	require.Empty(t, r.Error)
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-	r, _ = readReply(t, c)
-	require.Equal(t, -9, *r.Exit)
+	code, _ := p.run(t, request([]string{"sh", "-c", "kill -9 $$"}, nil, ""))
+	require.Equal(t, -9, code)
 
 	// Its signals are its own: none is blocked for it (the init blocks
 	// SIGCHLD, SIGTERM, SIGINT and SIGPIPE for itself).
-	c, out = p.send(t, request([]string{"sh", "-c", "grep -E '^SigBlk' /proc/self/status"}, nil, ""), 3)
-	r, fds = readReply(t, c)
-	require.Empty(t, r.Error)
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-	r, _ = readReply(t, c)
-	require.Equal(t, 0, *r.Exit)
-	n, _ = out.Read(b)
-	require.Contains(t, string(b[:n]), "SigBlk:\t0000000000000000", "%s", b[:n])
+	code, sig := p.run(t, request([]string{"sh", "-c", "grep -E '^SigBlk' /proc/self/status"}, nil, ""))
+	require.Equal(t, 0, code)
+	require.Contains(t, sig, "SigBlk:\t0000000000000000")
 }
 
 func TestCInitRefusesBadRequests(t *testing.T) {
@@ -235,17 +240,9 @@ func TestCInitRefusesBadRequests(t *testing.T) {
 	}
 	// Unknown fields are ignored, escapes decoded, as Go reads them; and
 	// the init still serves after all of that.
-	c, out := p.send(t, []byte(`{"x":{"a":[1,-2.5e3,true,false,null,"s"]},"args":["sh","-c","echo \"$1\"","sh","\ud83d\ude00 \ud800"],"cwd":null}`), 3)
-	r, fds := readReply(t, c)
-	require.Empty(t, r.Error)
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-	r, _ = readReply(t, c)
-	require.Equal(t, 0, *r.Exit)
-	b := make([]byte, 64)
-	n, _ := out.Read(b)
-	require.Equal(t, "😀 \ufffd\n", string(b[:n]))
+	code, out := p.run(t, []byte(`{"x":{"a":[1,-2.5e3,true,false,null,"s"]},"args":["sh","-c","echo \"$1\"","sh","\ud83d\ude00 \ud800"],"cwd":null}`))
+	require.Equal(t, 0, code)
+	require.Equal(t, "😀 \ufffd\n", out)
 }
 
 func TestCInitRefusesToRunButAsPID1(t *testing.T) {
@@ -350,18 +347,10 @@ func TestCInitLoadsTheHandedFilter(t *testing.T) {
 				return
 			}
 			p := &initProc{cmd: cmd, sock: sock, done: done}
-			c, out := p.send(t, request([]string{"sh", "-c", "uname >/dev/null 2>&1 || echo refused; grep Seccomp: /proc/self/status"}, nil, ""), 3)
-			r, fds := readReply(t, c)
-			require.Empty(t, r.Error)
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-			r, _ = readReply(t, c)
-			require.Equal(t, 0, *r.Exit)
-			b := make([]byte, 128)
-			n, _ = out.Read(b)
-			require.Contains(t, string(b[:n]), "refused", "the command runs under the init's filter")
-			require.Contains(t, string(b[:n]), "Seccomp:\t2")
+			code, out := p.run(t, request([]string{"sh", "-c", "uname >/dev/null 2>&1 || echo refused; grep Seccomp: /proc/self/status"}, nil, ""))
+			require.Equal(t, 0, code)
+			require.Contains(t, out, "refused", "the command runs under the init's filter")
+			require.Contains(t, out, "Seccomp:\t2")
 			pid := strconv.Itoa(cmd.Process.Pid)
 			f, err := sessinit.SeccompFilters(pid)
 			require.NoError(t, err)
