@@ -19,27 +19,34 @@ import (
 // container network (Call.Direct, from Docker's inspect of the container)
 // and that address answers, the call goes there instead, with the
 // published endpoint as its Host (the daemon answers loopback names only).
-// An address that cannot be dialled is not tried again by this client, and
-// that call goes on to the published endpoint: a dial that fails sent
-// nothing.
+// An address that cannot be dialled is not tried again by this client for
+// directRetryAfter (a restarting container's daemon is back on the same
+// address within seconds, usually), and that call goes on to the
+// published endpoint: a dial that fails sent nothing.
 
 // directDialTimeout bounds a dial of a direct address: a container network
 // the caller cannot route to (rootless Docker, another host's) must not
 // hold up the call.
 const directDialTimeout = 300 * time.Millisecond
 
+// directRetryAfter is how long an address that failed is left alone.
+const directRetryAfter = 30 * time.Second
+
 // directs remembers the direct addresses in use, and those that failed.
 type directs struct {
 	mu   sync.Mutex
-	live map[string]bool // dialling now or known good: dial with directDialTimeout
-	bad  map[string]bool
+	live map[string]bool      // dialling now or known good: dial with directDialTimeout
+	bad  map[string]time.Time // when it last failed
 }
 
 func (d *directs) usable(addr string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.bad[addr] {
-		return false
+	if at, ok := d.bad[addr]; ok {
+		if time.Since(at) < directRetryAfter {
+			return false
+		}
+		delete(d.bad, addr)
 	}
 	if d.live == nil {
 		d.live = map[string]bool{}
@@ -52,9 +59,9 @@ func (d *directs) failed(addr string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.bad == nil {
-		d.bad = map[string]bool{}
+		d.bad = map[string]time.Time{}
 	}
-	d.bad[addr] = true
+	d.bad[addr] = time.Now()
 	delete(d.live, addr)
 }
 

@@ -5,8 +5,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,6 +56,13 @@ func TestDoDirectAndItsFallback(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.JSONEq(t, `{"via":"published"}`, call(&gone))
 	require.Equal(t, "", c.directAddr(Call{Endpoint: pubEP, Direct: &gone}), "a failed address is not tried again")
+	// ... for a while: a restarted container's daemon is usually back on it.
+	addr := net.JoinHostPort(gone.Host, strconv.Itoa(gone.Port))
+	c.direct.mu.Lock()
+	c.direct.bad[addr] = time.Now().Add(-directRetryAfter - time.Second)
+	c.direct.mu.Unlock()
+	require.Equal(t, addr, c.directAddr(Call{Endpoint: pubEP, Direct: &gone}), "tried again once it has been left alone long enough")
+	c.direct.failed(addr)
 
 	// Another daemon answers the address now: it refuses the token, and
 	// the call goes on to the published endpoint, which runs it once.
