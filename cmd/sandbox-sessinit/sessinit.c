@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -695,22 +696,54 @@ static int start(struct request *req, const int stdio[3], struct started *out, s
 // ---------------------------------------------------------------------------
 // The exec server.
 
+// A connection waits for its request (pid 0, answered 0), then for its
+// process's exit (pid), then, answered, for the daemon to hang up: closing
+// right after the last reply loses that reply now and then (measured: one
+// in some thousands on this kernel, the reader sees EOF), so the daemon,
+// which hangs up once it has read it, closes first, and the init closes
+// its end on the EOF or after LINGER_MS.
 struct conn {
 	int fd;
-	pid_t pid; // 0 while the request has not come
+	pid_t pid;
+	int64_t answered; // when the last reply went (ms, monotonic), or 0
 };
+
+#define LINGER_MS 10000
 
 static struct conn *conns;
 static size_t nconns;
 
 static void conn_add(int fd) {
 	conns = xrealloc(conns, (nconns + 1) * sizeof *conns);
-	conns[nconns++] = (struct conn){fd, 0};
+	conns[nconns++] = (struct conn){fd, 0, 0};
 }
 
 static void conn_drop(size_t i) {
 	close(conns[i].fd);
 	conns[i] = conns[--nconns];
+}
+
+// answered marks conn i's last reply sent: it is closed when the daemon
+// hangs up (or after LINGER_MS).
+static void answered(size_t i) {
+	conns[i].pid = 0;
+	conns[i].answered = now_ms();
+}
+
+// close_lingering closes the answered connections older than LINGER_MS,
+// and returns the poll timeout until the next one is (-1: none).
+static int close_lingering(void) {
+	int64_t now = now_ms(), next = -1;
+	for (size_t i = 0; i < nconns;) {
+		if (conns[i].answered && now - conns[i].answered >= LINGER_MS) {
+			conn_drop(i);
+			continue;
+		}
+		if (conns[i].answered && (next < 0 || conns[i].answered + LINGER_MS - now < next))
+			next = conns[i].answered + LINGER_MS - now;
+		i++;
+	}
+	return next < 0 ? -1 : (int)next + 1;
 }
 
 static void json_str(struct buf *b, const char *s) {
@@ -761,27 +794,28 @@ static void send_error(int fd, const char *msg) {
 	free(b.b);
 }
 
-// serve_request reads conn i's request and starts its process; it reports
-// whether the connection stays (waiting for the process's exit).
+// serve_request reads conn i's request and starts its process. It returns
+// 0 when the connection is to be closed now (the daemon hung up), 1 when
+// it waits (for the request, or the process's exit), 2 when it was
+// answered (a refusal).
 static int serve_request(size_t i) {
 	int fd = conns[i].fd;
-	char peek;
-	ssize_t size = recv(fd, &peek, 1, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
-	if (size < 0 && (errno == EAGAIN || errno == EINTR))
-		return 1;
-	if (size <= 0)
-		return 0; // closed, or an empty record
-	size_t cap = (size_t)size > MAX_REQUEST ? 1 : (size_t)size;
-	char *data = xrealloc(NULL, cap);
+	// One request at a time (one thread): one buffer, a byte over the
+	// limit so an oversized record shows. Its pages cost an idle session
+	// only once a request touched them, and a big one gives them back.
+	static char data[MAX_REQUEST + 4096] __attribute__((aligned(4096)));
 	union {
 		char b[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	struct iovec iov = {data, cap};
+	struct iovec iov = {data, sizeof data};
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b};
 	ssize_t n;
 	while ((n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 && errno == EINTR) {
 	}
+	if (n < 0 && errno == EAGAIN)
+		return 1; // not here yet
+	ssize_t size = (m.msg_flags & MSG_TRUNC) ? (ssize_t)sizeof data : n;
 	int fds[3], nfds = 0, extra = 0;
 	if (n >= 0) {
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
@@ -800,7 +834,7 @@ static int serve_request(size_t i) {
 		if (m.msg_flags & MSG_CTRUNC)
 			extra++;
 	}
-	int keep = 0;
+	int keep = 2;
 	struct buf err = {0};
 	struct request req;
 	const char *why;
@@ -810,7 +844,7 @@ static int serve_request(size_t i) {
 		buf_printf(&err, "want 3 stdio fds, got %d", nfds + extra);
 		send_error(fd, err.b);
 	} else if ((size_t)size > MAX_REQUEST) {
-		buf_printf(&err, "bad request: %zd bytes exceeds %d", size, MAX_REQUEST);
+		buf_printf(&err, "bad request: more than %d bytes", MAX_REQUEST);
 		send_error(fd, err.b);
 	} else if (parse_request(data, (size_t)n, &req, &why) < 0) {
 		buf_printf(&err, "bad request: %s", why);
@@ -836,7 +870,8 @@ static int serve_request(size_t i) {
 	for (int j = 0; j < nfds; j++)
 		close(fds[j]);
 	free(err.b);
-	free(data);
+	if (n > 64 << 10)
+		madvise(data, sizeof data, MADV_DONTNEED);
 	return keep;
 }
 
@@ -858,7 +893,7 @@ static int reap(void) {
 				char reply[64];
 				snprintf(reply, sizeof reply, "{\"exit\":%d}", code);
 				send_reply(conns[i].fd, reply, -1);
-				conn_drop(i);
+				answered(i);
 				break;
 			}
 		}
@@ -990,11 +1025,12 @@ int main(int argc, char **argv) {
 		if (lfd >= 0)
 			pfds[np++] = (struct pollfd){lfd, POLLIN, 0};
 		size_t first = np;
-		for (size_t i = 0; i < nconns; i++) // connections whose request has not come
+		for (size_t i = 0; i < nconns; i++) // waiting for a request, or answered (for the hang-up)
 			pfds[np++] = (struct pollfd){conns[i].pid ? -1 : conns[i].fd, POLLIN, 0};
-		// No timer: an idle session sleeps until a signal or a connection
-		// (SIGCHLD is never lost, only coalesced, and reap takes them all).
-		int r = poll(pfds, np, -1);
+		// No other timer: an idle session sleeps until a signal or a
+		// connection (SIGCHLD is never lost, only coalesced, and reap
+		// takes them all).
+		int r = poll(pfds, np, close_lingering());
 		if (r < 0 && errno != EINTR) {
 			sleep_ms(10);
 			continue;
@@ -1014,11 +1050,14 @@ int main(int argc, char **argv) {
 			if (pfds[k].fd < 0 || !pfds[k].revents)
 				continue;
 			for (size_t i = 0; i < nconns; i++) {
-				if (conns[i].fd == pfds[k].fd && conns[i].pid == 0) {
-					if (!serve_request(i))
-						conn_drop(i);
-					break;
-				}
+				if (conns[i].fd != pfds[k].fd || conns[i].pid != 0)
+					continue;
+				int rc = conns[i].answered ? 0 : serve_request(i); // answered and readable: the daemon hung up
+				if (rc == 0)
+					conn_drop(i);
+				else if (rc == 2)
+					answered(i);
+				break;
 			}
 		}
 		if (lfd >= 0 && r > 0 && (pfds[1].revents & POLLIN)) {

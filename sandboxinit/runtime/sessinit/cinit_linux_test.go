@@ -388,3 +388,22 @@ func FuzzCInitRequest(f *testing.F) {
 		}
 	})
 }
+
+// Every answer arrives: many requests in a row, each on a connection of
+// its own as the daemon makes them, each answered before the init closes
+// its end. (An init that closed right after its last reply lost one in a
+// few thousand: the daemon read EOF.)
+func TestCInitEveryAnswerArrives(t *testing.T) {
+	p := startInit(t, true) // nothing it is asked to run exists
+	for i := 0; i < 20000; i++ {
+		c, out := p.send(t, request([]string{"x" + strconv.Itoa(i)}, nil, ""), 3)
+		out.Close()
+		r, fds := readReply(t, c)
+		require.Empty(t, fds)
+		require.Contains(t, r.Error, "x"+strconv.Itoa(i)+": executable file not found", "request %d", i)
+		c.Close()
+	}
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/fd")
+	require.NoError(t, err)
+	require.Less(t, len(ents), 16, "the init holds no descriptor per request it answered")
+}

@@ -32,6 +32,9 @@ import (
 // process before it SIGKILLs the rest.
 const shutdownGrace = 2 * time.Second
 
+// lingerFor bounds the wait for the daemon to hang up after the last reply.
+const lingerFor = 10 * time.Second
+
 // Main is the session's PID 1 (cmd/sandbox-sessinit, or the daemon binary
 // as "sessinit" through runtime.SessionInitMain); exit with its result. It reaps every zombie in the
 // session, serves the fast exec socket when the runtime handed one over,
@@ -250,6 +253,14 @@ func (s *Server) handle(conn *net.UnixConn) {
 	defer s.busy.Add(-1)
 	s.served.Add(1)
 	defer conn.Close()
+	// The daemon hangs up once it has read the last reply; closing right
+	// after sending it loses that reply now and then (the reader sees
+	// EOF), so wait for the hang-up, a while at most.
+	defer func() {
+		_ = conn.SetReadDeadline(time.Now().Add(lingerFor))
+		var b [1]byte
+		_, _ = conn.Read(b[:])
+	}()
 	reply := func(r Reply, rights []byte) {
 		b, _ := json.Marshal(r)
 		_, _, _ = conn.WriteMsgUnix(b, rights, nil)
