@@ -78,14 +78,7 @@ func TestLaneBoundsConcurrency(t *testing.T) {
 		require.NoError(t, err)
 		rels = append(rels, rel)
 	}
-	got := make(chan func(), 1)
-	go func() {
-		rel, _, err := l.acquire(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- rel
-	}()
+	got := acquireLater(t, l)
 	waitQueued(l, 1)
 	select {
 	case <-got:
@@ -111,14 +104,7 @@ func TestLaneCancelledWaiterHoldsNothing(t *testing.T) {
 		cancelled <- err
 	}()
 	waitQueued(l, 1)
-	next := make(chan func(), 1)
-	go func() {
-		rel, _, err := l.acquire(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		next <- rel
-	}()
+	next := acquireLater(t, l)
 	waitQueued(l, 2)
 	cancel()
 	require.ErrorIs(t, <-cancelled, context.Canceled)
@@ -299,4 +285,18 @@ func TestInteractiveOpsBypassAFullLane(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"lane":"background"`)
 	require.Contains(t, string(raw), `"lane_wait_ms"`)
+}
+
+// acquireLater acquires a slot of l in a goroutine: its release arrives
+// on the channel once it holds one.
+func acquireLater(t *testing.T, l *lane) chan func() {
+	got := make(chan func(), 1)
+	go func() {
+		rel, _, err := l.acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- rel
+	}()
+	return got
 }
