@@ -27,6 +27,10 @@ const (
 	// caller has not recorded the new session yet).
 	FailForkAfterUpper = "fork-after-upper"
 	FailForkAfterLease = "fork-after-lease"
+	// A destroy (the daemon's, sandboxinit): answered, the session's
+	// processes killed, its workspace unmounted, its record marked and its
+	// lease released; the rest of its teardown not begun.
+	FailDestroyTail = "destroy-tail"
 )
 
 // CommitFailpoints lists the commit path's failpoints in order.
@@ -64,6 +68,9 @@ func die() {
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
 }
+
+// Hit is hit for a failpoint of the store's owner (FailDestroyTail).
+func (s *Store) Hit(name string) { s.hit(name) }
 
 // hit checks the environment's failpoints and the store's failpoint file.
 func (s *Store) hit(name string) {

@@ -34,7 +34,7 @@ type Config struct {
 	// Budgets: past them requests are refused with resource_exhausted (or,
 	// for retained output, the oldest finished commands lose theirs).
 	MaxSessions        int   // live workspace sessions, default 256
-	WarmSessions       int   // pre-started sessions a plain create adopts (warm.go): 0 or 1
+	WarmSessions       int   // pre-started sessions a plain create adopts (warm.go): 0 (none) to MaxWarmSessions
 	MaxRunningCommands int   // commands running at once, default 512
 	OutputBudget       int64 // output kept by all commands; finished ones lose theirs first; default 256 MiB
 	MaxPublishBytes    int64 // bytes of files in one change set, default 1 GiB
@@ -84,6 +84,7 @@ func (c *Config) defaults() {
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = DefaultMaxSessions
 	}
+	c.WarmSessions = min(max(c.WarmSessions, 0), MaxWarmSessions)
 	if c.MaxRunningCommands <= 0 {
 		c.MaxRunningCommands = command.DefaultMaxRunning
 	}

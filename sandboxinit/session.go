@@ -113,6 +113,10 @@ type sessionRecord struct {
 	// Warm marks the warm session before it is adopted (warm.go): never
 	// restored (a daemon that restarts removes it).
 	Warm bool `json:"warm,omitempty"`
+	// Destroyed marks a session whose destroy answered while the rest of
+	// its teardown went on (retire): never restored (a daemon that
+	// restarts finishes the teardown).
+	Destroyed bool `json:"destroyed,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -355,6 +359,53 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	return bytes, err
 }
 
+// retire is a destroy's teardown. The destroy waits for what makes the
+// session gone: every process of it killed, its workspace unmounted, its
+// record marked destroyed, its lease released, and the session out of the
+// daemon's table. The rest (the container's cgroup, its root overlay and
+// network, the session dir: 5-20 ms, most of a destroy's time) goes on in
+// the background (d.bg, which Close waits for); a daemon that stops first
+// finishes it at boot, from the record (restoreSessions).
+func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
+	if s.rt != nil {
+		sctx, sp := d.span(ctx, "session.kill", nil)
+		err := s.rt.Kill(sctx)
+		sp.End(err)
+		if err != nil {
+			return d.teardown(ctx, s, true)
+		}
+	}
+	bytes := dirBytes(s.upper())
+	s.rec.Destroyed = true
+	err := s.save()
+	if err == nil {
+		err = unmountAll(s.merged())
+	}
+	if err != nil {
+		s.rec.Destroyed = false
+		_ = s.save()
+		return d.teardown(ctx, s, true)
+	}
+	if s.rec.LeaseID != "" {
+		if err := d.store.Release(s.rec.LeaseID); err != nil {
+			return 0, err
+		}
+		d.event(ctx, "lease.released", map[string]any{"lease_id": s.rec.LeaseID, "workspace_session_id": s.rec.ID})
+	}
+	d.mu.Lock()
+	delete(d.sessions, s.rec.ID)
+	d.mu.Unlock()
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		d.store.Hit(layerstack.FailDestroyTail)
+		if _, err := d.teardown(ctx, s, false); err != nil {
+			d.log.Error("finishing a destroyed session's teardown failed; the next daemon start finishes it", "workspace_session_id", s.rec.ID, "err", err)
+		}
+	}()
+	return bytes, nil
+}
+
 // session returns a live session or a not_found error.
 func (d *Daemon) session(id string) (*session, error) {
 	d.mu.Lock()
@@ -403,7 +454,7 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},
 			"workspace session %s has %d active command sessions; cancel them or pass force", s.rec.ID, len(active))
 	}
-	bytes, err := d.teardown(ctx, s, true)
+	bytes, err := d.retire(ctx, s)
 	if err != nil {
 		s.setState(StateFinalizeFailed)
 		return nil, fmt.Errorf("destroy %s: %w", s.rec.ID, err)
@@ -437,8 +488,8 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 			d.removeThrowaway(ctx, s)
 			continue
 		}
-		if s.rec.Warm {
-			d.removeWarmAtBoot(ctx, s)
+		if s.rec.Warm || s.rec.Destroyed {
+			d.removeAtBoot(ctx, s)
 			continue
 		}
 		if d.pendingPublish(s.rec.ID) {

@@ -7,10 +7,12 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
-// A warm session: one shared-network session per sandbox, started before
-// anyone asks (namespaces, cgroup, seccomp, overlay mount, session init),
-// that the next plain create_workspace_session adopts, which then only
-// takes a lease and writes the session's record. It is mounted on the head
+// Warm sessions: shared-network sessions (Config.WarmSessions per sandbox,
+// 2 by default), started before anyone asks (namespaces, cgroup, seccomp,
+// overlay mount, session init), that the next plain create_workspace_session
+// adopts, which then only takes a lease and writes the session's record.
+// With two, creates in quick succession find one ready while the one
+// adopted before is replaced (one at a time, in the background). It is mounted on the head
 // it was started at, and a session must start on the head of its create,
 // so a warm session is adopted only while the head has not moved; a
 // newer head discards it. It is built when the head has been still for
@@ -24,16 +26,21 @@ import (
 // discarded before it could be adopted) and counts for no budget; a
 // daemon that restarts removes it (its record says warm).
 const (
+	// DefaultWarmSessions is the pool the daemon keeps unless told.
+	DefaultWarmSessions = 2
+	// MaxWarmSessions bounds the pool (each idles at about 0.5 MiB).
+	MaxWarmSessions = 4
+
 	warmPoll   = 250 * time.Millisecond
 	warmStable = time.Second
 )
 
-// warmPool is the daemon's warm session and its builder's state.
+// warmPool is the daemon's warm sessions and their builder's state.
 type warmPool struct {
-	s        *session      // ready to adopt, or nil
-	version  int64         // the manifest version s (or the build) is mounted on
-	building bool          // a build runs
-	done     chan struct{} // closed when the build ends
+	ready    []*session    // ready to adopt, oldest first, each on its warmVersion
+	version  int64         // the manifest version the builds running are mounted on
+	building int           // builds running
+	done     chan struct{} // closed (and replaced) whenever a build ends
 	kick     chan struct{} // a build is wanted now (one was adopted)
 	cancel   context.CancelFunc
 	// Counters, for the trace and the tests.
@@ -63,28 +70,36 @@ func (d *Daemon) startWarm() {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.mu.Lock()
 	d.warm.kick = make(chan struct{}, 1)
+	d.warm.done = make(chan struct{})
 	d.warm.cancel = cancel
 	d.mu.Unlock()
 	go d.runWarm(ctx)
 }
 
-// stopWarm stops the builder and removes a warm session that is ready.
+// stopWarm stops the builder and removes the warm sessions that are ready.
 func (d *Daemon) stopWarm(ctx context.Context) {
 	d.mu.Lock()
-	cancel, done, s := d.warm.cancel, d.warm.done, d.warm.s
-	d.warm.s, d.warm.cancel = nil, nil
+	cancel := d.warm.cancel
+	d.warm.cancel = nil
 	d.mu.Unlock()
 	if cancel == nil {
 		return
 	}
 	cancel()
-	if done != nil {
+	d.mu.Lock()
+	for d.warm.building > 0 && ctx.Err() == nil { // a build ending now discards its session
+		done := d.warm.done
+		d.mu.Unlock()
 		select {
 		case <-done:
 		case <-ctx.Done():
 		}
+		d.mu.Lock()
 	}
-	if s != nil {
+	ready := d.warm.ready
+	d.warm.ready = nil
+	d.mu.Unlock()
+	for _, s := range ready {
 		_, _ = d.teardown(ctx, s, false)
 	}
 }
@@ -107,31 +122,39 @@ func (d *Daemon) runWarm(ctx context.Context) {
 			last, since = v, time.Now()
 		}
 		d.mu.Lock()
-		if w := &d.warm; w.s != nil && w.version != v {
-			stale := w.s
-			w.s = nil
+		w := &d.warm
+		fresh := w.ready[:0]
+		for _, s := range w.ready {
+			if s.warmVersion == v {
+				fresh = append(fresh, s)
+				continue
+			}
 			w.discarded++
-			go d.discardWarm(stale)
+			go d.discardWarm(s)
 		}
-		room := len(d.sessions)+d.creating+1 < d.cfg.MaxSessions
-		build := d.warm.s == nil && !d.warm.building && v > 0 && room && (kicked || time.Since(since) >= warmStable)
-		if build {
-			d.warm.building, d.warm.version, d.warm.done = true, v, make(chan struct{})
+		clear(w.ready[len(fresh):])
+		w.ready = fresh
+		// The pool is refilled on one version at a time, a build per
+		// missing session at once (a build is mostly waiting: on the
+		// kernel, on runc's init), while there is room under MaxSessions.
+		if v > 0 && (w.building == 0 || w.version == v) && (kicked || time.Since(since) >= warmStable) {
+			for len(w.ready)+w.building < d.cfg.WarmSessions && len(d.sessions)+d.creating+len(w.ready)+w.building+1 < d.cfg.MaxSessions {
+				w.building++
+				w.version = v
+				go d.buildWarm(ctx, v)
+			}
 		}
 		d.mu.Unlock()
-		if build {
-			d.buildWarm(ctx, v)
-		}
 	}
 }
 
-// buildWarm starts the warm session on version v (in this goroutine: one
-// build at a time).
+// buildWarm starts a warm session on version v and adds it to the pool.
 func (d *Daemon) buildWarm(ctx context.Context, v int64) {
 	s, err := d.createSessionAs(ctx, api.CreateSessionArgs{NetworkProfile: "shared"}, false, true)
 	d.mu.Lock()
-	done := d.warm.done
-	d.warm.building = false
+	d.warm.building--
+	close(d.warm.done)
+	d.warm.done = make(chan struct{})
 	switch {
 	case err != nil:
 		d.log.Warn("starting a warm session failed", "err", err)
@@ -139,20 +162,20 @@ func (d *Daemon) buildWarm(ctx context.Context, v int64) {
 		d.warm.discarded++
 		go d.discardWarm(s)
 	default:
-		d.warm.s = s
+		d.warm.ready = append(d.warm.ready, s)
 		d.warm.built++
 	}
 	d.mu.Unlock()
-	close(done)
 }
 
-// adoptWarm hands the warm session to a create, or returns nil (the create
-// makes its session the usual way). A build in progress on the current head
-// is waited for: it started earlier than a new create would.
+// adoptWarm hands a warm session on the current head to a create, or
+// returns nil (the create makes its session the usual way). With none
+// ready, the builds in progress on the current head are waited for: they
+// started earlier than a new create would.
 func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *session {
 	head := d.headVersion()
 	d.mu.Lock()
-	if d.warm.building && d.warm.version == head {
+	for !d.warm.hasReady(head) && d.warm.building > 0 && d.warm.version == head {
 		done := d.warm.done
 		d.mu.Unlock()
 		select {
@@ -162,12 +185,12 @@ func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *sessio
 		}
 		d.mu.Lock()
 	}
-	s, v := d.warm.s, d.warm.version
-	d.warm.s = nil
+	s := d.warm.take(head)
 	d.mu.Unlock()
 	if s == nil {
 		return nil
 	}
+	v := s.warmVersion
 	discard := func() *session {
 		d.mu.Lock()
 		d.warm.discarded++
@@ -181,6 +204,7 @@ func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *sessio
 	}
 	defer release()
 	lease, err := d.store.Acquire(s.owner())
+
 	if err != nil {
 		return discard()
 	}
@@ -208,6 +232,28 @@ func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *sessio
 	return s
 }
 
+// hasReady is whether a ready warm session is on version v.
+func (w *warmPool) hasReady(v int64) bool {
+	for _, s := range w.ready {
+		if s.warmVersion == v {
+			return true
+		}
+	}
+	return false
+}
+
+// take removes and returns the oldest ready warm session on version v, or
+// nil; the stale ones it passes are left for the builder to discard.
+func (w *warmPool) take(v int64) *session {
+	for i, s := range w.ready {
+		if s.warmVersion == v {
+			w.ready = append(w.ready[:i], w.ready[i+1:]...)
+			return s
+		}
+	}
+	return nil
+}
+
 // discardWarm removes a warm session that will not be adopted.
 func (d *Daemon) discardWarm(s *session) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -217,13 +263,15 @@ func (d *Daemon) discardWarm(s *session) {
 	}
 }
 
-// removeWarmAtBoot removes the warm session a daemon left behind: its
-// session init may still run (a daemon restart) or not (a container one).
-func (d *Daemon) removeWarmAtBoot(ctx context.Context, s *session) {
+// removeAtBoot removes a session a daemon left behind that is not to be
+// restored, the warm session or a destroyed one (retire): its session init
+// may still run (a daemon restart) or not (a container one). A destroyed
+// session's lease is released already; releasing it again is a no-op.
+func (d *Daemon) removeAtBoot(ctx context.Context, s *session) {
 	if rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s)); err == nil {
 		s.setRuntime(rs)
 	}
-	if _, err := d.teardown(ctx, s, false); err != nil {
-		d.log.Warn("removing a warm session at boot failed", "workspace_session_id", s.rec.ID, "err", err)
+	if _, err := d.teardown(ctx, s, s.rec.Destroyed); err != nil {
+		d.log.Warn("removing a session at boot failed", "workspace_session_id", s.rec.ID, "warm", s.rec.Warm, "destroyed", s.rec.Destroyed, "err", err)
 	}
 }

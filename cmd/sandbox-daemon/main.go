@@ -62,7 +62,7 @@ func serve(args []string) int {
 	fs.Int64Var(&cfg.SampleBudget, "samples-max-bytes", 1<<20, "disk budget of the resource samples (128 KiB-4 MiB)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", 2*time.Second, "resource sampling interval while the sandbox is active (250ms-10m)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", sandboxinit.DefaultMaxSessions, "workspace sessions the sandbox may have at once; more are refused with resource_exhausted")
-	fs.IntVar(&cfg.WarmSessions, "warm-sessions", 1, "pre-started sessions a plain create_workspace_session adopts while the head has not moved (0: none, 1)")
+	fs.IntVar(&cfg.WarmSessions, "warm-sessions", sandboxinit.DefaultWarmSessions, fmt.Sprintf("pre-started sessions a plain create_workspace_session adopts while the head has not moved (0: none, at most %d)", sandboxinit.MaxWarmSessions))
 	fs.IntVar(&cfg.MaxRunningCommands, "max-running-commands", command.DefaultMaxRunning, "commands that may run at once; more are refused with resource_exhausted")
 	fs.Int64Var(&cfg.OutputBudget, "output-budget-bytes", command.DefaultOutputBudget, "output kept by all commands together; past it the oldest finished ones lose theirs (reads say output_dropped)")
 	fs.Int64Var(&cfg.MaxPublishBytes, "max-publish-bytes", sandboxinit.DefaultMaxPublishBytes, "bytes of files in one published change set; larger ones are refused with resource_exhausted")
@@ -74,6 +74,10 @@ func serve(args []string) int {
 	fs.IntVar(&cfg.BackgroundNice, "background-nice", -1, "nice value (1-19) of the threads running background operations, e.g. 10 with --background-lanes 1; -1: normal CPU weight")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if cfg.WarmSessions < 0 || cfg.WarmSessions > sandboxinit.MaxWarmSessions {
+		fmt.Fprintf(os.Stderr, "sandbox-daemon: --warm-sessions %d: want 0 to %d\n", cfg.WarmSessions, sandboxinit.MaxWarmSessions)
 		return 2
 	}
 	if err := cfg.CheckObservability(); err != nil {

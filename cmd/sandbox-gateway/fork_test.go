@@ -165,6 +165,29 @@ func TestSessionFork(t *testing.T) {
 		require.Equal(t, owners(after), leaseOwners(), fp)
 		waitArchived(t, name, after)
 	}
+
+	// Killed right after a destroy let its session go, before the rest of
+	// its teardown (cgroup, root overlay, dir) began: the destroy answers
+	// destroyed (the workflow's retry finds the session gone), and the
+	// restarted daemon finishes the teardown from the record.
+	before = sessions()
+	doomed := d.must("create_workspace_session", nil)["workspace_session_id"].(string)
+	d.must("file_write", map[string]any{"workspace_session_id": doomed, "path": "doomed.txt", "content": "x\n"})
+	fpOut, fpErr := exec.Command("docker", "exec", name, "sh", "-c", "echo destroy-tail > /eos/layerstack/.failpoints").CombinedOutput()
+	require.NoError(t, fpErr, "%s", fpOut)
+	gone, aerr := d.op("destroy_workspace_session", map[string]any{"workspace_session_id": doomed})
+	require.Nil(t, aerr, "a destroy whose daemon died after it let the session go: %v", aerr)
+	require.Equal(t, true, gone["destroyed"], "%v", gone)
+	require.Eventually(t, func() bool {
+		if exec.Command("docker", "exec", name, "test", "!", "-e", "/eos/layerstack/.failpoints").Run() != nil {
+			return false
+		}
+		_, err := d.op("list_workspace_sessions", nil) // the restarted daemon answers
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the destroy-tail failpoint never fired, or the daemon did not come back")
+	require.Equal(t, before, sessions())
+	require.Equal(t, owners(before), leaseOwners())
+	waitArchived(t, name, before)
 }
 
 // waitArchived: the killed fork's session dir (without a record) is not

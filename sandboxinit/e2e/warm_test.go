@@ -10,8 +10,8 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
-// TestWarmSession: the daemon keeps one pre-started session that a plain
-// create adopts while the head has not moved. Before it is adopted it is
+// TestWarmSession: the daemon keeps pre-started sessions (two by default)
+// that a plain create adopts while the head has not moved. Before it is adopted it is
 // in no list and holds no lease; adopted, it is an ordinary session on the
 // head of its create; a publish makes it stale, and the next one is
 // started on the new head once the head is still; a fork, an isolated
@@ -23,10 +23,14 @@ func TestWarmSession(t *testing.T) {
 		return sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any)
 	}
 	head := func() float64 { return sb.ok("layerstack", nil)["manifest_version"].(float64) }
-	readyAt := func(v float64) {
+	pool := warm()["pool"]
+	require.EqualValues(t, 2, pool, "the default pool")
+	readyAt := func(v float64) { // the pool full on version v, no build running (a build holds a lease)
 		t.Helper()
-		require.Eventually(t, func() bool { w := warm(); return w["ready"] == true && w["manifest_version"] == v }, time.Minute, 50*time.Millisecond,
-			"a warm session on manifest version %v: %v", v, warm())
+		require.Eventually(t, func() bool {
+			w := warm()
+			return w["ready_count"] == pool && w["building"] == false && w["manifest_version"] == v
+		}, time.Minute, 50*time.Millisecond, "warm sessions on manifest version %v: %v", v, warm())
 	}
 	readyAt(head())
 	require.Empty(t, sb.ok("list_workspace_sessions", nil)["workspace_sessions"], "the warm session is in no list")
@@ -64,6 +68,6 @@ func TestWarmSession(t *testing.T) {
 	list = sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
 	require.Len(t, list, 1, "%v", list)
 	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
-	require.Len(t, dirs, 2, "the live session and one warm session, no leftover: %v", dirs)
+	require.Len(t, dirs, 1+int(pool.(float64)), "the live session and the warm ones, no leftover (the destroyed sessions are gone): %v", dirs)
 	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
 }

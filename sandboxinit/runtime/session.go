@@ -273,21 +273,46 @@ func (s *Session) Destroy(ctx context.Context) error {
 	return nil
 }
 
+// Kill ends every process of the session and returns once they are gone:
+// its init is killed, and with it every process in its pid namespace (the
+// kernel kills them all before the init's exit completes). The container,
+// cgroup, root overlay and network stay for Destroy. Kill is idempotent.
+func (s *Session) Kill(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed || s.c == nil {
+		return nil
+	}
+	if thawErr, err := s.killLocked(ctx); err != nil {
+		return fmt.Errorf("kill %s: %w", s.spec.ID, errors.Join(thawErr, err))
+	}
+	return nil
+}
+
+// killLocked kills the init and waits for it to be gone (err); thawErr is a
+// failure to thaw a paused session first, after which the kill goes on.
+func (s *Session) killLocked(ctx context.Context) (thawErr, err error) {
+	// A frozen process does not die of SIGKILL until thawed.
+	s.frozen = 0
+	if s.c.paused() {
+		thawErr = s.c.resume()
+	}
+	if err := s.c.kill(); err != nil {
+		return thawErr, err
+	}
+	return thawErr, s.waitInitGone(ctx)
+}
+
 // teardown removes whatever part of the session exists; every step tolerates
 // the part being gone.
 func (s *Session) teardown(ctx context.Context) error {
 	var errs []error
 	if s.c != nil {
-		// A frozen process does not die of SIGKILL until thawed.
-		s.frozen = 0
-		if s.c.paused() {
-			if err := s.c.resume(); err != nil {
-				errs = append(errs, err)
-			}
+		thawErr, err := s.killLocked(ctx)
+		if thawErr != nil {
+			errs = append(errs, thawErr)
 		}
-		if err := s.c.kill(); err != nil {
-			errs = append(errs, err)
-		} else if err := s.waitInitGone(ctx); err != nil {
+		if err != nil {
 			errs = append(errs, err)
 		} else if err := s.c.destroy(); err != nil {
 			errs = append(errs, err)

@@ -1,0 +1,53 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+)
+
+// TestDestroyAnswersWhenTheSessionIsGone: destroy_workspace_session answers
+// once the session is gone for everyone — none of its processes runs, its
+// lease is released, no list shows it, its id is not_found — and the rest of
+// its teardown (cgroup, root overlay, session dir) follows in the
+// background. The daemon killed in that background part is in
+// cmd/sandbox-gateway's TestSessionFork (failpoint destroy-tail).
+func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	leases := func() float64 {
+		return sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"].(float64)
+	}
+	// The processes of the sandbox whose command line has marker.
+	running := func(marker string) string {
+		return docker(t, "exec", sb.name, "sh", "-c",
+			`for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -F "`+marker+`" | grep -v grep || true`)
+	}
+	for _, force := range []bool{false, true} {
+		ws := sb.session(nil)
+		sb.exec(ws, "echo x > x.txt")
+		marker := "sleep 4242"
+		if force { // a command still running, and one in the background
+			r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4242 & sleep 4243", "yield_time_ms": 200})
+			require.Equal(t, "running", r["status"], "%v", r)
+			require.NotEmpty(t, running(marker), "the session's command runs")
+		}
+		held := leases()
+		out := sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": force})
+		require.Equal(t, true, out["destroyed"], "%v", out)
+		require.Empty(t, running(marker), "force=%v: a process of the destroyed session still runs", force)
+		require.Equal(t, held-1, leases(), "force=%v: the session's lease is released when destroy answers", force)
+		for _, s := range sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any) {
+			require.NotEqual(t, ws, s.(map[string]any)["workspace_session_id"])
+		}
+		sb.fail("file_read", map[string]any{"workspace_session_id": ws, "path": "f.txt"}, "not_found")
+		sb.fail("destroy_workspace_session", map[string]any{"workspace_session_id": ws}, "not_found")
+		require.Eventually(t, func() bool {
+			return !strings.Contains(docker(t, "exec", sb.name, "ls", "/eos/sessions"), ws) &&
+				!strings.Contains(docker(t, "exec", sb.name, "sh", "-c", "cat /proc/self/mountinfo"), ws)
+		}, 10*time.Second, 20*time.Millisecond, "force=%v: the session's dir and mounts go", force)
+	}
+}
