@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -188,6 +189,15 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	if err := json.Compact(&seccomp, []byte(a.cfg.SeccompProfile)); err != nil {
 		return workflows.ContainerInfo{}, invalidArgument("seccomp profile is not valid JSON: %v", err)
 	}
+	// Docker takes ~100 ms to make a network: the sandbox's is made while
+	// the image and the volumes are checked, and waited for before the
+	// container that joins it (and before any return: no create is left
+	// running). A failure after it leaves a network, as it leaves a volume,
+	// for the creation saga to remove.
+	netErr := make(chan error, 1)
+	go func() { _, err := a.ensureNetwork(ctx, spec); netErr <- err }()
+	waitNetwork := sync.OnceValue(func() error { return <-netErr })
+	defer waitNetwork()
 	img, err := a.inspectImage(ctx, spec.Image)
 	if err != nil {
 		return workflows.ContainerInfo{}, err
@@ -201,11 +211,11 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 			return workflows.ContainerInfo{}, err
 		}
 	}
-	if _, err := a.ensureNetwork(ctx, spec); err != nil {
-		return workflows.ContainerInfo{}, err
-	}
 	dvol, err := a.ensureDaemonVolume(ctx, spec.Image)
 	if err != nil {
+		return workflows.ContainerInfo{}, err
+	}
+	if err := waitNetwork(); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
 	name := workflows.ContainerName(spec.SandboxID)
