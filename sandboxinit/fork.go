@@ -121,9 +121,14 @@ func (d *Daemon) forkSession(ctx context.Context, a api.CreateSessionArgs) (_ *s
 	return s, nil
 }
 
+// warmLeaseOwner prefixes the owner of a warm session's lease while it
+// starts (createSessionAs).
+const warmLeaseOwner = "warm_session:"
+
 // sweepSessionLeases releases, after the sessions are restored, the leases
 // of workspace sessions that do not exist: a create or fork that crashed
-// between leasing and recording its session. Their layers would otherwise
+// between leasing and recording its session, or a warm build the daemon
+// stopped in. Their layers would otherwise
 // stay pinned for good. Archived sessions' leases are kept.
 func (d *Daemon) sweepSessionLeases(ctx context.Context) {
 	d.mu.Lock()
@@ -139,7 +144,10 @@ func (d *Daemon) sweepSessionLeases(ctx context.Context) {
 		}
 	}
 	for _, l := range d.store.Leases() {
-		if !strings.HasPrefix(l.Owner, "workspace_session:") || live[l.Owner] {
+		// A warm build's lease outlives its build only when the daemon
+		// stopped during it: at boot it is always stray.
+		stray := strings.HasPrefix(l.Owner, warmLeaseOwner) || strings.HasPrefix(l.Owner, "workspace_session:") && !live[l.Owner]
+		if !stray {
 			continue
 		}
 		if err := d.store.Release(l.ID); err != nil {

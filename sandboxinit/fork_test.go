@@ -12,11 +12,14 @@ import (
 
 // TestSweepSessionLeases: at start, the leases of sessions that do not
 // exist (a create or fork killed between leasing and recording its
-// session) are released; live sessions' and other owners' leases stay.
+// session) and a warm build's are released; live sessions' and other
+// owners' leases stay.
 func TestSweepSessionLeases(t *testing.T) {
 	d := publishDaemon(t, t.TempDir(), map[string]string{"a.txt": "a\n"})
 	live := workSession(t, d, "ws-live", map[string]string{"b.txt": "b\n"})
 	ghost, err := d.store.Acquire("workspace_session:ws-ghost")
+	require.NoError(t, err)
+	warmBuild, err := d.store.Acquire(warmLeaseOwner + "ws-warm") // a warm build the daemon died in
 	require.NoError(t, err)
 	other, err := d.store.Acquire("export")
 	require.NoError(t, err)
@@ -35,6 +38,8 @@ func TestSweepSessionLeases(t *testing.T) {
 	sort.Strings(want)
 	require.Equal(t, want, held)
 	_, err = d.store.Lease(ghost.ID)
+	require.Error(t, err)
+	_, err = d.store.Lease(warmBuild.ID)
 	require.Error(t, err)
 
 	// Restarted over the same state, the sweep finds nothing more to do.

@@ -214,7 +214,14 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	}
 	s.dir = filepath.Join(d.cfg.StateDir, "sessions", s.rec.ID)
 	sp.Set("workspace_session_id", s.rec.ID)
-	lease, err := d.store.Acquire(s.owner())
+	// A warm session holds its lease only while it starts, as the warm
+	// builder's (no view counts it as a workspace's; a daemon that stops
+	// meanwhile releases it at boot, sweepSessionLeases).
+	owner := s.owner()
+	if warm {
+		owner = warmLeaseOwner + s.rec.ID
+	}
+	lease, err := d.store.Acquire(owner)
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}

@@ -17,7 +17,9 @@ import (
 // background. The daemon killed in that background part is in
 // cmd/sandbox-gateway's TestSessionFork (failpoint destroy-tail).
 func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
-	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	// No warm sessions: a warm build holds a lease while it runs, which
+	// would move the lease count this test reads.
+	sb := startSandboxWith(t, testenv.Images[0], map[string]string{"f.txt": "base\n"}, nil, []string{"--warm-sessions", "0"})
 	leases := func() float64 {
 		return sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"].(float64)
 	}
