@@ -77,7 +77,7 @@ func (s *Server) importBase(ctx context.Context, body io.Reader, all bool) (*api
 		}
 		return nil, api.Errorf(api.KindOperationFailed, nil, "import base: %v", err)
 	}
-	m, err := d.store.Init(ctx, info)
+	m, err := d.initStore(ctx, info)
 	if err != nil {
 		return nil, err
 	}

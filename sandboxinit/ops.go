@@ -182,7 +182,7 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 		if err != nil {
 			return nil, api.Errorf(api.KindOperationFailed, nil, "shared base: %v", err)
 		}
-		m, err := d.store.Init(ctx, info)
+		m, err := d.initStore(ctx, info)
 		if err != nil {
 			return nil, err
 		}
@@ -195,7 +195,7 @@ func (d *Daemon) initBase(ctx context.Context, a api.InitBaseArgs) (any, error) 
 	if err != nil {
 		return nil, api.Errorf(api.KindOperationFailed, nil, "import base: %v", err)
 	}
-	m, err := d.store.Init(ctx, info)
+	m, err := d.initStore(ctx, info)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
 
 // Warm sessions: shared-network sessions (Config.WarmSessions per sandbox,
@@ -12,10 +13,12 @@ import (
 // overlay mount, session init), that the next plain create_workspace_session
 // adopts, which then only takes a lease and writes the session's record.
 // With two, creates in quick succession find one ready while the one
-// adopted before is replaced (one at a time, in the background). It is mounted on the head
-// it was started at, and a session must start on the head of its create,
-// so a warm session is adopted only while the head has not moved; a
-// newer head discards it. It is built when the head has been still for
+// adopted before is replaced (side by side, in the background). It is
+// mounted on the head it was started at, and a session must start on the
+// head of its create, so a warm session is adopted only while the head has
+// not moved; a newer head discards it. It is built on the base as soon as
+// the base is imported (the sandbox's first sessions follow its creation),
+// on a head a publish moved to once that head has been still for
 // warmStable (a sandbox whose head moves every second — many agents
 // publishing — builds none, so it costs nothing there), and again right
 // after one was adopted.
@@ -37,11 +40,12 @@ const (
 
 // warmPool is the daemon's warm sessions and their builder's state.
 type warmPool struct {
-	ready    []*session    // ready to adopt, oldest first, each on its warmVersion
-	version  int64         // the manifest version the builds running are mounted on
-	building int           // builds running
-	done     chan struct{} // closed (and replaced) whenever a build ends
-	kick     chan struct{} // a build is wanted now (one was adopted)
+	ready    []*session      // ready to adopt, oldest first, each on its warmVersion
+	version  int64           // the manifest version the builds running are mounted on
+	building int             // builds running
+	done     chan struct{}   // closed (and replaced) whenever a build ends
+	kick     chan struct{}   // a build is wanted now (one was adopted)
+	ctx      context.Context // the builder's; its cancel stops the builds
 	cancel   context.CancelFunc
 	// Counters, for the trace and the tests.
 	built, adopted, discarded int
@@ -71,7 +75,7 @@ func (d *Daemon) startWarm() {
 	d.mu.Lock()
 	d.warm.kick = make(chan struct{}, 1)
 	d.warm.done = make(chan struct{})
-	d.warm.cancel = cancel
+	d.warm.ctx, d.warm.cancel = ctx, cancel
 	d.mu.Unlock()
 	go d.runWarm(ctx)
 }
@@ -80,7 +84,7 @@ func (d *Daemon) startWarm() {
 func (d *Daemon) stopWarm(ctx context.Context) {
 	d.mu.Lock()
 	cancel := d.warm.cancel
-	d.warm.cancel = nil
+	d.warm.ctx, d.warm.cancel = nil, nil
 	d.mu.Unlock()
 	if cancel == nil {
 		return
@@ -119,7 +123,16 @@ func (d *Daemon) runWarm(ctx context.Context) {
 		}
 		v := d.headVersion()
 		if v != last {
-			last, since = v, time.Now()
+			// The first head this builder sees (the base just imported,
+			// or the head at boot) is built on at once: the sandbox's
+			// first sessions follow its creation. A head a publish moved
+			// to waits warmStable.
+			if last > 0 {
+				since = time.Now()
+			} else {
+				since = time.Time{}
+			}
+			last = v
 		}
 		d.mu.Lock()
 		w := &d.warm
@@ -134,18 +147,41 @@ func (d *Daemon) runWarm(ctx context.Context) {
 		}
 		clear(w.ready[len(fresh):])
 		w.ready = fresh
-		// The pool is refilled on one version at a time, a build per
-		// missing session at once (a build is mostly waiting: on the
-		// kernel, on runc's init), while there is room under MaxSessions.
-		if v > 0 && (w.building == 0 || w.version == v) && (kicked || time.Since(since) >= warmStable) {
-			for len(w.ready)+w.building < d.cfg.WarmSessions && len(d.sessions)+d.creating+len(w.ready)+w.building+1 < d.cfg.MaxSessions {
-				w.building++
-				w.version = v
-				go d.buildWarm(ctx, v)
-			}
+		if kicked || time.Since(since) >= warmStable {
+			d.refillWarmLocked(ctx, v)
 		}
 		d.mu.Unlock()
 	}
+}
+
+// refillWarmLocked starts the builds the pool misses on version v. The
+// pool is refilled on one version at a time, a build per missing session
+// at once (a build is mostly waiting: on the kernel, on runc's init),
+// while there is room under MaxSessions. d.mu is held.
+func (d *Daemon) refillWarmLocked(ctx context.Context, v int64) {
+	w := &d.warm
+	if v <= 0 || (w.building > 0 && w.version != v) {
+		return
+	}
+	for len(w.ready)+w.building < d.cfg.WarmSessions && len(d.sessions)+d.creating+len(w.ready)+w.building+1 < d.cfg.MaxSessions {
+		w.building++
+		w.version = v
+		go d.buildWarm(ctx, v)
+	}
+}
+
+// warmOnBase starts the warm builds on the base the store was just
+// initialised with, before the import answers: a create that follows the
+// sandbox's creation finds them running and adopts the first that ends
+// (adoptWarm waits for builds on the head) instead of starting its own.
+func (d *Daemon) warmOnBase() {
+	v := d.headVersion()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.warm.ctx == nil {
+		return // no builder (the pool is off, or the daemon is closing)
+	}
+	d.refillWarmLocked(d.warm.ctx, v)
 }
 
 // buildWarm starts a warm session on version v and adds it to the pool.
@@ -274,4 +310,14 @@ func (d *Daemon) removeAtBoot(ctx context.Context, s *session) {
 	if _, err := d.teardown(ctx, s, s.rec.Destroyed); err != nil {
 		d.log.Warn("removing a session at boot failed", "workspace_session_id", s.rec.ID, "warm", s.rec.Warm, "destroyed", s.rec.Destroyed, "err", err)
 	}
+}
+
+// initStore publishes base as the store's first version and starts the
+// warm builds on it (warmOnBase).
+func (d *Daemon) initStore(ctx context.Context, base layerstack.BaseInfo) (*layerstack.Manifest, error) {
+	m, err := d.store.Init(ctx, base)
+	if err == nil {
+		d.warmOnBase()
+	}
+	return m, err
 }

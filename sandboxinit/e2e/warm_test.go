@@ -71,3 +71,16 @@ func TestWarmSession(t *testing.T) {
 	require.Len(t, dirs, 1+int(pool.(float64)), "the live session and the warm ones, no leftover (the destroyed sessions are gone): %v", dirs)
 	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
 }
+
+// TestFirstSessionAdoptsWarm: the warm builds start on the base when it is
+// imported, before init_base answers, so the sandbox's first session,
+// created right after, adopts one (waiting for it if it is still starting)
+// instead of starting its own.
+func TestFirstSessionAdoptsWarm(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	ws := sb.session(nil)
+	w := sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any)
+	require.EqualValues(t, 1, w["adopted"], "the first session adopted a warm one: %v", w)
+	require.Equal(t, "base\n", sb.read(ws, "f.txt"))
+	require.Equal(t, "ok", sb.exec(ws, "test -f /workspace/f.txt")["status"])
+}
