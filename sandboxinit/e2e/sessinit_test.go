@@ -15,7 +15,9 @@ import (
 // after a session that replaced the binaries in its own root was started
 // again over its upper dir by a container restart.
 func TestSessionInitIsTheSmallFilteredInit(t *testing.T) {
-	sb := startSandbox(t, images[0], baseTree())
+	// No warm sessions: they run the same init, and this test counts the
+	// inits of the two sessions it made.
+	sb := startSandboxWith(t, images[0], baseTree(), nil, []string{"--warm-sessions", "0"})
 	a, b := sb.session(nil), sb.session(map[string]any{"network_profile": "isolated"})
 	check := func(when string) {
 		t.Helper()
