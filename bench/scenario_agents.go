@@ -103,7 +103,7 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 		loops := float64(top.iterations) / top.wall.Seconds()
 		s.target(Target{Measure: fmt.Sprintf("edit-test-publish loops/s, %d agents (%d failed ops, %d conflicts reported)", top.n, top.failures, top.conflicts),
 			Ours: fops(loops), Baseline: fmt.Sprintf("c73852f on this VM, %.1f (another run)", referenceLoops),
-			Ratio: fmt.Sprintf("%.2gx", loops/referenceLoops), Goal: "≥ 1.5x, 0 failed", Met: loops >= 1.5*referenceLoops && top.failures == 0})
+			Ratio: sig2(loops/referenceLoops) + "x", Goal: "≥ 1.5x, 0 failed", Met: loops >= 1.5*referenceLoops && top.failures == 0})
 	}
 	tables := []Table{thr, lat}
 	if ratio, ok := s.interactiveRatios(runs); ok {
@@ -163,7 +163,7 @@ func (s *Suite) interactiveRatios(runs []agentRun) (Table, bool) {
 		r := float64(p99) / float64(base[op])
 		s.target(Target{Measure: fmt.Sprintf("%s p99 with %d agents (creating sessions and publishing)", op, top.n),
 			Ours: fmt.Sprintf("%v ms", Ms(p99)), Baseline: fmt.Sprintf("its p50 with 1 agent %v ms", Ms(base[op])),
-			Ratio: fmt.Sprintf("%.2gx", r), Goal: "≤ 10x", Met: r <= 10})
+			Ratio: sig2(r) + "x", Goal: "≤ 10x", Met: r <= 10})
 	}
 	return t, true
 }

@@ -100,3 +100,9 @@ func TestTargetsReachReportAndReadme(t *testing.T) {
 	require.True(t, strings.HasSuffix(string(got), "| memory | 900 KiB | – | – | ≤ 1 MiB | yes |\n"+readmeEnd+"\nafter\n"), string(got))
 	require.Error(t, s.WriteReadme(filepath.Join(dir, "2026-12-01.md"), "x"), "a file without the block is refused")
 }
+
+func TestSig2NeverPrintsAnExponent(t *testing.T) {
+	for r, want := range map[float64]string{0.374: "0.37", 1.52: "1.5", 21.4: "21", 99.4: "99", 103.2: "103", 1234.5: "1235"} {
+		require.Equal(t, want, sig2(r), "%v", r)
+	}
+}

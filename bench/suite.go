@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -195,7 +196,16 @@ func ratioFine(base, ours time.Duration) string {
 	if ours <= 0 || base <= 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2gx", float64(base)/float64(ours))
+	return sig2(float64(base)/float64(ours)) + "x"
+}
+
+// sig2 is r with two significant digits, never in exponent form (103,
+// not 1e+02).
+func sig2(r float64) string {
+	if math.Abs(r) >= 100 {
+		return strconv.FormatFloat(math.Round(r), 'f', -1, 64)
+	}
+	return strconv.FormatFloat(r, 'g', 2, 64)
 }
 
 func fops(v float64) string {

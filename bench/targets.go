@@ -27,7 +27,7 @@ func (s *Suite) faster(measure string, ours, base time.Duration, baseName string
 		r = float64(base) / float64(ours)
 	}
 	s.Targets = append(s.Targets, Target{Measure: measure, Ours: fms(ours) + " ms", Baseline: baseName + " " + fms(base) + " ms",
-		Ratio: fmt.Sprintf("%.2gx", r), Goal: fmt.Sprintf("≥ %gx faster", goal), Met: ours > 0 && r >= goal})
+		Ratio: sig2(r) + "x", Goal: fmt.Sprintf("≥ %gx faster", goal), Met: ours > 0 && r >= goal})
 }
 
 // fasterRounds is faster judged by the median of rounds' ratios (the
