@@ -401,8 +401,8 @@ func daemonDirect(c container.InspectResponse) *api.Endpoint {
 	if c.NetworkSettings == nil || len(c.NetworkSettings.Ports[daemonPort]) == 0 {
 		return nil // not published: not a daemon this product runs
 	}
-	ip := c.NetworkSettings.IPAddress
-	if ip == "" && len(c.NetworkSettings.Networks) == 1 {
+	ip := ""
+	if len(c.NetworkSettings.Networks) == 1 {
 		for _, n := range c.NetworkSettings.Networks {
 			if n != nil {
 				ip = n.IPAddress

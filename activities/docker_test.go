@@ -16,7 +16,9 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/go-connections/nat"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
@@ -468,4 +470,24 @@ func TestBootstrapTarShipsSessinit(t *testing.T) {
 	require.Equal(t, "#!sessinit", string(si.data))
 	require.EqualValues(t, 0o755, si.hdr.Mode)
 	require.Equal(t, "#!daemon", string(entries[strings.TrimPrefix(DaemonPath, "/")].data))
+}
+
+// daemonDirect is the IP of the container's one network: none when the
+// daemon's port is not published or the container is on several networks
+// (which one the caller shares is not known).
+func TestDaemonDirectIsTheOneNetworksIP(t *testing.T) {
+	published := nat.PortMap{daemonPort: {{HostIP: "127.0.0.1", HostPort: "32768"}}}
+	inspect := func(ports nat.PortMap, nets map[string]string) container.InspectResponse {
+		ns := &container.NetworkSettings{Networks: map[string]*network.EndpointSettings{}}
+		ns.Ports = ports
+		for name, ip := range nets {
+			ns.Networks[name] = &network.EndpointSettings{IPAddress: ip}
+		}
+		return container.InspectResponse{NetworkSettings: ns}
+	}
+	require.Equal(t, &api.Endpoint{Host: "172.20.0.2", Port: DaemonPort}, daemonDirect(inspect(published, map[string]string{"eos-net-x": "172.20.0.2"})))
+	require.Nil(t, daemonDirect(inspect(nil, map[string]string{"eos-net-x": "172.20.0.2"})), "not published")
+	require.Nil(t, daemonDirect(inspect(published, map[string]string{"a": "172.20.0.2", "b": "172.21.0.2"})), "two networks")
+	require.Nil(t, daemonDirect(inspect(published, nil)), "no network")
+	require.Nil(t, daemonDirect(container.InspectResponse{}), "no network settings")
 }
