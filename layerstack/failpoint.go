@@ -31,6 +31,10 @@ const (
 	// processes killed, its workspace unmounted, its record marked and its
 	// lease released; the rest of its teardown not begun.
 	FailDestroyTail = "destroy-tail"
+	// A warm session's build (sandboxinit): its record written, its
+	// session started and its builder's lease still held, before it joins
+	// the pool.
+	FailWarmBuild = "warm-build"
 )
 
 // CommitFailpoints lists the commit path's failpoints in order.
@@ -69,7 +73,8 @@ func die() {
 	select {} // the signal is on its way
 }
 
-// Hit is hit for a failpoint of the store's owner (FailDestroyTail).
+// Hit is hit for a failpoint of the store's owner (FailDestroyTail,
+// FailWarmBuild).
 func (s *Store) Hit(name string) { s.hit(name) }
 
 // hit checks the environment's failpoints and the store's failpoint file.

@@ -247,6 +247,7 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	}
 	if warm {
 		s.warmVersion = lease.ManifestVersion
+		d.store.Hit(layerstack.FailWarmBuild)
 		if err := d.store.Release(lease.ID); err != nil {
 			return nil, err
 		}

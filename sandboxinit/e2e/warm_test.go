@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -19,19 +20,9 @@ import (
 // session the daemon left behind.
 func TestWarmSession(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
-	warm := func() map[string]any {
-		return sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any)
-	}
-	head := func() float64 { return sb.ok("layerstack", nil)["manifest_version"].(float64) }
+	warm, head, readyAt := warmViews(t, sb)
 	pool := warm()["pool"]
 	require.EqualValues(t, 2, pool, "the default pool")
-	readyAt := func(v float64) { // the pool full on version v, no build running (a build holds a lease)
-		t.Helper()
-		require.Eventually(t, func() bool {
-			w := warm()
-			return w["ready_count"] == pool && w["building"] == false && w["manifest_version"] == v
-		}, time.Minute, 50*time.Millisecond, "warm sessions on manifest version %v: %v", v, warm())
-	}
 	readyAt(head())
 	require.Empty(t, sb.ok("list_workspace_sessions", nil)["workspace_sessions"], "the warm session is in no list")
 	require.EqualValues(t, 0, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "it holds no lease")
@@ -83,4 +74,62 @@ func TestFirstSessionAdoptsWarm(t *testing.T) {
 	require.EqualValues(t, 1, w["adopted"], "the first session adopted a warm one: %v", w)
 	require.Equal(t, "base\n", sb.read(ws, "f.txt"))
 	require.Equal(t, "ok", sb.exec(ws, "test -f /workspace/f.txt")["status"])
+}
+
+// warmViews reads the daemon's warm pool (its daemon view), the head's
+// manifest version, and waits until the pool is full on version v with no
+// build running (a build holds a lease).
+func warmViews(t *testing.T, sb *sandbox) (warm func() map[string]any, head func() float64, readyAt func(v float64)) {
+	warm = func() map[string]any {
+		return sb.ok("daemon", nil)["daemon"].(map[string]any)["warm_session"].(map[string]any)
+	}
+	head = func() float64 { return sb.ok("layerstack", nil)["manifest_version"].(float64) }
+	readyAt = func(v float64) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			w := warm()
+			return w["ready_count"] == w["pool"] && w["building"] == false && w["manifest_version"] == v
+		}, time.Minute, 50*time.Millisecond, "warm sessions on manifest version %v: %v", v, warm())
+	}
+	return warm, head, readyAt
+}
+
+// TestWarmBuildKilled: the daemon killed while it builds a warm session
+// (failpoint warm-build: the session's record written, the session started,
+// the builder's lease held) comes back with nothing of that session left —
+// no session in any list, no lease, no dir, no mount, no cgroup — and the
+// pool is built again and adopted from.
+func TestWarmBuildKilled(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	warm, head, readyAt := warmViews(t, sb)
+	readyAt(head())
+	docker(t, "exec", sb.name, "sh", "-c", "echo warm-build > /eos/layerstack/.failpoints")
+	// The create adopts a warm session; the build that replaces it is killed.
+	ws := sb.session(nil)
+	require.Eventually(t, func() bool {
+		return exec.Command("docker", "exec", sb.name, "test", "!", "-e", "/eos/layerstack/.failpoints").Run() == nil
+	}, 30*time.Second, 50*time.Millisecond, "the warm-build failpoint never fired")
+	sb.connect() // the supervisor restarted the daemon
+	readyAt(head())
+
+	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+	require.Len(t, list, 1, "%v", list)
+	require.Equal(t, ws, list[0].(map[string]any)["workspace_session_id"])
+	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
+	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
+	require.Len(t, dirs, 1+int(warm()["pool"].(float64)), "the live session and the pool, nothing of the killed build: %v", dirs)
+	known := map[string]bool{}
+	for _, d := range dirs {
+		known[d] = true
+	}
+	// Every session mount and cgroup is one of those sessions'.
+	mounts := docker(t, "exec", sb.name, "sh", "-c", "grep -o '/eos/sessions/ws-[0-9a-f]*' /proc/self/mountinfo | sort -u")
+	cgroups := docker(t, "exec", sb.name, "sh", "-c", "find /sys/fs/cgroup -maxdepth 4 -type d -name 'ws-*' | sort -u")
+	for _, p := range append(strings.Fields(mounts), strings.Fields(cgroups)...) {
+		require.True(t, known[p[strings.LastIndex(p, "/")+1:]], "%s is left of a session that is gone (sessions %v)", p, dirs)
+	}
+	// The rebuilt pool is adopted from.
+	ws2 := sb.session(nil)
+	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
+	require.Equal(t, "base\n", sb.read(ws2, "f.txt"))
 }
