@@ -2,6 +2,7 @@ package activities
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -140,7 +141,7 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSp
 	pr, pw := io.Pipe()
 	werr := make(chan error, 1)
 	go func() {
-		err := w.write(pw)
+		err := w.stream(pw)
 		pw.CloseWithError(err)
 		werr <- err
 	}()
@@ -208,7 +209,7 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	pr, pw := io.Pipe()
 	werr := make(chan error, 1)
 	go func() {
-		err := w.write(pw)
+		err := w.stream(pw)
 		pw.CloseWithError(err)
 		werr <- err
 	}()
@@ -275,6 +276,18 @@ func (w *workspaceTar) count(f func(r *workflows.CopyReport)) {
 	w.mu.Lock()
 	f(&w.rep)
 	w.mu.Unlock()
+}
+
+// stream writes the tar to a pipe through a buffer: a tar is many small
+// writes (a PAX record, a header, a small file's data, its padding), and
+// each write to the pipe would be a hand-over to its reader (the HTTP or
+// Docker sender) and, for the daemon's import, an HTTP chunk of its own.
+func (w *workspaceTar) stream(pw io.Writer) error {
+	bw := bufio.NewWriterSize(pw, 256<<10)
+	if err := w.write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 func (w *workspaceTar) write(out io.Writer) error {

@@ -113,7 +113,10 @@ func TestCreateContainerFresh(t *testing.T) {
 	c := creates[0]
 	require.Equal(t, "img:1", c.cfg.Image)
 	require.Equal(t, []string{DaemonPath}, []string(c.cfg.Entrypoint))
-	require.Empty(t, c.cfg.Cmd)
+	// The daemon checks tokens against the token's SHA-256, its one
+	// argument: a digest, not the token (TestTokenNeverLeaks).
+	sum := sha256.Sum256([]byte(daemonclient.Token(testSecret, "sbx1")))
+	require.Equal(t, []string{"--token-sha256=" + hex.EncodeToString(sum[:])}, []string(c.cfg.Cmd))
 	require.Empty(t, c.cfg.Env)
 	dvol := c.cfg.Labels[LabelDaemonVolume]
 	require.Regexp(t, `^eos-daemon-[0-9a-f]{16}$`, dvol)
@@ -147,7 +150,23 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.Equal(t, "#!daemon binary", string(d.volData[dvol][filepath.Base(DaemonPath)]))
 	require.Equal(t, roleDaemon, d.volumes[dvol].Labels[LabelRole])
 	require.Contains(t, d.removed, "container/"+daemonFillPrefix+strings.TrimPrefix(dvol, daemonVolumePref))
-	// One copy into the container before start: the token (0600), nothing else.
+	// Nothing is copied into the container before start.
+	require.Empty(t, copiesTo(d, info.ContainerID))
+}
+
+// A created container adopted again (a retry, or an orphan adopted by
+// another deployment) gets the token file, which the daemon prefers to its
+// argument: the argument may hold another deployment's digest.
+func TestAdoptedCreatedContainerGetsTheTokenFile(t *testing.T) {
+	d := newFakeDocker()
+	ctx := context.Background()
+	_, err := newTestActivities(t, d).CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	other := newTestActivities(t, d)
+	other.cfg.Secret = []byte("another deployment's secret")
+	info, err := other.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.True(t, info.Adopted)
 	copies := copiesTo(d, info.ContainerID)
 	require.Len(t, copies, 1)
 	require.Equal(t, "/", copies[0].path)
@@ -155,7 +174,7 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"eos/secret/", "eos/secret/daemon.token"}, order)
 	tok := entries["eos/secret/daemon.token"]
-	require.Equal(t, daemonclient.Token(testSecret, "sbx1"), string(tok.data))
+	require.Equal(t, daemonclient.Token([]byte("another deployment's secret"), "sbx1"), string(tok.data))
 	require.EqualValues(t, 0o600, tok.hdr.Mode)
 	require.EqualValues(t, 0o700, entries["eos/secret/"].hdr.Mode)
 }
@@ -195,7 +214,7 @@ func TestCreateContainerAdoptsSameImageAndLabels(t *testing.T) {
 	require.True(t, second.Adopted)
 	require.Equal(t, first.ContainerID, second.ContainerID)
 	require.Len(t, sandboxCreates(d), 1, "no second create")
-	require.Len(t, copiesTo(d, first.ContainerID), 2, "a created container gets the copy again")
+	require.Len(t, copiesTo(d, first.ContainerID), 1, "an adopted created container gets the token file (its argument may be another deployment's)")
 
 	// Once running it is adopted as is, with its endpoint.
 	_, err = acts.StartContainer(ctx, "sbx1")
@@ -205,7 +224,7 @@ func TestCreateContainerAdoptsSameImageAndLabels(t *testing.T) {
 	require.True(t, third.Adopted)
 	require.Equal(t, api.Endpoint{Host: "127.0.0.1", Port: 49153}, third.Daemon)
 	require.Equal(t, "running", third.State)
-	require.Len(t, copiesTo(d, first.ContainerID), 2)
+	require.Len(t, copiesTo(d, first.ContainerID), 1)
 }
 
 // sandboxCreates are the creates of sandbox containers (not the helper

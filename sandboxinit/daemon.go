@@ -2,8 +2,11 @@ package sandboxinit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,7 +24,8 @@ import (
 type Config struct {
 	StateDir        string        // the state volume, default /eos
 	Listen          string        // RPC address, default :7001
-	TokenFile       string        // 0600 file holding the sandbox's token
+	TokenFile       string        // 0600 file holding the sandbox's token; when it exists it wins over TokenSHA256
+	TokenSHA256     string        // hex SHA-256 of the sandbox's token (--token-sha256): a verifier, not the token
 	SelfPath        string        // this binary, as seen inside sessions (it runs as each session's init)
 	SessinitPath    string        // the small session init (cmd/sandbox-sessinit); "" = SelfPath as "sessinit"
 	MaxRequestBytes int64         // default 16 MiB
@@ -124,12 +128,14 @@ func isUnderDir(p, dir string) bool {
 // Daemon is the in-container runtime: the layer store, the sessions and the
 // commands running in them.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	token []byte
-	store *layerstack.Store
-	rt    *runtime.Runtime
-	cmds  *command.Engine
+	cfg Config
+	log *slog.Logger
+	// tokenSum is the SHA-256 of the sandbox token: a presented token is
+	// hashed and compared with it (server.go authorized).
+	tokenSum [sha256.Size]byte
+	store    *layerstack.Store
+	rt       *runtime.Runtime
+	cmds     *command.Engine
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -153,7 +159,7 @@ type Daemon struct {
 // brings back the sessions recorded on the volume.
 func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	cfg.defaults()
-	tok, err := readToken(cfg.TokenFile)
+	tok, err := tokenSum(cfg.TokenFile, cfg.TokenSHA256)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		store.Close()
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, token: tok, store: store, rt: rt,
+	d := &Daemon{cfg: cfg, log: cfg.Logger, tokenSum: tok, store: store, rt: rt,
 		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now(),
 		lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
 	if cfg.BackgroundNice < 0 {
@@ -209,10 +215,35 @@ func (d *Daemon) Close(ctx context.Context) error {
 	return errors.Join(d.closeObservability(), d.store.Close())
 }
 
+// tokenSum is what the daemon checks a presented token against: the
+// SHA-256 of the token file's contents when the file exists, else the
+// digest given by --token-sha256. The product passes the digest as an
+// argument of a new container (no copy into the container before start,
+// and argv then shows a digest an attacker cannot turn back into the
+// token); it copies the file only where a container's argument cannot
+// change: an adopted container whose deployment, and so whose token, is
+// new. Neither is an error.
+func tokenSum(file, digest string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	b, err := readToken(file)
+	switch {
+	case err == nil:
+		return sha256.Sum256(b), nil
+	case !errors.Is(err, fs.ErrNotExist) || digest == "":
+		return sum, err
+	}
+	raw, derr := hex.DecodeString(digest)
+	if derr != nil || len(raw) != sha256.Size {
+		return sum, fmt.Errorf("--token-sha256: want the token's SHA-256 as %d hex digits, got %d characters", 2*sha256.Size, len(digest))
+	}
+	copy(sum[:], raw)
+	return sum, nil
+}
+
 func readToken(name string) ([]byte, error) {
 	fi, err := os.Stat(name)
 	if err != nil {
-		return nil, fmt.Errorf("daemon token: %w (the product copies it in before start)", err)
+		return nil, fmt.Errorf("daemon token: %w (the product passes --token-sha256 or copies the file in before start)", err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("daemon token %s has mode %04o: it must be readable by its owner only (0600)", name, fi.Mode().Perm())

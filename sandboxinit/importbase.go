@@ -1,6 +1,7 @@
 package sandboxinit
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -39,7 +40,8 @@ func (s *Server) serveImportBase(w http.ResponseWriter, r *http.Request) {
 	s.d.touch()
 	rid := r.Header.Get("X-Request-Id")
 	ctx, sp := s.d.span(telemetry.WithTrace(r.Context(), rid), "daemon.dispatch", map[string]any{"op": "import_base"})
-	res, err := s.importBase(ctx, r.Body, all)
+	// Read in large pieces: the tar reader asks for a block at a time.
+	res, err := s.importBase(ctx, bufio.NewReaderSize(r.Body, 256<<10), all)
 	if err != nil {
 		sp.Set("error_kind", api.AsError(err).Kind)
 	}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -31,7 +32,7 @@ func newBarrenDaemon(t *testing.T) *Daemon {
 	cfg.defaults()
 	store, err := layerstack.Open(filepath.Join(dir, "layerstack"), layerstack.Options{Logger: cfg.Logger})
 	require.NoError(t, err)
-	d := &Daemon{cfg: cfg, log: cfg.Logger, token: []byte(testToken), store: store, cmds: command.New(command.Options{}),
+	d := &Daemon{cfg: cfg, log: cfg.Logger, tokenSum: sha256.Sum256([]byte(testToken)), store: store, cmds: command.New(command.Options{}),
 		sessions: map[string]*session{}, started: time.Now()}
 	require.NoError(t, d.openObservability())
 	t.Cleanup(func() { _ = d.Close(context.Background()) })

@@ -2,6 +2,7 @@ package sandboxinit
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"os"
@@ -57,7 +58,7 @@ func openTestDaemon(t *testing.T, dir string, base map[string]string, tune func(
 		_, err = store.Init(context.Background(), info)
 		require.NoError(t, err)
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, token: []byte(testToken), store: store, cmds: command.New(command.Options{}),
+	d := &Daemon{cfg: cfg, log: cfg.Logger, tokenSum: sha256.Sum256([]byte(testToken)), store: store, cmds: command.New(command.Options{}),
 		sessions: map[string]*session{}, started: time.Now(), lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
 	require.NoError(t, d.openObservability())
 	t.Cleanup(func() { _ = d.Close(context.Background()) })

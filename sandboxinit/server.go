@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
@@ -138,7 +139,8 @@ func (s *Server) authorized(r *http.Request) bool {
 	if tok == "" || len(tok) > 1024 {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(tok), s.d.token) == 1
+	sum := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(sum[:], s.d.tokenSum[:]) == 1
 }
 
 // callerRequestID is the request id a caller gave for a call the workflow

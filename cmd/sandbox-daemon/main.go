@@ -51,7 +51,8 @@ func serve(args []string) int {
 	var cfg sandboxinit.Config
 	fs.StringVar(&cfg.StateDir, "state-dir", "/eos", "state volume (layer stack, sessions)")
 	fs.StringVar(&cfg.Listen, "listen", ":7001", "RPC listen address")
-	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the sandbox token (default <state-dir>/secret/daemon.token)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the sandbox token (default <state-dir>/secret/daemon.token); when it exists it wins over --token-sha256")
+	fs.StringVar(&cfg.TokenSHA256, "token-sha256", "", "the sandbox token's SHA-256 (64 hex digits): the daemon checks presented tokens against it when there is no token file")
 	fs.StringVar(&cfg.SelfPath, "self", "", "path of this binary inside sessions (default: its own path)")
 	fs.StringVar(&cfg.SessinitPath, "sessinit", "", "the session init binary (default: sandbox-sessinit next to this binary if it is there, else this binary)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long running commands get to end on shutdown")
