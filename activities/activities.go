@@ -109,6 +109,7 @@ type Activities struct {
 
 	daemonArgs []string // SetDaemonArgs
 	dvol       daemonVolumes
+	pf         prefetches // workspace tars packed during a create (prefetch.go)
 
 	ownerMu   sync.RWMutex
 	cluster   string // the Temporal cluster id (SetOwner)

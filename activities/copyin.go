@@ -195,6 +195,10 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	}
 	head := gitHeadOf(ctx, root)
 	w := &workspaceTar{ctx: ctx, root: root}
+	pre := a.takePrefetch(spec.SandboxID, root, nil) // packed while the container was made
+	if pre != nil {
+		w = pre.w
+	}
 	stop := keepHeartbeating(ctx, 5*time.Second, w.progress)
 	defer stop()
 	path := api.ImportBasePath
@@ -203,16 +207,26 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	}
 	req, err := a.daemon.Request(ctx, http.MethodPost, spec.SandboxID, ep, path, nil, in.RequestID)
 	if err != nil {
+		if pre != nil {
+			pre.pr.CloseWithError(errImportEnded)
+		}
 		return workflows.ImportWorkspaceResult{}, activityError(err)
 	}
 	a.daemon.UseDirect(ctx, req, daemonDirect(c)) // the tree skips Docker's proxy
-	pr, pw := io.Pipe()
-	werr := make(chan error, 1)
-	go func() {
-		err := w.stream(pw)
-		pw.CloseWithError(err)
-		werr <- err
-	}()
+	var pr *io.PipeReader
+	var werr chan error
+	if pre != nil {
+		pr, werr = pre.pr, pre.werr
+	} else {
+		var pw *io.PipeWriter
+		pr, pw = io.Pipe()
+		werr = make(chan error, 1)
+		go func() {
+			err := w.stream(pw)
+			pw.CloseWithError(err)
+			werr <- err
+		}()
+	}
 	req.Body = pr
 	req.Header.Set("Content-Type", "application/x-tar")
 	resp, serr := a.daemon.Send(req, spec.SandboxID, "import_base")
@@ -242,7 +256,7 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	rep.GitHead = head
 	a.log.Info("workspace imported", "sandbox_id", spec.SandboxID, "root", root, "files", rep.Files,
 		"dirs", rep.Dirs, "symlinks", rep.Symlinks, "bytes", rep.Bytes, "skipped", rep.Skipped, "base_id", base.BaseID,
-		"already_initialized", base.AlreadyInitialized, "daemon_import", base.Import)
+		"already_initialized", base.AlreadyInitialized, "daemon_import", base.Import, "prefetched", pre != nil)
 	return workflows.ImportWorkspaceResult{Copy: rep, Base: base}, nil
 }
 

@@ -191,6 +191,12 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	if err := json.Compact(&seccomp, []byte(a.cfg.SeccompProfile)); err != nil {
 		return workflows.ContainerInfo{}, invalidArgument("seccomp profile is not valid JSON: %v", err)
 	}
+	if spec.PrefetchWorkspace {
+		// Packed while Docker works; ImportWorkspace checks the root again.
+		if root, err := a.cfg.HostPaths.Workspace("workspace_root", spec.WorkspaceRoot); err == nil {
+			a.startPrefetch(spec.SandboxID, root)
+		}
+	}
 	// Docker takes ~100 ms to make a network: the sandbox's is made while
 	// the image and the volumes are checked, and waited for before the
 	// container that joins it (and before any return: no create is left

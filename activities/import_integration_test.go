@@ -43,8 +43,18 @@ func TestImportWorkspaceOnDocker(t *testing.T) {
 	sum := sha256.Sum256(big)
 	spec.WorkspaceRoot = ws
 
-	info, err := acts.CreateContainer(ctx, spec)
+	// The tree is packed while the container is made (past a buffer
+	// smaller than big.bin, so the rest streams), and the first import
+	// takes it; the repeat reads the tree itself.
+	defer func(m int) { prefetchMax = m }(prefetchMax)
+	prefetchMax = 1 << 20
+	cspec := spec
+	cspec.PrefetchWorkspace = true
+	info, err := acts.CreateContainer(ctx, cspec)
 	require.NoError(t, err)
+	acts.pf.mu.Lock()
+	require.Len(t, acts.pf.m, 1, "a prefetch")
+	acts.pf.mu.Unlock()
 	started, err := acts.StartContainer(ctx, id)
 	require.NoError(t, err)
 	readyCtx, readyCancel := context.WithTimeout(ctx, time.Minute)
@@ -62,6 +72,9 @@ func TestImportWorkspaceOnDocker(t *testing.T) {
 	require.Equal(t, workflows.CopyReport{Files: 3, Dirs: 3, Symlinks: 2, Bytes: 6 + 19 + int64(len(big)), Skipped: 1, SkippedPaths: []string{"pipe"}}, res.Copy)
 	require.NotEmpty(t, res.Base.BaseID)
 	require.False(t, res.Base.AlreadyInitialized)
+	acts.pf.mu.Lock()
+	require.Empty(t, acts.pf.m, "the import took it")
+	acts.pf.mu.Unlock()
 	again, err := acts.ImportWorkspace(ctx, workflows.ImportWorkspaceInput{Spec: spec, RequestID: "acttest/import_base"})
 	require.NoError(t, err)
 	require.Equal(t, res.Base.BaseID, again.Base.BaseID)

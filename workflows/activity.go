@@ -46,6 +46,10 @@ type SandboxSpec struct {
 	// (create_sandbox with count > 1) at the layer store's base/.
 	SharedBase *SharedBase       `json:"shared_base,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	// PrefetchWorkspace, on CreateContainer's input only, says a streamed
+	// import follows: the worker packs the workspace while Docker makes
+	// and starts the container (activities/prefetch.go).
+	PrefetchWorkspace bool `json:"prefetch_workspace,omitempty"`
 }
 
 // ResourceProfile limits the sandbox container.

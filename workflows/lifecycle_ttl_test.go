@@ -29,7 +29,7 @@ func (e *env) state() SandboxState {
 // createSteps mocks the creation steps before the container starts.
 func (e *env) createSteps() {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, createSpec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
 	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 }
 

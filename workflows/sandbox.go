@@ -192,7 +192,9 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		}
 	}
 	var info ContainerInfo
-	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, spec).Get(ctx, &info); err != nil {
+	cspec := spec
+	cspec.PrefetchWorkspace = streamed
+	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, cspec).Get(ctx, &info); err != nil {
 		return s.stepFailed("create container", err)
 	}
 	if !s.in.Adopt && !streamed {

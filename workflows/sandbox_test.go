@@ -45,12 +45,16 @@ var importIn = mock.MatchedBy(func(in ImportWorkspaceInput) bool {
 	return reflect.DeepEqual(in.Spec, spec) && strings.HasSuffix(in.RequestID, "/import_base") && len(in.RequestID) > len("/import_base")
 })
 
+// createSpec is CreateContainer's input for a new sandbox: the spec, with
+// the prefetch of the workspace its streamed import follows.
+var createSpec = func() SandboxSpec { s := spec; s.PrefetchWorkspace = true; return s }()
+
 var imported = ImportWorkspaceResult{Copy: CopyReport{Files: 1, GitHead: "abc123"}, Base: api.InitBaseResult{BaseID: "B-1"}}
 
 // happyCreate mocks every creation step to succeed.
 func (e *env) happyCreate() {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, createSpec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
 	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
@@ -180,7 +184,7 @@ func TestCreateFailsPermanentlyAndCompensates(t *testing.T) {
 				}
 				return nil
 			}
-			e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{}, ret("CreateContainer")).Maybe()
+			e.OnActivity(acts.CreateContainer, mock.Anything, createSpec).Return(ContainerInfo{}, ret("CreateContainer")).Maybe()
 			e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Daemon: daemonEP}, ret("StartContainer")).Maybe()
 			e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(ret("WaitReady")).Maybe()
 			e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, ret("ImportWorkspace")).Maybe()
@@ -211,7 +215,7 @@ func TestMissingImageCreatesNothing(t *testing.T) {
 func TestTransientFailureIsRetried(t *testing.T) {
 	e := newEnv(t)
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).Return(ContainerInfo{}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, createSpec).Return(ContainerInfo{}, nil)
 	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 	calls := 0
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(func(_ context.Context, _ string) (ContainerInfo, error) {
@@ -273,7 +277,7 @@ func TestUpdatesBeforeReadyAreRejected(t *testing.T) {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(func(_ context.Context, _ string) error {
 		return nil
 	})
-	e.OnActivity(acts.CreateContainer, mock.Anything, spec).After(time.Hour).Return(ContainerInfo{}, nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, createSpec).After(time.Hour).Return(ContainerInfo{}, nil)
 	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil)
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)

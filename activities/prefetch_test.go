@@ -1,0 +1,83 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func prefetchTree(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "src", "deep"), 0o755))
+	for i, n := range []int{0, 1, 511, 512, 513, 70_000, 300_000} {
+		b := bytes.Repeat([]byte{byte('a' + i)}, n)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "src", "deep", "f"+string(rune('a'+i))), b, 0o644))
+	}
+	require.NoError(t, os.Symlink("src/deep/fa", filepath.Join(dir, "link")))
+	return dir
+}
+
+// A prefetch is the very tar the import would have streamed, whether the
+// tree fits in its buffer or goes past it.
+func TestPrefetchIsTheTarTheImportWouldRead(t *testing.T) {
+	root := prefetchTree(t)
+	var want bytes.Buffer
+	require.NoError(t, (&workspaceTar{ctx: context.Background(), root: root}).stream(&want))
+	defer func(m int) { prefetchMax = m }(prefetchMax)
+	for _, max := range []int{1 << 30, 100_000, 1} {
+		prefetchMax = max
+		a := &Activities{}
+		a.startPrefetch("sbx1", root)
+		time.Sleep(20 * time.Millisecond) // let it pack what it holds
+		p := a.takePrefetch("sbx1", root, nil)
+		require.NotNil(t, p)
+		got, err := io.ReadAll(p.pr)
+		require.NoError(t, err)
+		require.NoError(t, <-p.werr)
+		require.True(t, bytes.Equal(want.Bytes(), got), "max %d: %d bytes, want %d", max, len(got), want.Len())
+		require.Equal(t, 7, p.w.report().Files)
+		require.Nil(t, a.takePrefetch("sbx1", root, nil), "taken once")
+	}
+}
+
+// Only an import of the same root takes it; one nobody takes is dropped
+// after prefetchTTL, and a second create's replaces the first's: the
+// writer ends each time, nothing stays behind.
+func TestPrefetchTakenDroppedReplaced(t *testing.T) {
+	root, other := prefetchTree(t), prefetchTree(t)
+	a := &Activities{}
+	peek := func(id string) *prefetch { a.pf.mu.Lock(); defer a.pf.mu.Unlock(); return a.pf.m[id] }
+	a.startPrefetch("sbx1", root)
+	require.Nil(t, a.takePrefetch("sbx1", other, nil), "another root")
+	require.Nil(t, a.takePrefetch("sbx2", root, nil), "another sandbox")
+	first := peek("sbx1")
+	a.startPrefetch("sbx1", root)
+	require.ErrorIs(t, <-first.werr, errPrefetchDropped, "replaced")
+
+	defer func(d time.Duration) { prefetchTTL = d }(prefetchTTL)
+	prefetchTTL = 30 * time.Millisecond
+	a.startPrefetch("sbx3", root)
+	p := peek("sbx3")
+	select {
+	case err := <-p.werr:
+		require.ErrorIs(t, err, errPrefetchDropped)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an untaken prefetch was not dropped")
+	}
+	require.Nil(t, a.takePrefetch("sbx3", root, nil))
+
+	// A taken one outlives the TTL: the import reads it at its pace.
+	a.startPrefetch("sbx4", root)
+	p = a.takePrefetch("sbx4", root, nil)
+	time.Sleep(100 * time.Millisecond)
+	_, err := io.ReadAll(p.pr)
+	require.NoError(t, err)
+	require.NoError(t, <-p.werr)
+}
