@@ -23,10 +23,13 @@ import (
 // process, a retried attempt, a restart) reads the tree as before, and the
 // tar is the one it would have read, taken moments earlier.
 
-// Variables for the tests.
+// Variables for the tests. At most prefetchSlots prefetches wait at once
+// (a burst of creates holds at most prefetchSlots × prefetchMax of memory;
+// the others read their tree at import time, as without prefetch).
 var (
-	prefetchMax = 32 << 20
-	prefetchTTL = 2 * time.Minute
+	prefetchMax   = 32 << 20
+	prefetchTTL   = 2 * time.Minute
+	prefetchSlots = 8
 )
 
 type prefetch struct {
@@ -54,6 +57,10 @@ func (a *Activities) startPrefetch(sandboxID, root string) {
 		a.pf.m = map[string]*prefetch{}
 	}
 	old := a.pf.m[sandboxID]
+	if old == nil && len(a.pf.m) >= prefetchSlots {
+		a.pf.mu.Unlock()
+		return
+	}
 	a.pf.m[sandboxID] = p
 	a.pf.mu.Unlock()
 	if old != nil {

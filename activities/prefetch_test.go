@@ -81,3 +81,26 @@ func TestPrefetchTakenDroppedReplaced(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, <-p.werr)
 }
+
+// A burst of creates holds at most prefetchSlots prefetches; the rest get
+// none (their imports read the tree) until one is taken.
+func TestPrefetchSlotsBoundTheMemory(t *testing.T) {
+	root := prefetchTree(t)
+	defer func(n int) { prefetchSlots = n }(prefetchSlots)
+	prefetchSlots = 2
+	a := &Activities{}
+	for _, id := range []string{"s1", "s2", "s3"} {
+		a.startPrefetch(id, root)
+	}
+	require.Nil(t, a.takePrefetch("s3", root, nil), "past the slots")
+	p := a.takePrefetch("s1", root, nil)
+	require.NotNil(t, p)
+	a.startPrefetch("s3", root)
+	p3 := a.takePrefetch("s3", root, nil)
+	require.NotNil(t, p3, "a slot freed by the take")
+	for _, q := range []*prefetch{p, a.takePrefetch("s2", root, nil), p3} {
+		_, err := io.ReadAll(q.pr)
+		require.NoError(t, err)
+		require.NoError(t, <-q.werr)
+	}
+}
