@@ -222,7 +222,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 // and argv then shows a digest an attacker cannot turn back into the
 // token); it copies the file only where a container's argument cannot
 // change: an adopted container whose deployment, and so whose token, is
-// new. Neither is an error.
+// new. Neither given is an error.
 func tokenSum(file, digest string) ([sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
 	b, err := readToken(file)
