@@ -177,7 +177,7 @@ func (a *Activities) CreateVolume(ctx context.Context, spec workflows.SandboxSpe
 // sandbox, created from the same image, is adopted (Adopted=true, the copy
 // is redone unless it is running); any other is force-removed and
 // recreated.
-func (a *Activities) CreateContainer(ctx context.Context, spec workflows.SandboxSpec) (workflows.ContainerInfo, error) {
+func (a *Activities) CreateContainer(ctx context.Context, spec workflows.SandboxSpec) (_ workflows.ContainerInfo, err error) {
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
@@ -193,8 +193,13 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	}
 	if spec.PrefetchWorkspace {
 		// Packed while Docker works; ImportWorkspace checks the root again.
-		if root, err := a.cfg.HostPaths.Workspace("workspace_root", spec.WorkspaceRoot); err == nil {
+		if root, rerr := a.cfg.HostPaths.Workspace("workspace_root", spec.WorkspaceRoot); rerr == nil {
 			a.startPrefetch(spec.SandboxID, root)
+			defer func() {
+				if err != nil { // no import follows this attempt; a retry packs again
+					a.dropPrefetch(spec.SandboxID, root)
+				}
+			}()
 		}
 	}
 	// Docker takes ~100 ms to make a network: the sandbox's is made while

@@ -84,6 +84,13 @@ func (a *Activities) startPrefetch(sandboxID, root string) {
 	})
 }
 
+// dropPrefetch ends sandboxID's prefetch of root, if any.
+func (a *Activities) dropPrefetch(sandboxID, root string) {
+	if p := a.takePrefetch(sandboxID, root, nil); p != nil {
+		p.pr.CloseWithError(errPrefetchDropped)
+	}
+}
+
 // takePrefetch removes and returns sandboxID's prefetch of root (only the
 // given one when want is set); nil when there is none.
 func (a *Activities) takePrefetch(sandboxID, root string, want *prefetch) *prefetch {

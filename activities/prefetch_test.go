@@ -104,3 +104,32 @@ func TestPrefetchSlotsBoundTheMemory(t *testing.T) {
 		require.NoError(t, <-q.werr)
 	}
 }
+
+// CreateContainer packs the workspace when asked, keeps it for the import
+// when it succeeds, and drops it when it fails (no import follows).
+func TestCreateContainerPrefetches(t *testing.T) {
+	root := prefetchTree(t)
+	acts := newTestActivities(t, newFakeDocker())
+	resolved, err := acts.cfg.HostPaths.Workspace("workspace_root", root)
+	require.NoError(t, err)
+	spec := testSpec("sbx1")
+	spec.WorkspaceRoot, spec.PrefetchWorkspace = root, true
+	_, err = acts.CreateContainer(context.Background(), spec)
+	require.NoError(t, err)
+	p := acts.takePrefetch("sbx1", resolved, nil)
+	require.NotNil(t, p, "kept for the import")
+	p.pr.Close()
+	require.Error(t, <-p.werr)
+
+	spec = testSpec("sbx2")
+	spec.WorkspaceRoot, spec.PrefetchWorkspace, spec.Image = root, true, "missing:1"
+	_, err = acts.CreateContainer(context.Background(), spec)
+	require.Error(t, err)
+	require.Nil(t, acts.takePrefetch("sbx2", resolved, nil), "dropped with the failed create")
+
+	spec = testSpec("sbx3")
+	spec.WorkspaceRoot = root
+	_, err = acts.CreateContainer(context.Background(), spec)
+	require.NoError(t, err)
+	require.Nil(t, acts.takePrefetch("sbx3", resolved, nil), "not asked: none")
+}

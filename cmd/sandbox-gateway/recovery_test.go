@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -326,4 +327,46 @@ func TestRecoveryDrills(t *testing.T) {
 		_, err = o.op("adopt_orphaned_sandbox", map[string]any{"sandbox_id": d.id})
 		require.NotNil(t, err, "a live sandbox is no orphan")
 	})
+}
+
+// TestCreateKilledMidway: the gateway is SIGKILLed (its Temporal and worker
+// with it) once create_sandbox's container exists, while Docker starts it —
+// the workspace the worker packed in memory for the import
+// (activities/prefetch.go) dies with it. Started again, the create
+// finishes from the tree on disk: the sandbox is ready with the whole
+// workspace, and it has one container, one network and one state volume.
+func TestCreateKilledMidway(t *testing.T) {
+	g := startGatewayProcess(t)
+	ws := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(ws, "d"), 0o755))
+	for i := 0; i < 300; i++ {
+		writeFile(t, filepath.Join(ws, "d", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("file %d\n", i))
+	}
+	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-root", ws, "--async")
+	id := rec["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	require.Eventually(t, func() bool { return exec.Command("docker", "inspect", workflows.ContainerName(id)).Run() == nil },
+		time.Minute, 5*time.Millisecond, "the container is made")
+	g.Kill()
+	start := time.Now()
+	g = testenv.StartGatewayWith(t, g.Options())
+	d := &drill{t: t, g: g, id: id}
+	var last any
+	require.Eventually(t, func() bool {
+		m, err := d.op("inspect_sandbox", nil)
+		if err != nil {
+			last = err
+			return false
+		}
+		last = m["state"]
+		return m["state"] == "ready"
+	}, 3*time.Minute, 100*time.Millisecond, "the create cut by the kill finishes: %v", last)
+	t.Logf("ready %s after the gateway started again", time.Since(start).Round(time.Millisecond))
+	m := d.must("file_read", map[string]any{"path": "d/f299.txt"})
+	require.Equal(t, "file 299", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+	out := d.must("exec_command", map[string]any{"cmd": "ls d | wc -l", "yield_time_ms": 60000})
+	require.Equal(t, "300", strings.TrimSpace(fmt.Sprint(out["output"])), "%v", out)
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Len(t, testenv.DockerObjects(t, kind, id), 1, kind)
+	}
 }
