@@ -107,12 +107,7 @@ func (s *sandbox) tracked(name string, fn any) any {
 // registers the pause, resume and restore updates.
 func (s *sandbox) registerLifecycle(ctx workflow.Context) error {
 	if s.state.Lifecycle == nil {
-		lc := &LifecycleState{TTL: s.in.SandboxTTL, SessionIdleTTL: s.in.SessionTTL}
-		if lc.TTL > 0 {
-			at := s.state.Created.Add(lc.TTL)
-			lc.ExpiresAt = &at
-		}
-		s.state.Lifecycle = lc
+		s.state.Lifecycle = newLifecycle(s.state.Created, s.in.SandboxTTL, s.in.SessionTTL)
 	}
 	for _, h := range []struct {
 		name     string
@@ -127,6 +122,16 @@ func (s *sandbox) registerLifecycle(ctx workflow.Context) error {
 		}
 	}
 	return nil
+}
+
+// newLifecycle is the lifecycle of a sandbox created at created.
+func newLifecycle(created time.Time, ttl, idle time.Duration) *LifecycleState {
+	lc := &LifecycleState{TTL: ttl, SessionIdleTTL: idle}
+	if ttl > 0 {
+		at := created.Add(ttl)
+		lc.ExpiresAt = &at
+	}
+	return lc
 }
 
 // wake makes the run loop recompute its timer (a pause or resume changed

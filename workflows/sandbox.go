@@ -41,7 +41,12 @@ func SandboxWorkflow(ctx workflow.Context, in SandboxInput) (SandboxResult, erro
 		return SandboxResult{}, err
 	}
 	if in.State == nil {
-		if err := s.create(ctx); err != nil {
+		if err := s.create(ctx); errors.Is(err, errStandbyEnded) {
+			// An unclaimed standby removed what it made: nothing failed.
+			s.settle(ctx)
+			s.state.Phase = PhaseStopped
+			return SandboxResult{SandboxID: s.id(), Phase: PhaseStopped}, nil
+		} else if err != nil {
 			s.state.Phase, s.state.Error = PhaseFailed, err.Error()
 			if e, ok := apperr.From(err); ok {
 				s.state.Failure = e
@@ -61,6 +66,10 @@ type sandbox struct {
 	// different sessions run side by side; one session's do not).
 	publishing map[string]bool
 	lost       bool
+	// claim is a standby's accepted claim; claimed, that the creation
+	// took it (standby.go).
+	claim   *ClaimRequest
+	claimed bool
 	// busy counts running daemon-using updates (a pause waits for them);
 	// wakeRev changes when the run loop must recompute its timer
 	// (lifecycle_ttl.go).
@@ -82,7 +91,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 	s := &sandbox{in: in, state: in.State, commitMu: workflow.NewMutex(ctx), publishing: map[string]bool{}, log: workflow.GetLogger(ctx)}
 	if s.state == nil {
 		s.state = &SandboxState{SandboxID: in.Spec.SandboxID, Phase: PhaseCreating, Sessions: map[string]*SessionRecord{},
-			Created: workflow.Now(ctx).UTC()}
+			Created: workflow.Now(ctx).UTC(), Standby: in.Standby}
 	}
 	s.state.Runs++
 	// The record names the sandbox's host (its queue) for the gateway's
@@ -109,6 +118,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 		{UpdateExport, s.export, s.validateExport},
 		{UpdateDestroy, s.destroy, nil},
 		{UpdateResolveDaemon, s.resolveDaemon, s.validateReadyNoArg},
+		{UpdateClaim, s.claimStandby, s.validateClaim},
 	}
 	for _, h := range handlers {
 		opts := workflow.UpdateHandlerOptions{}
@@ -193,7 +203,7 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	}
 	var info ContainerInfo
 	cspec := spec
-	cspec.PrefetchWorkspace = streamed
+	cspec.PrefetchWorkspace = streamed && !s.in.Standby
 	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, cspec).Get(ctx, &info); err != nil {
 		return s.stepFailed("create container", err)
 	}
@@ -211,6 +221,19 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("wait for the daemon", err)
 	}
 	s.state.Container = info
+	if s.in.Standby {
+		claimed, destroyed, err := s.awaitClaim(ctx)
+		if err != nil {
+			return err
+		}
+		if !claimed {
+			if destroyed {
+				undo = nil // destroy_sandbox removes it
+			}
+			return errStandbyEnded
+		}
+		spec = s.in.Spec
+	}
 	var base api.InitBaseResult
 	if streamed {
 		in := ImportWorkspaceInput{Spec: spec, RequestID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/import_base"}

@@ -25,6 +25,11 @@ type SandboxInput struct {
 	// state volume: no workspace copy, the store and its sessions as they
 	// are.
 	Adopt bool `json:"adopt,omitempty"`
+	// Standby starts the sandbox empty and unlisted, to wait StandbyTTL
+	// (0 = DefaultStandbyTTL) for a create_sandbox to claim it
+	// (standby.go); Spec then holds only its id and image.
+	Standby    bool          `json:"standby,omitempty"`
+	StandbyTTL time.Duration `json:"standby_ttl,omitempty"`
 	// State is set when the workflow continues as new.
 	State *SandboxState `json:"state,omitempty"`
 }
@@ -46,6 +51,9 @@ type SandboxState struct {
 	// Failure is why creation failed, as the step that failed said it.
 	Failure *api.Error `json:"failure,omitempty"`
 	Created time.Time  `json:"created"`
+	// Standby: a standby nobody claimed yet (standby.go); list_sandboxes
+	// and the fleet views leave it out.
+	Standby bool `json:"standby,omitempty"`
 	Runs    int        `json:"runs"`
 	// HostQueue is the task queue of the sandbox's host (SandboxInput's;
 	// "" = the shared queue, a single-host deployment).

@@ -1,0 +1,144 @@
+package workflows
+
+import (
+	"errors"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+)
+
+// A standby sandbox is a sandbox workflow started ahead of any request
+// (SandboxInput.Standby): it makes the network, the state volume and the
+// container, starts the daemon and waits, empty and unlisted, for a
+// create_sandbox of its image to claim it (UpdateClaim). The claim names
+// the workspace; the workflow imports it and goes on as that sandbox, so
+// the caller pays the import and not Docker's ~0.7 s of network, create
+// and start. Unclaimed for StandbyTTL, it removes everything it made and
+// ends. Everything here is new input, state and one new update: a run
+// recorded before it never takes these paths, so it replays unchanged.
+
+const (
+	// PhaseStandby: started and waiting for a claim.
+	PhaseStandby = "standby"
+	// UpdateClaim makes a standby sandbox the caller's (ClaimRequest).
+	UpdateClaim = "claim_standby"
+	// DefaultStandbyTTL is how long an unclaimed standby waits.
+	DefaultStandbyTTL = 10 * time.Minute
+	// KindStandbyUnavailable: this standby cannot serve the claim (another
+	// took it, it holds another image, it failed, expired or was
+	// destroyed). The caller creates a sandbox the usual way instead.
+	KindStandbyUnavailable = "standby_unavailable"
+	// MemoStandby marks a standby's workflow (true until it is claimed).
+	MemoStandby = "standby"
+)
+
+// errStandbyEnded: the standby ended unclaimed (expired, destroyed, its
+// container lost); the creation's compensation removed what it made.
+var errStandbyEnded = errors.New("standby ended unclaimed")
+
+// ClaimRequest is a create_sandbox served by a standby: what the gateway
+// would have started a sandbox workflow with.
+type ClaimRequest struct {
+	Image         string `json:"image"`
+	WorkspaceRoot string `json:"workspace_root"`
+	// SandboxTTL and SessionTTL are the create's (SandboxInput's).
+	SandboxTTL time.Duration `json:"sandbox_ttl,omitempty"`
+	SessionTTL time.Duration `json:"session_ttl,omitempty"`
+	// Memo is upserted as the workflow's memo (the record's
+	// workspace_root, the request id), with standby false.
+	Memo map[string]any `json:"memo,omitempty"`
+}
+
+func errStandby(s *sandbox, format string, a ...any) error {
+	return apperr.Newf(KindStandbyUnavailable, map[string]any{"sandbox_id": s.id()}, format, a...)
+}
+
+// validateClaim admits a claim only of an unclaimed standby of the same
+// image, with a workspace and TTLs a create would accept; the claim
+// arrives from the gateway but is checked as if anyone sent it.
+func (s *sandbox) validateClaim(r ClaimRequest) error {
+	if !s.in.Standby || s.claim != nil || !s.state.Standby {
+		return errStandby(s, "sandbox %s is not an unclaimed standby", s.id())
+	}
+	if s.state.Phase != PhaseCreating && s.state.Phase != PhaseStandby {
+		return errStandby(s, "standby %s is %s", s.id(), s.state.Phase)
+	}
+	if r.Image != s.in.Spec.Image {
+		return errStandby(s, "standby %s holds image %q, not %q", s.id(), s.in.Spec.Image, r.Image)
+	}
+	if r.WorkspaceRoot == "" || !filepath.IsAbs(r.WorkspaceRoot) || filepath.Clean(r.WorkspaceRoot) != r.WorkspaceRoot {
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "claim: workspace_root must be a clean absolute path, not %q", r.WorkspaceRoot)
+	}
+	return checkLifecycleInput(SandboxInput{SandboxTTL: r.SandboxTTL, SessionTTL: r.SessionTTL})
+}
+
+// claimStandby hands the claim to the creation (awaitClaim) and answers
+// like wait_ready once the workspace is imported, or with
+// KindStandbyUnavailable when the standby ended before taking it.
+func (s *sandbox) claimStandby(ctx workflow.Context, r ClaimRequest) (*SandboxState, error) {
+	if err := s.validateClaim(r); err != nil {
+		return nil, err
+	}
+	s.claim = &r
+	if err := workflow.Await(ctx, func() bool {
+		if s.claimed {
+			return s.state.Phase != PhaseCreating
+		}
+		return s.state.Phase != PhaseCreating && s.state.Phase != PhaseStandby
+	}); err != nil {
+		return nil, err
+	}
+	if !s.claimed {
+		return nil, errStandby(s, "standby %s ended (%s) before it was claimed", s.id(), s.state.Phase)
+	}
+	return s.waitReady(ctx)
+}
+
+// awaitClaim holds a started standby until a claim, a destroy, the loss of
+// its container or StandbyTTL. Claimed, it makes the sandbox the
+// claimant's (spec, TTLs, creation time, memo) and returns true; the
+// creation then imports the workspace. Unclaimed, destroyed says a
+// destroy_sandbox is removing it (else the creation's compensation must).
+func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err error) {
+	s.state.Phase = PhaseStandby
+	ttl := s.in.StandbyTTL
+	if ttl <= 0 {
+		ttl = DefaultStandbyTTL
+	}
+	if s.claim == nil {
+		if _, err := workflow.AwaitWithTimeout(ctx, ttl, func() bool {
+			return s.claim != nil || s.state.Phase != PhaseStandby || s.lost
+		}); err != nil {
+			return false, false, err
+		}
+	}
+	if s.claim == nil || s.state.Phase != PhaseStandby || s.lost {
+		if s.state.Phase != PhaseStandby {
+			return false, true, nil
+		}
+		s.state.Phase = PhaseStopping // no claim is admitted while it goes
+		return false, false, nil
+	}
+	r := *s.claim
+	s.claimed, s.state.Standby = true, false
+	s.in.Spec.WorkspaceRoot = r.WorkspaceRoot
+	s.in.SandboxTTL, s.in.SessionTTL = r.SandboxTTL, r.SessionTTL
+	s.state.Created = workflow.Now(ctx).UTC()
+	s.state.Lifecycle = newLifecycle(s.state.Created, r.SandboxTTL, r.SessionTTL)
+	s.state.Phase = PhaseCreating
+	memo := map[string]any{MemoStandby: false}
+	for k, v := range r.Memo {
+		if k != MemoStandby {
+			memo[k] = v
+		}
+	}
+	if err := workflow.UpsertMemo(ctx, memo); err != nil {
+		return false, false, err
+	}
+	s.wake()
+	return true, false, nil
+}

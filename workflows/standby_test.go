@@ -1,0 +1,173 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+)
+
+// standbySpec is what a standby is started with: its id and image only.
+var standbySpec = SandboxSpec{SandboxID: "sb1", Image: "img"}
+
+var claim = ClaimRequest{Image: "img", WorkspaceRoot: "/src", SessionTTL: time.Hour,
+	Memo: map[string]any{"workspace_root": "/src", "request_id": "r-1"}}
+
+// standbySteps mocks a standby's creation; build delays CreateContainer.
+func (e *env) standbySteps(build time.Duration) {
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, standbySpec).After(build).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+}
+
+func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
+	e := newEnv(t)
+	e.standbySteps(0)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil).Once()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+	var standbyAt time.Time
+	e.RegisterDelayedCallback(func() {
+		st := e.state()
+		standbyAt = st.Created
+		require.Equal(t, PhaseStandby, st.Phase)
+		require.True(t, st.Standby)
+		require.Empty(t, st.BaseID)
+	}, 30*time.Second)
+	e.script(time.Minute,
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err, "an unclaimed standby serves no session")
+		}},
+		step{name: UpdateClaim, args: []any{claim}, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			var st SandboxState
+			require.NoError(t, json.Unmarshal(out, &st))
+			require.Equal(t, PhaseReady, st.Phase)
+			require.False(t, st.Standby)
+			require.Equal(t, "B-1", st.BaseID)
+			require.Equal(t, "abc123", st.GitHead)
+			require.Equal(t, time.Hour, st.Lifecycle.SessionIdleTTL)
+			require.True(t, st.Created.After(standbyAt), "created when claimed: %v, standby since %v", st.Created, standbyAt)
+		}},
+		step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+			require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind, "a standby is claimed once")
+		}},
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: ok(t)},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true, StandbyTTL: time.Hour})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseStopped, res.Phase)
+	e.AssertExpectations(t)
+}
+
+func TestStandbyRefusesBadClaimsThenExpires(t *testing.T) {
+	e := newEnv(t)
+	e.standbySteps(0)
+	removed := 0
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	bad := func(mut func(*ClaimRequest), kind string) step {
+		r := claim
+		mut(&r)
+		return step{name: UpdateClaim, args: []any{r}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+			require.Equal(t, kind, kindOf(t, err).Kind, "%+v", r)
+		}, then: func() {
+			st := e.state()
+			require.Equal(t, PhaseStandby, st.Phase, "a refused claim changes nothing")
+			require.True(t, st.Standby)
+		}}
+	}
+	e.script(time.Minute,
+		bad(func(r *ClaimRequest) { r.Image = "other" }, KindStandbyUnavailable),
+		bad(func(r *ClaimRequest) { r.WorkspaceRoot = "" }, api.KindInvalidRequest),
+		bad(func(r *ClaimRequest) { r.WorkspaceRoot = "src" }, api.KindInvalidRequest),
+		bad(func(r *ClaimRequest) { r.WorkspaceRoot = "/src/../etc" }, api.KindInvalidRequest),
+		bad(func(r *ClaimRequest) { r.SandboxTTL = -time.Second }, api.KindInvalidRequest),
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true, StandbyTTL: 5 * time.Minute})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError(), "an unclaimed standby ends cleanly")
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseStopped, res.Phase)
+	require.Equal(t, 1, removed, "the expired standby removed what it made")
+	e.AssertNotCalled(t, "ImportWorkspace", mock.Anything, mock.Anything)
+}
+
+func TestStandbyDestroyedRemovesOnce(t *testing.T) {
+	e := newEnv(t)
+	e.standbySteps(0)
+	removed := 0
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	e.script(time.Minute, step{name: UpdateDestroy, check: ok(t)})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, removed)
+}
+
+// A claim that arrives while the standby is still being made waits for it.
+func TestStandbyClaimedWhileBuilding(t *testing.T) {
+	e := newEnv(t)
+	e.standbySteps(time.Minute)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil).Once()
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+	e.script(time.Second,
+		step{name: UpdateClaim, args: []any{claim}, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			require.Contains(t, string(out), `"state":"ready"`)
+		}},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+	require.NoError(t, e.GetWorkflowError())
+	e.AssertExpectations(t)
+}
+
+// A standby that fails to start answers its pending claim "unavailable"
+// (the gateway then creates the usual way), and removes what it made.
+func TestStandbyFailedBeforeTheClaim(t *testing.T) {
+	e := newEnv(t)
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, standbySpec).After(time.Minute).Return(ContainerInfo{},
+		temporal.NewNonRetryableApplicationError("no space", api.KindInternal, nil))
+	removed := 0
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	e.script(time.Second, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+		require.Error(t, err)
+		require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind)
+	}})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+	require.Error(t, e.GetWorkflowError())
+	require.Equal(t, 1, removed)
+}
+
+// A claimed standby whose import fails fails as a create would, with the
+// import's error, and removes what it made.
+func TestStandbyClaimImportFails(t *testing.T) {
+	e := newEnv(t)
+	e.standbySteps(0)
+	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(ImportWorkspaceResult{},
+		temporal.NewNonRetryableApplicationError("workspace too large", api.KindInvalidRequest, nil))
+	removed := 0
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	e.script(time.Minute, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+		require.Error(t, err)
+		require.Equal(t, api.KindInvalidRequest, kindOf(t, err).Kind)
+		require.Contains(t, err.Error(), "workspace too large")
+	}})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+	require.Error(t, e.GetWorkflowError())
+	require.Equal(t, 1, removed)
+}
