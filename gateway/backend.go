@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -47,6 +48,12 @@ type TemporalBackend struct {
 	// none: --no-workers, every host is remote), LocalName its host name.
 	LocalQueue, LocalName string
 
+	// Standby keeps a started, empty sandbox per image and host for the
+	// next create_sandbox to claim (standby.go; the zero value is off).
+	Standby StandbyOptions
+	// Log receives what goes wrong in the background (nil = slog.Default()).
+	Log *slog.Logger
+
 	once      sync.Once
 	daemon    *daemonclient.Client
 	mu        sync.Mutex
@@ -58,6 +65,14 @@ type TemporalBackend struct {
 	hostList []workflows.HostInfo
 	hostsAt  time.Time
 	placed   map[string][]time.Time // when this gateway placed sandboxes, per queue
+	standby  *standbys
+}
+
+func (b *TemporalBackend) log() *slog.Logger {
+	if b.Log != nil {
+		return b.Log
+	}
+	return slog.Default()
 }
 
 // daemons is the daemon client, with a resolver that asks the sandbox's

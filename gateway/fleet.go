@@ -30,8 +30,15 @@ type fleetEntry struct {
 	Err   error
 }
 
-// fleet lists the running sandbox workflows with their state, sorted by id.
+// fleet lists the running sandbox workflows with their state, sorted by
+// id; unclaimed standbys (standby.go) are no one's sandboxes yet and are
+// left out.
 func (b *TemporalBackend) fleet(ctx context.Context) ([]fleetEntry, error) {
+	return b.fleetWith(ctx, false)
+}
+
+// fleetWith is fleet, with the unclaimed standbys when standbys is true.
+func (b *TemporalBackend) fleetWith(ctx context.Context, standbys bool) ([]fleetEntry, error) {
 	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.SandboxWorkflowName)
 	var out []fleetEntry
 	var token []byte
@@ -56,6 +63,16 @@ func (b *TemporalBackend) fleet(ctx context.Context) ([]fleetEntry, error) {
 		}
 	}
 	b.each(ctx, out, func(ctx context.Context, f *fleetEntry) { f.State, f.Err = b.state(ctx, f.ID) })
+	if !standbys {
+		kept := out[:0]
+		for _, f := range out {
+			if standby, _ := f.Memo[workflows.MemoStandby].(bool); (f.State != nil && f.State.Standby) || (f.State == nil && standby) {
+				continue
+			}
+			kept = append(kept, f)
+		}
+		out = kept
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }

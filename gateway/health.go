@@ -184,6 +184,10 @@ func (b *TemporalBackend) Health(ctx context.Context) (map[string]any, bool) {
 		})
 	}
 	rep["sandboxes"] = sbs
+	if b.Standby.Enabled {
+		// The started, empty sandboxes the next creates will claim.
+		rep["standby_sandboxes"] = b.Standbys(ctx)
+	}
 	return rep, true
 }
 

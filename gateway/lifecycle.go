@@ -234,6 +234,25 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	if err != nil {
 		return nil, err
 	}
+	if progress == nil {
+		progress = func(string) {}
+	}
+	// A standby of the image on that host serves a plain create at the
+	// cost of the import (standby.go); any create of the image starts the
+	// next standby.
+	key := standbyKey{image: image, queue: queue}
+	if !async && count == 1 {
+		st, ok, err := b.claimStandby(ctx, key, workflows.ClaimRequest{Image: image, WorkspaceRoot: root, SandboxTTL: ttl, SessionTTL: idle, Memo: memo}, progress)
+		if ok {
+			b.refillStandby(key)
+			if err != nil {
+				return nil, mapErr("", err)
+			}
+			b.rememberContainer(st.SandboxID, st.Container)
+			b.rememberQueue(st.SandboxID, st.HostQueue)
+			return b.recordWith(st, map[string]any{"workspace_root": root, "image": image}), nil
+		}
+	}
 	if async {
 		if count != 1 {
 			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "async"}, "async create_sandbox takes count 1 (a group waits for its leader's base)")
@@ -243,6 +262,7 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 		if err != nil {
 			return nil, mapErr(ids[0], err)
 		}
+		b.refillStandby(key)
 		return map[string]any{"id": ids[0], "state": workflows.PhaseCreating, "workflow_id": wid, "workspace_root": root, "image": image}, nil
 	}
 	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, ids, lifecycle.CreateOptions{HostQueue: queue, Memo: memo, Progress: progress,
@@ -250,6 +270,7 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	if err != nil {
 		return nil, mapErr(ids[0], err)
 	}
+	b.refillStandby(key)
 	records := make([]any, len(states))
 	for i, st := range states {
 		b.rememberContainer(ids[i], st.Container)

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -23,6 +24,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/config"
 	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/worker"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
 func main() { os.Exit(run()) }
@@ -31,15 +33,17 @@ func run() int {
 	var wf worker.Flags
 	wf.Register(flag.CommandLine)
 	var (
-		listen    = flag.String("listen", gateway.DefaultAddr, "TCP address for HTTP and JSON lines")
-		unixSock  = flag.String("unix-socket", "", "also listen on this unix socket (mode 0600)")
-		tokenFile = flag.String("token-file", client.TokenPath(), "gateway token file (created 0600 when missing)")
-		noWorkers = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
-		uiURL     = flag.String("temporal-ui-url", "", "base URL of a Temporal UI for workflow links (a cluster's; default: the embedded UI when it is on)")
-		cfgFile   = flag.String("config", os.Getenv(config.EnvVar), "the seed's gateway YAML (default $"+config.EnvVar+"); see README, Configuration from the seed's YAML")
-		defTTL    = flag.String("default-sandbox-ttl", "", "pause sandboxes this long after creation or resume unless create_sandbox passes ttl (Go duration, e.g. 24h; 0 = off; default the config's lifecycle.default_sandbox_ttl, else off)")
-		fleetTO   = flag.Duration("fleet-timeout", gateway.DefaultFleetTimeout, "how long the fleet views (snapshot and resources without a sandbox, /healthz) wait for each sandbox before listing it unavailable")
-		defIdle   = flag.String("default-session-idle-ttl", "", "archive workspace sessions unused this long unless create_sandbox passes session_idle_ttl (e.g. 30m; 0 = off; default the config's lifecycle.default_session_idle_ttl, else off)")
+		listen     = flag.String("listen", gateway.DefaultAddr, "TCP address for HTTP and JSON lines")
+		unixSock   = flag.String("unix-socket", "", "also listen on this unix socket (mode 0600)")
+		tokenFile  = flag.String("token-file", client.TokenPath(), "gateway token file (created 0600 when missing)")
+		noWorkers  = flag.Bool("no-workers", false, "run no workers in-process (a client of separate sandbox-workers)")
+		uiURL      = flag.String("temporal-ui-url", "", "base URL of a Temporal UI for workflow links (a cluster's; default: the embedded UI when it is on)")
+		cfgFile    = flag.String("config", os.Getenv(config.EnvVar), "the seed's gateway YAML (default $"+config.EnvVar+"); see README, Configuration from the seed's YAML")
+		defTTL     = flag.String("default-sandbox-ttl", "", "pause sandboxes this long after creation or resume unless create_sandbox passes ttl (Go duration, e.g. 24h; 0 = off; default the config's lifecycle.default_sandbox_ttl, else off)")
+		fleetTO    = flag.Duration("fleet-timeout", gateway.DefaultFleetTimeout, "how long the fleet views (snapshot and resources without a sandbox, /healthz) wait for each sandbox before listing it unavailable")
+		defIdle    = flag.String("default-session-idle-ttl", "", "archive workspace sessions unused this long unless create_sandbox passes session_idle_ttl (e.g. 30m; 0 = off; default the config's lifecycle.default_session_idle_ttl, else off)")
+		standby    = flag.Bool("standby", true, "after a create_sandbox, keep one started, empty sandbox of its image on its host for the next create_sandbox to claim (it then pays only the workspace import); removed unclaimed after --standby-ttl and at shutdown")
+		standbyTTL = flag.Duration("standby-ttl", workflows.DefaultStandbyTTL, "how long an unclaimed standby sandbox waits before it removes itself")
 	)
 	flag.Parse()
 	log := wf.Logger()
@@ -116,7 +120,24 @@ func run() int {
 		hostQ = "" // let the workflow use its shared queue; host workers announce their own
 	}
 	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: hostQ, Secret: secret, Namespace: svc.Namespace, HostPaths: hostPaths,
-		DefaultSandboxTTL: sandboxTTL, DefaultSessionIdleTTL: idleTTL, FleetTimeout: *fleetTO}
+		DefaultSandboxTTL: sandboxTTL, DefaultSessionIdleTTL: idleTTL, FleetTimeout: *fleetTO,
+		Standby: gateway.StandbyOptions{Enabled: *standby, TTL: *standbyTTL}, Log: log.With("component", "gateway")}
+	if *standbyTTL <= 0 {
+		log.Error("flags", "err", "--standby-ttl must be positive (turn standbys off with --standby=false)")
+		return 2
+	}
+	// At shutdown the standbys go (before the workers stop: they remove
+	// them); standbys a killed run left are taken back or removed.
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		backend.CloseStandbys(c)
+	}()
+	go func() {
+		if err := backend.AdoptStandbys(ctx); err != nil {
+			log.Warn("standby sandboxes left by a previous run", "err", err)
+		}
+	}()
 	if !*noWorkers {
 		// Sandboxes on this process's own workers are on this machine;
 		// others are on the hosts of the registry, behind their forwarders.

@@ -163,7 +163,10 @@ func startGateway(t testing.TB, o GatewayOptions) (*Gateway, error) {
 		"--host-queue", o.HostQueue,
 		"--daemon-binary", daemon,
 		"--seccomp-profile", filepath.Join(RepoRoot(), "sandboxinit", "runtime", "seccomp.json"),
-		fmt.Sprintf("--reconcile=%v", o.Reconcile), "--allow-root", TempRoot(t)}
+		fmt.Sprintf("--reconcile=%v", o.Reconcile), "--allow-root", TempRoot(t),
+		// Standby sandboxes would add a container per image to every
+		// test; the tests of them turn them on (a later flag wins).
+		"--standby=false"}
 	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"), append(args, o.Args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+g.Home)
 	cmd.Stderr = g.Stderr
@@ -209,6 +212,13 @@ func startGateway(t testing.TB, o GatewayOptions) (*Gateway, error) {
 // with it) and waits until it is gone.
 func (g *Gateway) Kill() {
 	_ = syscall.Kill(g.Pid, syscall.SIGKILL)
+	<-g.exited
+}
+
+// Stop SIGINTs the gateway (a graceful shutdown) and waits until it is
+// gone.
+func (g *Gateway) Stop() {
+	_ = syscall.Kill(g.Pid, syscall.SIGINT)
 	<-g.exited
 }
 

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// standbyOf waits until the gateway's /healthz shows a standby of image
+// waiting for a claim, and returns its sandbox id.
+func standbyOf(t *testing.T, g *testenv.Gateway, image string) string {
+	t.Helper()
+	var id string
+	var last any
+	require.Eventually(t, func() bool {
+		hz := healthz(t, g)
+		last = hz["standby_sandboxes"]
+		list, _ := hz["standby_sandboxes"].([]any)
+		for _, s := range list {
+			m, _ := s.(map[string]any)
+			if m["image"] == image && m["state"] == workflows.PhaseStandby {
+				id, _ = m["sandbox_id"].(string)
+				return true
+			}
+		}
+		return false
+	}, 2*time.Minute, 100*time.Millisecond, "a standby of %s: %v", image, last)
+	return id
+}
+
+func listedIDs(t *testing.T, g *testenv.Gateway) []string {
+	t.Helper()
+	var ids []string
+	for _, s := range mustCLI(t, g, mgr, "list_sandboxes")["sandboxes"].([]any) {
+		ids = append(ids, s.(map[string]any)["id"].(string))
+	}
+	return ids
+}
+
+// TestStandbySandboxes: with --standby, a create starts one empty sandbox
+// of its image, unlisted; the next create of the image claims it and holds
+// that create's own workspace; a killed gateway's standby is taken back
+// when it starts again, and a gateway that shuts down removes its standby.
+func TestStandbySandboxes(t *testing.T) {
+	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
+	image := testenv.Images[0]
+	workspace := func(tag string) string {
+		ws := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(ws, "d"), 0o755))
+		for i := 0; i < 50; i++ {
+			writeFile(t, filepath.Join(ws, "d", fmt.Sprintf("f%02d.txt", i)), tag+"\n")
+		}
+		return ws
+	}
+	create := func(ws string) string {
+		t.Helper()
+		id := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", ws)["id"].(string)
+		t.Cleanup(func() { removeSandboxObjects(t, id) })
+		return id
+	}
+	read := func(id string) string {
+		t.Helper()
+		d := &drill{t: t, g: g, id: id}
+		return strings.TrimSpace(fmt.Sprint(d.must("file_read", map[string]any{"path": "d/f49.txt"})["content"]))
+	}
+
+	first := create(workspace("one"))
+	sb := standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	require.NotEqual(t, first, sb)
+	require.Equal(t, []string{first}, listedIDs(t, g), "a standby is no one's sandbox")
+	require.Len(t, testenv.DockerObjects(t, "container", sb), 1, "the standby's container runs")
+
+	second := create(workspace("two"))
+	require.Equal(t, sb, second, "the create claimed the standby")
+	require.Equal(t, "two", read(second), "the claimed sandbox holds its own create's workspace")
+	require.Equal(t, "one", read(first))
+	d := &drill{t: t, g: g, id: second}
+	out := d.must("exec_command", map[string]any{"cmd": "ls d | wc -l", "yield_time_ms": 60000})
+	require.Equal(t, "50", strings.TrimSpace(fmt.Sprint(out["output"])))
+	require.ElementsMatch(t, []string{first, second}, listedIDs(t, g))
+
+	// Killed while a standby waits: the next run takes it back.
+	sb = standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	g.Kill()
+	g = testenv.StartGatewayWith(t, g.Options())
+	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back the standby the killed one left")
+	third := create(workspace("three"))
+	require.Equal(t, sb, third)
+	require.Equal(t, "three", read(third))
+
+	// A graceful stop removes the standby, and only it.
+	sb = standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	g.Stop()
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
+		for _, id := range []string{first, second, third} {
+			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
+		}
+	}
+	require.Error(t, exec.Command("docker", "inspect", workflows.ContainerName(sb)).Run())
+}

@@ -1,0 +1,254 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// Standby sandboxes (workflows/standby.go): after a create_sandbox of an
+// image on a host, the gateway starts one more sandbox of that image there,
+// empty and unlisted, and the next create_sandbox of the image claims it,
+// so it pays only the workspace import. One standby per image and host;
+// it removes itself when nobody claims it within StandbyTTL, and the
+// gateway removes its standbys when it shuts down.
+
+// DefaultStandbyDelay is how long after a create the gateway waits before
+// it starts the next standby, so the new sandbox's first commands do not
+// share the CPU with Docker making it.
+const DefaultStandbyDelay = 2 * time.Second
+
+// StandbyOptions turn standby sandboxes on (the zero value is off).
+type StandbyOptions struct {
+	Enabled bool
+	TTL     time.Duration // unclaimed this long, a standby removes itself (0 = workflows.DefaultStandbyTTL)
+	Delay   time.Duration // after a create, before the next standby starts (0 = DefaultStandbyDelay, <0 = none)
+}
+
+type standbyKey struct{ image, queue string }
+
+// standbys is the gateway's pool: the standby (or the one being made) of
+// each image and host.
+type standbys struct {
+	mu      sync.Mutex
+	ids     map[standbyKey]string
+	filling map[standbyKey]bool
+	wg      sync.WaitGroup
+	closed  bool
+}
+
+// StandbyInfo is one standby of the pool (health, tests, the benchmark).
+type StandbyInfo struct {
+	SandboxID string `json:"sandbox_id"`
+	Image     string `json:"image"`
+	HostQueue string `json:"host_queue,omitempty"`
+	// State is the standby's phase: creating while Docker makes it,
+	// standby once it waits for a claim.
+	State string `json:"state"`
+}
+
+func (b *TemporalBackend) pool() *standbys {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.standby == nil {
+		b.standby = &standbys{ids: map[standbyKey]string{}, filling: map[standbyKey]bool{}}
+	}
+	return b.standby
+}
+
+// takeStandby removes and returns the standby of key ("" = none).
+func (p *standbys) take(k standbyKey) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := p.ids[k]
+	delete(p.ids, k)
+	return id
+}
+
+// claimStandby serves a create_sandbox from the standby of its image and
+// host, when there is one. ok false: there was none, or it could not serve
+// (another gateway took it, it failed or ended); the caller then creates
+// the usual way. ok true: st or err is the create's answer (an import
+// failure is the create's failure, as it would have been without it).
+func (b *TemporalBackend) claimStandby(ctx context.Context, k standbyKey, r workflows.ClaimRequest, progress func(string)) (st *workflows.SandboxState, ok bool, err error) {
+	if !b.Standby.Enabled {
+		return nil, false, nil
+	}
+	id := b.pool().take(k)
+	if id == "" {
+		return nil, false, nil
+	}
+	progress("claiming standby sandbox " + id)
+	var out workflows.SandboxState
+	err = lifecycle.Update(ctx, b.Client, id, workflows.UpdateClaim, "", &out, r)
+	if err == nil {
+		progress("sandbox " + id + " ready")
+		return &out, true, nil
+	}
+	if standbyUnusable(err) {
+		b.log().Info("standby not claimed; creating anew", "sandbox_id", id, "error", err)
+		b.dropStandby(id)
+		return nil, false, nil
+	}
+	return nil, true, err
+}
+
+// standbyUnusable: the claim did not take the standby (refused, or the
+// standby's workflow is gone), so nothing of the request happened yet.
+func standbyUnusable(err error) bool {
+	if e, ok := apperr.From(err); ok && e.Kind == workflows.KindStandbyUnavailable {
+		return true
+	}
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
+
+// refillStandby starts the next standby of key (after the delay), unless
+// the pool has one or is making one.
+func (b *TemporalBackend) refillStandby(k standbyKey) {
+	if !b.Standby.Enabled || k.image == "" {
+		return
+	}
+	p := b.pool()
+	p.mu.Lock()
+	if p.closed || p.ids[k] != "" || p.filling[k] {
+		p.mu.Unlock()
+		return
+	}
+	p.filling[k] = true
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		delay := b.Standby.Delay
+		if delay == 0 {
+			delay = DefaultStandbyDelay
+		}
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			p.mu.Lock()
+			delete(p.filling, k)
+			p.mu.Unlock()
+			return
+		}
+		id := "eos-" + client.NewRequestID()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: k.queue, Standby: true, StandbyTTL: b.Standby.TTL,
+			Spec: workflows.SandboxSpec{SandboxID: id, Image: k.image}},
+			map[string]any{workflows.MemoStandby: true, "image": k.image})
+		p.mu.Lock()
+		delete(p.filling, k)
+		closed = p.closed
+		if err == nil && !closed {
+			p.ids[k] = id
+		}
+		p.mu.Unlock()
+		switch {
+		case err != nil:
+			b.log().Warn("start standby sandbox", "image", k.image, "error", err)
+		case closed:
+			b.dropStandby(id)
+		}
+	}()
+}
+
+// dropStandby destroys a standby the pool gave up (best effort: unclaimed,
+// it also ends by its TTL).
+func (b *TemporalBackend) dropStandby(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateDestroy, "", nil); err != nil && !standbyUnusable(err) {
+		b.log().Warn("destroy standby sandbox", "sandbox_id", id, "error", err)
+	}
+}
+
+// Standbys lists the pool with each standby's phase.
+func (b *TemporalBackend) Standbys(ctx context.Context) []StandbyInfo {
+	p := b.pool()
+	p.mu.Lock()
+	var out []StandbyInfo
+	for k, id := range p.ids {
+		out = append(out, StandbyInfo{SandboxID: id, Image: k.image, HostQueue: k.queue})
+	}
+	p.mu.Unlock()
+	for i := range out {
+		out[i].State = "unknown"
+		if st, err := b.state(ctx, out[i].SandboxID); err == nil {
+			out[i].State = st.Phase
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Image < out[j].Image })
+	return out
+}
+
+// AdoptStandbys takes into the pool the standbys a previous run of the
+// gateway left (killed before it could remove them): one per image and
+// host; the rest are destroyed.
+func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
+	if !b.Standby.Enabled {
+		return nil
+	}
+	list, err := b.fleetWith(ctx, true)
+	if err != nil {
+		return err
+	}
+	p := b.pool()
+	for _, f := range list {
+		if f.State == nil || !f.State.Standby {
+			continue
+		}
+		image, _ := f.Memo["image"].(string)
+		k := standbyKey{image: image, queue: f.State.HostQueue}
+		p.mu.Lock()
+		keep := image != "" && !p.closed && p.ids[k] == "" && (f.State.Phase == workflows.PhaseStandby || f.State.Phase == workflows.PhaseCreating)
+		if keep {
+			p.ids[k] = f.ID
+		}
+		p.mu.Unlock()
+		if !keep {
+			b.dropStandby(f.ID)
+		}
+	}
+	return nil
+}
+
+// CloseStandbys removes the pool's standbys (at shutdown): nothing stays
+// behind on the host once the gateway stops.
+func (b *TemporalBackend) CloseStandbys(ctx context.Context) {
+	p := b.pool()
+	p.mu.Lock()
+	p.closed = true
+	ids := make([]string, 0, len(p.ids))
+	for k, id := range p.ids {
+		ids = append(ids, id)
+		delete(p.ids, k)
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateDestroy, "", nil); err != nil && !standbyUnusable(err) {
+				b.log().Warn("destroy standby sandbox at shutdown", "sandbox_id", id, "error", err)
+			}
+		}(id)
+	}
+	wg.Wait()
+	p.wg.Wait()
+}
