@@ -41,6 +41,9 @@ type StackOptions struct {
 	StateDir     string   // embedded Temporal's SQLite and the secret
 	AllowRoots   []string // where workspaces and exports may be (--allow-root; none = home and cwd)
 	Log          *slog.Logger
+	// NoStandby turns the gateway's standby sandboxes off (make run keeps
+	// them on).
+	NoStandby bool
 }
 
 // Stack is the whole product in this process, as `make run` starts it: the
@@ -52,9 +55,11 @@ type Stack struct {
 	Docker *dockerclient.Client
 	Acts   *activities.Activities
 	Server *gateway.Server
-	svc    *worker.Service
-	cancel context.CancelFunc
-	secret []byte
+	// Backend is the gateway's backend (its standby pool).
+	Backend *gateway.TemporalBackend
+	svc     *worker.Service
+	cancel  context.CancelFunc
+	secret  []byte
 }
 
 // StartStack starts the product.
@@ -95,7 +100,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	token := hexToken()
 	// As make run: the sandboxes on this process's own workers are on this machine.
 	backend := &gateway.TemporalBackend{Client: svc.Client, HostQueue: svc.HostQueue, Secret: secret, HostPaths: hostPaths,
-		LocalQueue: svc.HostQueue, LocalName: "bench"}
+		LocalQueue: svc.HostQueue, LocalName: "bench", Standby: gateway.StandbyOptions{Enabled: !o.NoStandby}, Log: o.Log}
 	srv := gateway.New(backend, token, o.Log)
 	srv.SetMetrics(metrics)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -108,7 +113,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	addr := l.Addr().String()
 	c := client.New("http://"+addr, token)
 	c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Minute}
-	return &Stack{Client: c, Addr: addr, Docker: dc, Acts: acts, Server: srv, svc: svc, cancel: cancel, secret: secret}, nil
+	return &Stack{Client: c, Addr: addr, Docker: dc, Acts: acts, Server: srv, Backend: backend, svc: svc, cancel: cancel, secret: secret}, nil
 }
 
 func hexToken() string {
@@ -119,6 +124,9 @@ func hexToken() string {
 
 // Close stops the product.
 func (s *Stack) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.Backend.CloseStandbys(ctx)
 	s.cancel()
 	s.svc.Stop()
 }
@@ -140,14 +148,48 @@ func (s *Stack) Call(ctx context.Context, op, sandboxID string, args map[string]
 	return m, nil
 }
 
-// CreateSandbox creates a sandbox over root and returns its id.
+// CreateSandbox creates a sandbox over root and returns its id, once the
+// standby the create starts in the background is made (so no scenario
+// times its commands beside Docker making it).
 func (s *Stack) CreateSandbox(ctx context.Context, image, root string) (string, error) {
+	id, err := s.CreateSandboxOnly(ctx, image, root)
+	if err == nil {
+		err = s.SettleStandby(ctx, image)
+	}
+	return id, err
+}
+
+// CreateSandboxOnly is create_sandbox alone, as a user times it.
+func (s *Stack) CreateSandboxOnly(ctx context.Context, image, root string) (string, error) {
 	rec, err := s.Call(ctx, "create_sandbox", "", map[string]any{"image": image, "workspace_root": root})
 	if err != nil {
 		return "", err
 	}
 	id, _ := rec["id"].(string)
 	return id, nil
+}
+
+// SettleStandby waits until the gateway's standby of image waits for a
+// claim (at once when standbys are off or none was started).
+func (s *Stack) SettleStandby(ctx context.Context, image string) error {
+	if !s.Backend.Standby.Enabled {
+		return nil
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pending := s.Backend.StandbyPending()
+		ready := false
+		for _, sb := range s.Backend.Standbys(ctx) {
+			ready = ready || (sb.Image == image && sb.State == workflows.PhaseStandby)
+		}
+		if ready && !pending {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no standby of %s after 2 minutes", image)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // DestroySandbox removes a sandbox (best effort).

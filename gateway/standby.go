@@ -65,7 +65,7 @@ func (b *TemporalBackend) pool() *standbys {
 	return b.standby
 }
 
-// takeStandby removes and returns the standby of key ("" = none).
+// take removes and returns the standby of key ("" = none).
 func (p *standbys) take(k standbyKey) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -172,9 +172,52 @@ func (b *TemporalBackend) refillStandby(k standbyKey) {
 func (b *TemporalBackend) dropStandby(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateDestroy, "", nil); err != nil && !standbyUnusable(err) {
-		b.log().Warn("destroy standby sandbox", "sandbox_id", id, "error", err)
+	b.destroyStandbys(ctx, []string{id})
+}
+
+// StandbyPending: a standby is about to start (the pool waits out its
+// delay or starts its workflow).
+func (b *TemporalBackend) StandbyPending() bool {
+	p := b.pool()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.filling) > 0
+}
+
+// DropStandbys destroys the pool's standbys and keeps the pool open (the
+// next create is cold, and starts another).
+func (b *TemporalBackend) DropStandbys() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b.destroyStandbys(ctx, b.pool().takeAll(false))
+}
+
+// takeAll empties the pool; close also keeps it empty from now on.
+func (p *standbys) takeAll(close bool) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = p.closed || close
+	ids := make([]string, 0, len(p.ids))
+	for k, id := range p.ids {
+		ids = append(ids, id)
+		delete(p.ids, k)
 	}
+	return ids
+}
+
+// destroyStandbys destroys the standbys side by side.
+func (b *TemporalBackend) destroyStandbys(ctx context.Context, ids []string) {
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateDestroy, "", nil); err != nil && !standbyUnusable(err) {
+				b.log().Warn("destroy standby sandbox", "sandbox_id", id, "error", err)
+			}
+		}(id)
+	}
+	wg.Wait()
 }
 
 // Standbys lists the pool with each standby's phase.
@@ -231,24 +274,6 @@ func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 // behind on the host once the gateway stops.
 func (b *TemporalBackend) CloseStandbys(ctx context.Context) {
 	p := b.pool()
-	p.mu.Lock()
-	p.closed = true
-	ids := make([]string, 0, len(p.ids))
-	for k, id := range p.ids {
-		ids = append(ids, id)
-		delete(p.ids, k)
-	}
-	p.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func(id string) {
-			defer wg.Done()
-			if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateDestroy, "", nil); err != nil && !standbyUnusable(err) {
-				b.log().Warn("destroy standby sandbox at shutdown", "sandbox_id", id, "error", err)
-			}
-		}(id)
-	}
-	wg.Wait()
+	b.destroyStandbys(ctx, p.takeAll(true))
 	p.wg.Wait()
 }

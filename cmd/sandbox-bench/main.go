@@ -41,6 +41,7 @@ func run() int {
 		workDir   = flag.String("workdir", filepath.Join(os.TempDir(), "eos-bench"), "scratch: repositories, worktrees, Temporal state")
 		profile   = flag.Bool("profile", true, "write CPU profiles of the publish and parallel-agents scenarios")
 		verbose   = flag.Bool("v", false, "log the product's own messages too")
+		noStandby = flag.Bool("no-standby", false, "run the gateway without standby sandboxes (sandbox-gateway --standby=false)")
 	)
 	flag.Parse()
 	level := slog.LevelWarn
@@ -50,7 +51,7 @@ func run() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	progress := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	o := bench.Options{Image: *image, Scale: *scale, AgentTime: *agentTime, WorkDir: *workDir, Log: log,
-		Stack: bench.StackOptions{DaemonBinary: *daemon, DaemonArgs: strings.Fields(*daemonArg)}}
+		Stack: bench.StackOptions{DaemonBinary: *daemon, DaemonArgs: strings.Fields(*daemonArg), NoStandby: *noStandby}}
 	for _, a := range strings.Split(*agents, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(a))
 		if err != nil || n < 1 {
