@@ -96,7 +96,7 @@ func (b *TemporalBackend) claimStandby(ctx context.Context, k standbyKey, r work
 	}
 	if standbyUnusable(err) {
 		b.log().Info("standby not claimed; creating anew", "sandbox_id", id, "error", err)
-		b.dropStandby(id)
+		go b.dropStandby(id) // it mostly removes itself; this catches the rest
 		return nil, false, nil
 	}
 	return nil, true, err

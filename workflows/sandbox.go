@@ -227,8 +227,15 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 			return err
 		}
 		if !claimed {
-			if destroyed {
-				undo = nil // destroy_sandbox removes it
+			// Removed here, not by the deferred compensation: a destroy
+			// that waits for "stopped" must see it before the run ends.
+			undo = nil
+			if !destroyed { // else destroy_sandbox removes it
+				cctx, _ := workflow.NewDisconnectedContext(ctx)
+				if err := remove(cleanupOptions(cctx, s.queue())); err != nil {
+					s.log.Error("remove the unclaimed standby", "sandbox_id", spec.SandboxID, "error", err)
+				}
+				s.state.Phase = PhaseStopped
 			}
 			return errStandbyEnded
 		}

@@ -116,6 +116,19 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 			return false, false, err
 		}
 	}
+	if s.claim != nil && s.state.Phase == PhaseStandby && !s.lost {
+		// Minutes may have passed: the container may have been stopped,
+		// or restarted on another port. A standby that does not run now
+		// is not handed out (the gateway then creates anew).
+		var info ContainerInfo
+		err := workflow.ExecuteActivity(resolveOptions(ctx, s.queue()), ActResolveDaemon, s.id()).Get(ctx, &info)
+		if err == nil && info.State == "running" && info.Daemon.Port != 0 {
+			s.state.Container = info
+		} else {
+			s.log.Info("standby not running; not claimed", "sandbox_id", s.id(), "state", info.State, "error", err)
+			s.lost = true
+		}
+	}
 	if s.claim == nil || s.state.Phase != PhaseStandby || s.lost {
 		if s.state.Phase != PhaseStandby {
 			return false, true, nil

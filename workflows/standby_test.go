@@ -25,6 +25,7 @@ func (e *env) standbySteps(build time.Duration) {
 	e.OnActivity(acts.CreateContainer, mock.Anything, standbySpec).After(build).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+	e.OnActivity(acts.ResolveDaemon, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP, State: "running"}, nil).Maybe()
 }
 
 func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
@@ -170,4 +171,25 @@ func TestStandbyClaimImportFails(t *testing.T) {
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
 	require.Error(t, e.GetWorkflowError())
 	require.Equal(t, 1, removed)
+}
+
+// A standby whose container stopped while it waited is not handed out:
+// the claim answers "unavailable" (the gateway creates anew) and the
+// standby removes what it made.
+func TestStandbyNotRunningIsNotClaimed(t *testing.T) {
+	e := newEnv(t)
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
+	e.OnActivity(acts.CreateContainer, mock.Anything, standbySpec).Return(ContainerInfo{Name: "eos-sbx-sb1"}, nil)
+	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
+	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
+	e.OnActivity(acts.ResolveDaemon, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP, State: "exited"}, nil).Once()
+	removed := 0
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	e.script(time.Minute, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+		require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind)
+	}}, step{name: UpdateDestroy, check: ok(t)}) // what the gateway then sends: answered, not held
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, removed)
+	e.AssertNotCalled(t, "ImportWorkspace", mock.Anything, mock.Anything)
 }

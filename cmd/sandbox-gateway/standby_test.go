@@ -89,6 +89,17 @@ func TestStandbySandboxes(t *testing.T) {
 	require.Equal(t, "50", strings.TrimSpace(fmt.Sprint(out["output"])))
 	require.ElementsMatch(t, []string{first, second}, listedIDs(t, g))
 
+	// A standby whose container was stopped is not handed out: the create
+	// makes a sandbox anew, and the stopped standby goes.
+	sb = standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	require.NoError(t, exec.Command("docker", "stop", "-t", "1", workflows.ContainerName(sb)).Run())
+	fresh := create(workspace("fresh"))
+	require.NotEqual(t, sb, fresh, "a stopped standby is not claimed")
+	require.Equal(t, "fresh", read(fresh))
+	require.Eventually(t, func() bool { return len(testenv.DockerObjects(t, "container", sb)) == 0 }, time.Minute, 100*time.Millisecond,
+		"the stopped standby is removed")
+
 	// Killed while a standby waits: the next run takes it back.
 	sb = standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
@@ -105,9 +116,71 @@ func TestStandbySandboxes(t *testing.T) {
 	g.Stop()
 	for _, kind := range []string{"container", "network", "volume"} {
 		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
-		for _, id := range []string{first, second, third} {
+		for _, id := range []string{first, second, fresh, third} {
 			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
 		}
 	}
 	require.Error(t, exec.Command("docker", "inspect", workflows.ContainerName(sb)).Run())
+}
+
+// TestStandbyClaimKilledMidway: the gateway (its Temporal and worker with
+// it) is SIGKILLed while a claimed standby imports the create's workspace;
+// started again, the sandbox finishes as that create's, whole, listed, with
+// one container, and the restarted gateway does not take it for a standby.
+func TestStandbyClaimKilledMidway(t *testing.T) {
+	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
+	image := testenv.Images[0]
+	first := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, first) })
+	sb := standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+
+	ws := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(ws, "d"), 0o755))
+	for i := 0; i < 3000; i++ {
+		writeFile(t, filepath.Join(ws, "d", fmt.Sprintf("f%04d.txt", i)), fmt.Sprintf("file %d\n", i))
+	}
+	cli := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
+		"create_sandbox", "--image", image, "--workspace-root", ws)
+	require.NoError(t, cli.Start())
+	d := &drill{t: t, g: g, id: sb}
+	require.Eventually(t, func() bool {
+		m, err := d.op("inspect_sandbox", nil)
+		return err == nil && m["state"] == workflows.PhaseCreating
+	}, time.Minute, 2*time.Millisecond, "the standby is claimed")
+	g.Kill()
+	_ = cli.Wait()
+	start := time.Now()
+	g = testenv.StartGatewayWith(t, g.Options())
+	d = &drill{t: t, g: g, id: sb}
+	var last any
+	require.Eventually(t, func() bool {
+		m, err := d.op("inspect_sandbox", nil)
+		if err != nil {
+			last = err
+			return false
+		}
+		last = m["state"]
+		return m["state"] == "ready"
+	}, 3*time.Minute, 100*time.Millisecond, "the claim cut by the kill finishes: %v", last)
+	t.Logf("ready %s after the gateway started again", time.Since(start).Round(time.Millisecond))
+	m := d.must("file_read", map[string]any{"path": "d/f2999.txt"})
+	require.Equal(t, "file 2999", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+	out := d.must("exec_command", map[string]any{"cmd": "ls d | wc -l", "yield_time_ms": 60000})
+	require.Equal(t, "3000", strings.TrimSpace(fmt.Sprint(out["output"])), "%v", out)
+	require.ElementsMatch(t, []string{first, sb}, listedIDs(t, g), "the claimed standby is listed as the create's sandbox")
+	for _, s := range mustCLI(t, g, mgr, "list_sandboxes")["sandboxes"].([]any) {
+		if r := s.(map[string]any); r["id"] == sb {
+			require.Equal(t, ws, r["workspace_root"], "the record names the claim's workspace")
+		}
+	}
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Len(t, testenv.DockerObjects(t, kind, sb), 1, kind)
+	}
+	// The restarted gateway makes a new standby; the claimed one is not it.
+	last2 := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, last2) })
+	next := standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, next) })
+	require.NotEqual(t, sb, next)
 }
