@@ -165,14 +165,10 @@ func (a *Activities) token(sandboxID string) string {
 	return daemonclient.Token(a.cfg.Secret, sandboxID)
 }
 
-// heartbeat records progress when ctx is an activity context, and does
-// nothing otherwise, so that the activities also run as plain functions
-// (the reconciler, tests).
-func heartbeat(ctx context.Context, details ...any) {
-	if activity.IsActivity(ctx) {
-		activity.RecordHeartbeat(ctx, details...)
-	}
-}
+// heartbeatEvery is how often a running activity heartbeats: well inside
+// the 6 s heartbeat timeout of the workflows' options, so a worker that
+// died mid-step is noticed, and the step retried, within seconds.
+const heartbeatEvery = 2 * time.Second
 
 // keepHeartbeating heartbeats every interval until the returned stop is
 // called; progress (optional) supplies the details.

@@ -136,7 +136,7 @@ func (a *Activities) CopyWorkspace(ctx context.Context, spec workflows.SandboxSp
 
 	head := gitHeadOf(ctx, root) // the commit a git export builds on
 	w := &workspaceTar{ctx: ctx, root: root, prefix: strings.TrimPrefix(ImportDir, "/")}
-	stop := keepHeartbeating(ctx, 5*time.Second, w.progress)
+	stop := keepHeartbeating(ctx, heartbeatEvery, w.progress)
 	defer stop()
 	pr, pw := io.Pipe()
 	werr := make(chan error, 1)
@@ -199,7 +199,7 @@ func (a *Activities) ImportWorkspace(ctx context.Context, in workflows.ImportWor
 	if pre != nil {
 		w = pre.w
 	}
-	stop := keepHeartbeating(ctx, 5*time.Second, w.progress)
+	stop := keepHeartbeating(ctx, heartbeatEvery, w.progress)
 	defer stop()
 	path := api.ImportBasePath
 	if spec.ImportAll {

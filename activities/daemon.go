@@ -27,7 +27,7 @@ func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) 
 	if err := checkSandboxID(call.SandboxID); err != nil {
 		return nil, err
 	}
-	stop := keepHeartbeating(ctx, daemonHeartbeat, nil)
+	stop := keepHeartbeating(ctx, heartbeatEvery, nil)
 	defer stop()
 	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Direct: call.Direct, Op: call.Op,
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
@@ -49,11 +49,6 @@ func (a *Activities) CallDaemonHere(ctx context.Context, call workflows.DaemonCa
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
 	return out, activityError(err)
 }
-
-// daemonHeartbeat is how often CallDaemon heartbeats while it waits: a
-// worker that died mid-call (a SIGKILLed gateway with its workers) is
-// noticed within the workflow's HeartbeatTimeout and the call retried.
-const daemonHeartbeat = 2 * time.Second
 
 // activityError maps the daemon client's errors to activity failures.
 func activityError(err error) error {
@@ -109,6 +104,7 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 	if _, err := daemonclient.BaseURL(ep); err != nil {
 		return activityError(err)
 	}
+	defer keepHeartbeating(ctx, heartbeatEvery, nil)()
 	// A daemon is up some 50-100 ms after its container starts: poll
 	// often at first, then back off.
 	delay := 10 * time.Millisecond
@@ -126,7 +122,6 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 		if errors.As(last, &ae) && ae.Kind == api.KindUnauthorized {
 			return apperr.New(ae) // a daemon that refuses the token will go on refusing it
 		}
-		heartbeat(ctx, attempt)
 		if time.Since(lastCheck) > time.Second {
 			lastCheck = time.Now()
 			c, err := a.inspectContainer(ctx, sandboxID)

@@ -86,6 +86,7 @@ func isOurs(labels map[string]string, sandboxID string) bool {
 // CheckImage fails with a non-retryable ErrImageNotFound unless image is
 // present on this Docker host. Nothing is ever pulled.
 func (a *Activities) CheckImage(ctx context.Context, img string) error {
+	defer keepHeartbeating(ctx, heartbeatEvery, nil)()
 	_, err := a.inspectImage(ctx, img)
 	return err
 }
@@ -138,6 +139,7 @@ func (a *Activities) CreateVolume(ctx context.Context, spec workflows.SandboxSpe
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return "", err
 	}
+	defer keepHeartbeating(ctx, heartbeatEvery, nil)()
 	if sb := spec.SharedBase; sb != nil && sb.Leader {
 		if sb.Volume != workflows.BaseVolumeName(spec.SandboxID) {
 			return "", invalidArgument("the leader of a group creates its own base volume %s, not %q", workflows.BaseVolumeName(spec.SandboxID), sb.Volume)
@@ -181,6 +183,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	if err := checkSandboxID(spec.SandboxID); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
+	defer keepHeartbeating(ctx, heartbeatEvery, nil)()
 	if a.cfg.DaemonBinary == "" {
 		return workflows.ContainerInfo{}, invalidArgument("no daemon binary configured")
 	}
@@ -373,6 +376,7 @@ func (a *Activities) StartContainer(ctx context.Context, sandboxID string) (work
 	if err := checkSandboxID(sandboxID); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
+	defer keepHeartbeating(ctx, heartbeatEvery, nil)()
 	name := workflows.ContainerName(sandboxID)
 	c, err := a.inspectContainer(ctx, sandboxID)
 	if err != nil {
@@ -501,7 +505,7 @@ func (a *Activities) StopContainer(ctx context.Context, sandboxID string) error 
 	}
 	name := workflows.ContainerName(sandboxID)
 	timeout := 15
-	stop := keepHeartbeating(ctx, 5*time.Second, nil)
+	stop := keepHeartbeating(ctx, heartbeatEvery, nil)
 	defer stop()
 	err := a.docker.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsNotModified(err) {

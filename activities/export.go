@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
@@ -107,7 +106,7 @@ func (a *Activities) ExportChanges(ctx context.Context, spec workflows.ExportSpe
 				"format git writes to the repository at the sandbox's workspace_root %s (the published paths are relative to it), not %s", spec.WorkspaceRoot, dest)
 		}
 		var streamed atomic.Int64
-		stop := keepHeartbeating(ctx, 5*time.Second, func() any { return map[string]any{"bytes": streamed.Load()} })
+		stop := keepHeartbeating(ctx, heartbeatEvery, func() any { return map[string]any{"bytes": streamed.Load()} })
 		defer stop()
 		res, err := a.exportGit(ctx, spec, dest, &streamed)
 		if err == nil {
@@ -123,7 +122,7 @@ func (a *Activities) ExportChanges(ctx context.Context, spec workflows.ExportSpe
 		}
 	}
 	var streamed atomic.Int64
-	stop := keepHeartbeating(ctx, 5*time.Second, func() any { return map[string]any{"bytes": streamed.Load()} })
+	stop := keepHeartbeating(ctx, heartbeatEvery, func() any { return map[string]any{"bytes": streamed.Load()} })
 	defer stop()
 	for attempt := 1; attempt <= exportAttempts; attempt++ {
 		m, err := a.readManifest(ctx, spec.SandboxID)

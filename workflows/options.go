@@ -16,13 +16,16 @@ const resolveWithin = 30 * time.Second
 // older workers raised, for failures still in flight during an upgrade.
 var nonRetryable = []string{"ImageNotFound", "InvalidArgument", "DaemonError", "NotFound"}
 
-// dockerOptions: Docker calls on the sandbox's host; long ones heartbeat.
+// dockerOptions: Docker calls on the sandbox's host. Each heartbeats every
+// 2 s while it runs (activities' heartbeatEvery), so a worker killed in
+// the middle of a create is noticed within 6 s and the step retried
+// (every step is idempotent by the sandbox id), not after a 30 s wait.
 func dockerOptions(ctx workflow.Context, hostQueue string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              hostQueue,
 		ScheduleToCloseTimeout: 10 * time.Minute,
 		StartToCloseTimeout:    5 * time.Minute,
-		HeartbeatTimeout:       30 * time.Second,
+		HeartbeatTimeout:       6 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 10 * time.Second, MaximumAttempts: 6, NonRetryableErrorTypes: nonRetryable},
 	})

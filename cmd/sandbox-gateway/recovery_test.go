@@ -337,11 +337,7 @@ func TestRecoveryDrills(t *testing.T) {
 // workspace, and it has one container, one network and one state volume.
 func TestCreateKilledMidway(t *testing.T) {
 	g := startGatewayProcess(t)
-	ws := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(ws, "d"), 0o755))
-	for i := 0; i < 300; i++ {
-		writeFile(t, filepath.Join(ws, "d", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("file %d\n", i))
-	}
+	ws := numberedTree(t, 300)
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-root", ws, "--async")
 	id := rec["id"].(string)
 	t.Cleanup(func() { removeSandboxObjects(t, id) })
@@ -351,8 +347,30 @@ func TestCreateKilledMidway(t *testing.T) {
 	start := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
 	d := &drill{t: t, g: g, id: id}
+	d.readyWithTree(start, 300)
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Len(t, testenv.DockerObjects(t, kind, id), 1, kind)
+	}
+}
+
+// numberedTree is a workspace of n files d/f<i>.txt reading "file <i>".
+func numberedTree(t *testing.T, n int) string {
+	t.Helper()
+	ws := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(ws, "d"), 0o755))
+	for i := 0; i < n; i++ {
+		writeFile(t, filepath.Join(ws, "d", fmt.Sprintf("f%d.txt", i)), fmt.Sprintf("file %d\n", i))
+	}
+	return ws
+}
+
+// readyWithTree waits until the sandbox, whose create a killed gateway cut,
+// is ready under the gateway started at start, and requires numberedTree's
+// n files in it, whole.
+func (d *drill) readyWithTree(start time.Time, n int) {
+	d.t.Helper()
 	var last any
-	require.Eventually(t, func() bool {
+	require.Eventually(d.t, func() bool {
 		m, err := d.op("inspect_sandbox", nil)
 		if err != nil {
 			last = err
@@ -361,12 +379,9 @@ func TestCreateKilledMidway(t *testing.T) {
 		last = m["state"]
 		return m["state"] == "ready"
 	}, 3*time.Minute, 100*time.Millisecond, "the create cut by the kill finishes: %v", last)
-	t.Logf("ready %s after the gateway started again", time.Since(start).Round(time.Millisecond))
-	m := d.must("file_read", map[string]any{"path": "d/f299.txt"})
-	require.Equal(t, "file 299", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
+	d.t.Logf("ready %s after the gateway started again", time.Since(start).Round(time.Millisecond))
+	m := d.must("file_read", map[string]any{"path": fmt.Sprintf("d/f%d.txt", n-1)})
+	require.Equal(d.t, fmt.Sprintf("file %d", n-1), strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
 	out := d.must("exec_command", map[string]any{"cmd": "ls d | wc -l", "yield_time_ms": 60000})
-	require.Equal(t, "300", strings.TrimSpace(fmt.Sprint(out["output"])), "%v", out)
-	for _, kind := range []string{"container", "network", "volume"} {
-		require.Len(t, testenv.DockerObjects(t, kind, id), 1, kind)
-	}
+	require.Equal(d.t, fmt.Sprint(n), strings.TrimSpace(fmt.Sprint(out["output"])), "%v", out)
 }

@@ -135,11 +135,7 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	sb := standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
 
-	ws := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(ws, "d"), 0o755))
-	for i := 0; i < 3000; i++ {
-		writeFile(t, filepath.Join(ws, "d", fmt.Sprintf("f%04d.txt", i)), fmt.Sprintf("file %d\n", i))
-	}
+	ws := numberedTree(t, 3000)
 	cli := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
 		"create_sandbox", "--image", image, "--workspace-root", ws)
 	require.NoError(t, cli.Start())
@@ -153,21 +149,7 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	start := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
 	d = &drill{t: t, g: g, id: sb}
-	var last any
-	require.Eventually(t, func() bool {
-		m, err := d.op("inspect_sandbox", nil)
-		if err != nil {
-			last = err
-			return false
-		}
-		last = m["state"]
-		return m["state"] == "ready"
-	}, 3*time.Minute, 100*time.Millisecond, "the claim cut by the kill finishes: %v", last)
-	t.Logf("ready %s after the gateway started again", time.Since(start).Round(time.Millisecond))
-	m := d.must("file_read", map[string]any{"path": "d/f2999.txt"})
-	require.Equal(t, "file 2999", strings.TrimRight(fmt.Sprint(m["content"]), "\n"))
-	out := d.must("exec_command", map[string]any{"cmd": "ls d | wc -l", "yield_time_ms": 60000})
-	require.Equal(t, "3000", strings.TrimSpace(fmt.Sprint(out["output"])), "%v", out)
+	d.readyWithTree(start, 3000)
 	require.ElementsMatch(t, []string{first, sb}, listedIDs(t, g), "the claimed standby is listed as the create's sandbox")
 	for _, s := range mustCLI(t, g, mgr, "list_sandboxes")["sandboxes"].([]any) {
 		if r := s.(map[string]any); r["id"] == sb {
