@@ -143,12 +143,11 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 	s.state.Created = workflow.Now(ctx).UTC()
 	s.state.Lifecycle = newLifecycle(s.state.Created, r.SandboxTTL, r.SessionTTL)
 	s.state.Phase = PhaseCreating
-	memo := map[string]any{MemoStandby: false}
-	for k, v := range r.Memo {
-		if k != MemoStandby {
-			memo[k] = v
-		}
+	memo := r.Memo // decoded for this claim: ours to change
+	if memo == nil {
+		memo = map[string]any{}
 	}
+	memo[MemoStandby] = false
 	if err := workflow.UpsertMemo(ctx, memo); err != nil {
 		return false, false, err
 	}
