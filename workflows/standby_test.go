@@ -16,7 +16,7 @@ import (
 // standbySpec is what a standby is started with: its id and image only.
 var standbySpec = SandboxSpec{SandboxID: "sb1", Image: "img"}
 
-var claim = ClaimRequest{Image: "img", WorkspaceRoot: "/src", SessionTTL: time.Hour,
+var claim = ClaimRequest{Image: "img", WorkspaceRoot: "/src", SessionTTL: time.Hour, SandboxTTL: 24 * time.Hour,
 	Memo: map[string]any{"workspace_root": "/src", "request_id": "r-1"}}
 
 // standbySteps mocks a standby's creation; build delays CreateContainer.
@@ -55,6 +55,9 @@ func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
 			require.Equal(t, "B-1", st.BaseID)
 			require.Equal(t, "abc123", st.GitHead)
 			require.Equal(t, time.Hour, st.Lifecycle.SessionIdleTTL)
+			require.Equal(t, 24*time.Hour, st.Lifecycle.TTL)
+			require.NotNil(t, st.Lifecycle.ExpiresAt)
+			require.Equal(t, st.Created.Add(24*time.Hour), *st.Lifecycle.ExpiresAt, "the TTL counts from the claim")
 			require.True(t, st.Created.After(standbyAt), "created when claimed: %v, standby since %v", st.Created, standbyAt)
 		}},
 		step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
