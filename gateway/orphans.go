@@ -30,9 +30,15 @@ func (b *TemporalBackend) orphans(ctx context.Context, host string) ([]orphanObj
 			return nil, err
 		}
 		for _, o := range out.Sandboxes {
-			live, err := b.live(ctx, o.SandboxID)
+			live, root, err := b.live(ctx, o.SandboxID)
 			if err != nil {
 				return nil, err
+			}
+			if o.WorkspaceRoot == "" {
+				// A sandbox made from a standby has no workspace-root
+				// label (its labels predate the claim); its last
+				// workflow's memo names the root.
+				o.WorkspaceRoot = root
 			}
 			if !live {
 				orphans = append(orphans, orphanObjects{SandboxObjects: o, Host: q.name, Queue: q.queue})
@@ -83,16 +89,18 @@ func (b *TemporalBackend) orphanQueues(ctx context.Context, host string) ([]host
 }
 
 // live reports whether the sandbox's workflow runs in this deployment.
-func (b *TemporalBackend) live(ctx context.Context, id string) (bool, error) {
+func (b *TemporalBackend) live(ctx context.Context, id string) (live bool, root string, err error) {
 	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(id), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return false, nil
+		return false, "", nil
 	}
 	if err != nil {
-		return false, mapErr(id, err)
+		return false, "", mapErr(id, err)
 	}
-	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	info := d.GetWorkflowExecutionInfo()
+	root, _ = decodeMemo(info.GetMemo().GetFields())["workspace_root"].(string)
+	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, root, nil
 }
 
 func (b *TemporalBackend) listOrphans(ctx context.Context, _ string, args map[string]any, _ bool, _ func(string)) (any, error) {
@@ -118,7 +126,7 @@ func (b *TemporalBackend) orphan(ctx context.Context, id, host string) (*orphanO
 	if id == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "sandbox_id"}, "sandbox_id is required")
 	}
-	live, err := b.live(ctx, id)
+	live, _, err := b.live(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	tclient "go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/api/client"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
@@ -32,6 +33,9 @@ type StandbyOptions struct {
 	Enabled bool
 	TTL     time.Duration // unclaimed this long, a standby removes itself (0 = workflows.DefaultStandbyTTL)
 	Delay   time.Duration // after a create, before the next standby starts (0 = DefaultStandbyDelay, <0 = none)
+	// Owner names this gateway's standbys, the same across its restarts
+	// ("" = its workers' host queue and host name).
+	Owner string
 }
 
 type standbyKey struct{ image, queue string }
@@ -88,22 +92,30 @@ func (b *TemporalBackend) claimStandby(ctx context.Context, k standbyKey, r work
 		return nil, false, nil
 	}
 	progress("claiming standby sandbox " + id)
-	var out workflows.SandboxState
-	err = lifecycle.Update(ctx, b.Client, id, workflows.UpdateClaim, "", &out, r)
-	if err == nil {
-		progress("sandbox " + id + " ready")
-		return &out, true, nil
-	}
-	if standbyUnusable(err) {
+	// Accepted first: until the workflow accepts the claim nothing of the
+	// create happened, so any failure up to there (refused, gone, Temporal
+	// unreachable for a moment) falls back to the usual create.
+	h, err := b.Client.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(id),
+		UpdateName: workflows.UpdateClaim, Args: []any{r}, WaitForStage: tclient.WorkflowUpdateStageAccepted})
+	if err != nil {
 		b.log().Info("standby not claimed; creating anew", "sandbox_id", id, "error", err)
-		go b.dropStandby(id) // it mostly removes itself; this catches the rest
+		go b.dropStandby(id) // released unless someone claimed it; it also ends by its TTL
 		return nil, false, nil
 	}
-	return nil, true, err
+	var out workflows.SandboxState
+	if err := h.Get(ctx, &out); err != nil {
+		if e, ok := apperr.From(err); ok && e.Kind == workflows.KindStandbyUnavailable {
+			// The standby ended (stopped, failed) before taking the claim.
+			return nil, false, nil
+		}
+		return nil, true, err
+	}
+	progress("sandbox " + id + " ready")
+	return &out, true, nil
 }
 
-// standbyUnusable: the claim did not take the standby (refused, or the
-// standby's workflow is gone), so nothing of the request happened yet.
+// standbyUnusable: the update found no unclaimed standby (refused, or the
+// standby's workflow is gone).
 func standbyUnusable(err error) bool {
 	if e, ok := apperr.From(err); ok && e.Kind == workflows.KindStandbyUnavailable {
 		return true
@@ -150,25 +162,38 @@ func (b *TemporalBackend) refillStandby(k standbyKey) {
 		defer cancel()
 		_, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: k.queue, Standby: true, StandbyTTL: b.Standby.TTL,
 			Spec: workflows.SandboxSpec{SandboxID: id, Image: k.image}},
-			map[string]any{workflows.MemoStandby: true, "image": k.image})
+			map[string]any{workflows.MemoStandby: true, "image": k.image, memoStandbyOwner: b.standbyOwner()})
 		p.mu.Lock()
 		delete(p.filling, k)
-		closed = p.closed
-		if err == nil && !closed {
+		keep := err == nil && !p.closed && p.ids[k] == "" // an adopted one may have come in meanwhile
+		if keep {
 			p.ids[k] = id
 		}
 		p.mu.Unlock()
 		switch {
 		case err != nil:
 			b.log().Warn("start standby sandbox", "image", k.image, "error", err)
-		case closed:
+		case !keep:
 			b.dropStandby(id)
 		}
 	}()
 }
 
-// dropStandby destroys a standby the pool gave up (best effort: unclaimed,
-// it also ends by its TTL).
+// memoStandbyOwner names the gateway that made a standby: after a crash
+// it takes back its own, never another live gateway's.
+const memoStandbyOwner = "standby_owner"
+
+// standbyOwner is this gateway's name for its standbys: its workers' host
+// queue and host name, the same after a restart.
+func (b *TemporalBackend) standbyOwner() string {
+	if b.Standby.Owner != "" {
+		return b.Standby.Owner
+	}
+	return b.LocalQueue + "@" + b.LocalName
+}
+
+// dropStandby releases a standby the pool gave up (best effort: unclaimed,
+// it also ends by its TTL; claimed meanwhile, it is left alone).
 func (b *TemporalBackend) dropStandby(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -205,15 +230,17 @@ func (p *standbys) takeAll(close bool) []string {
 	return ids
 }
 
-// destroyStandbys destroys the standbys side by side.
+// destroyStandbys releases the standbys side by side: release_standby
+// removes a standby nobody claimed and refuses one that is a user's
+// sandbox now, so this never removes a user's work.
 func (b *TemporalBackend) destroyStandbys(ctx context.Context, ids []string) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Add(1)
 		go func(id string) {
 			defer wg.Done()
-			if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateDestroy, "", nil); err != nil && !standbyUnusable(err) {
-				b.log().Warn("destroy standby sandbox", "sandbox_id", id, "error", err)
+			if err := lifecycle.Update(ctx, b.Client, id, workflows.UpdateRelease, "", nil); err != nil && !standbyUnusable(err) {
+				b.log().Warn("release standby sandbox", "sandbox_id", id, "error", err)
 			}
 		}(id)
 	}
@@ -239,9 +266,9 @@ func (b *TemporalBackend) Standbys(ctx context.Context) []StandbyInfo {
 	return out
 }
 
-// AdoptStandbys takes into the pool the standbys a previous run of the
+// AdoptStandbys takes into the pool the standbys a previous run of this
 // gateway left (killed before it could remove them): one per image and
-// host; the rest are destroyed.
+// host; the rest are released. Other gateways' standbys are left alone.
 func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 	if !b.Standby.Enabled {
 		return nil
@@ -255,10 +282,14 @@ func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 		if f.State == nil || !f.State.Standby {
 			continue
 		}
+		if owner, _ := f.Memo[memoStandbyOwner].(string); owner != b.standbyOwner() {
+			continue // another gateway's: it may be alive and hold it
+		}
 		image, _ := f.Memo["image"].(string)
 		k := standbyKey{image: image, queue: f.State.HostQueue}
 		p.mu.Lock()
-		keep := image != "" && !p.closed && p.ids[k] == "" && (f.State.Phase == workflows.PhaseStandby || f.State.Phase == workflows.PhaseCreating)
+		keep := image != "" && !p.closed && p.ids[k] == "" && !p.filling[k] &&
+			(f.State.Phase == workflows.PhaseStandby || f.State.Phase == workflows.PhaseCreating)
 		if keep {
 			p.ids[k] = f.ID
 		}

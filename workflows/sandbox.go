@@ -70,6 +70,8 @@ type sandbox struct {
 	// took it (standby.go).
 	claim   *ClaimRequest
 	claimed bool
+	// released: release_standby asked an unclaimed standby to go.
+	released bool
 	// busy counts running daemon-using updates (a pause waits for them);
 	// wakeRev changes when the run loop must recompute its timer
 	// (lifecycle_ttl.go).
@@ -119,6 +121,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 		{UpdateDestroy, s.destroy, nil},
 		{UpdateResolveDaemon, s.resolveDaemon, s.validateReadyNoArg},
 		{UpdateClaim, s.claimStandby, s.validateClaim},
+		{UpdateRelease, s.releaseStandby, s.validateUnclaimed},
 	}
 	for _, h := range handlers {
 		opts := workflow.UpdateHandlerOptions{}

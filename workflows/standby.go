@@ -26,6 +26,10 @@ const (
 	PhaseStandby = "standby"
 	// UpdateClaim makes a standby sandbox the caller's (ClaimRequest).
 	UpdateClaim = "claim_standby"
+	// UpdateRelease removes an unclaimed standby and only that: a standby
+	// claimed in the meantime is refused (KindStandbyUnavailable), so a
+	// gateway giving up its standby can never remove a user's sandbox.
+	UpdateRelease = "release_standby"
 	// DefaultStandbyTTL is how long an unclaimed standby waits.
 	DefaultStandbyTTL = 10 * time.Minute
 	// KindStandbyUnavailable: this standby cannot serve the claim (another
@@ -61,11 +65,8 @@ func errStandby(s *sandbox, format string, a ...any) error {
 // image, with a workspace and TTLs a create would accept; the claim
 // arrives from the gateway but is checked as if anyone sent it.
 func (s *sandbox) validateClaim(r ClaimRequest) error {
-	if !s.in.Standby || s.claim != nil || !s.state.Standby {
-		return errStandby(s, "sandbox %s is not an unclaimed standby", s.id())
-	}
-	if s.state.Phase != PhaseCreating && s.state.Phase != PhaseStandby {
-		return errStandby(s, "standby %s is %s", s.id(), s.state.Phase)
+	if err := s.validateUnclaimed(); err != nil {
+		return err
 	}
 	if r.Image != s.in.Spec.Image {
 		return errStandby(s, "standby %s holds image %q, not %q", s.id(), s.in.Spec.Image, r.Image)
@@ -74,6 +75,28 @@ func (s *sandbox) validateClaim(r ClaimRequest) error {
 		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "workspace_root"}, "claim: workspace_root must be a clean absolute path, not %q", r.WorkspaceRoot)
 	}
 	return checkLifecycleInput(SandboxInput{SandboxTTL: r.SandboxTTL, SessionTTL: r.SessionTTL})
+}
+
+// validateUnclaimed admits a claim or a release only of a standby nobody
+// claimed or released, that is being made or waits.
+func (s *sandbox) validateUnclaimed() error {
+	if !s.in.Standby || s.claim != nil || s.released || !s.state.Standby {
+		return errStandby(s, "sandbox %s is not an unclaimed standby", s.id())
+	}
+	if s.state.Phase != PhaseCreating && s.state.Phase != PhaseStandby {
+		return errStandby(s, "standby %s is %s", s.id(), s.state.Phase)
+	}
+	return nil
+}
+
+// releaseStandby ends an unclaimed standby: it removes what it made (the
+// creation's compensation) and the update answers once it has.
+func (s *sandbox) releaseStandby(ctx workflow.Context) error {
+	if err := s.validateUnclaimed(); err != nil {
+		return err
+	}
+	s.released = true
+	return workflow.Await(ctx, func() bool { return s.state.Phase == PhaseStopped || s.state.Phase == PhaseFailed })
 }
 
 // claimStandby hands the claim to the creation (awaitClaim) and answers
@@ -111,7 +134,7 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 	}
 	if s.claim == nil {
 		if _, err := workflow.AwaitWithTimeout(ctx, ttl, func() bool {
-			return s.claim != nil || s.state.Phase != PhaseStandby || s.lost
+			return s.claim != nil || s.released || s.state.Phase != PhaseStandby || s.lost
 		}); err != nil {
 			return false, false, err
 		}
@@ -129,7 +152,7 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 			s.lost = true
 		}
 	}
-	if s.claim == nil || s.state.Phase != PhaseStandby || s.lost {
+	if s.claim == nil || s.released || s.state.Phase != PhaseStandby || s.lost {
 		if s.state.Phase != PhaseStandby {
 			return false, true, nil
 		}

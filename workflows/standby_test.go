@@ -196,3 +196,43 @@ func TestStandbyNotRunningIsNotClaimed(t *testing.T) {
 	require.Equal(t, 1, removed)
 	e.AssertNotCalled(t, "ImportWorkspace", mock.Anything, mock.Anything)
 }
+
+// release_standby removes an unclaimed standby, answering once it is
+// gone; it is refused for a claimed one, which goes on serving.
+func TestStandbyRelease(t *testing.T) {
+	t.Run("unclaimed", func(t *testing.T) {
+		e := newEnv(t)
+		e.standbySteps(0)
+		removed := 0
+		e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+		e.script(time.Minute, step{name: UpdateRelease, check: ok(t)})
+		e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+		require.NoError(t, e.GetWorkflowError())
+		require.Equal(t, 1, removed)
+	})
+	t.Run("while building", func(t *testing.T) {
+		e := newEnv(t)
+		e.standbySteps(time.Minute)
+		removed := 0
+		e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+		e.script(time.Second, step{name: UpdateRelease, check: ok(t)})
+		e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+		require.NoError(t, e.GetWorkflowError())
+		require.Equal(t, 1, removed)
+	})
+	t.Run("claimed", func(t *testing.T) {
+		e := newEnv(t)
+		e.standbySteps(0)
+		e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(imported, nil).Once()
+		e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+		e.script(time.Minute,
+			step{name: UpdateClaim, args: []any{claim}, check: ok(t)},
+			step{name: UpdateRelease, check: func(_ json.RawMessage, err error) {
+				require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind, "a claimed sandbox is never released")
+			}, then: func() { require.Equal(t, PhaseReady, e.state().Phase) }},
+			step{name: UpdateDestroy, check: ok(t)})
+		e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+		require.NoError(t, e.GetWorkflowError())
+		e.AssertExpectations(t)
+	})
+}

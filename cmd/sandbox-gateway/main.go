@@ -133,11 +133,6 @@ func run() int {
 		defer cancel()
 		backend.CloseStandbys(c)
 	}()
-	go func() {
-		if err := backend.AdoptStandbys(ctx); err != nil {
-			log.Warn("standby sandboxes left by a previous run", "err", err)
-		}
-	}()
 	if !*noWorkers {
 		// Sandboxes on this process's own workers are on this machine;
 		// others are on the hosts of the registry, behind their forwarders.
@@ -150,6 +145,11 @@ func run() int {
 	if *uiURL != "" {
 		backend.UIAddress = *uiURL
 	}
+	go func() {
+		if err := backend.AdoptStandbys(ctx); err != nil {
+			log.Warn("standby sandboxes left by a previous run", "err", err)
+		}
+	}()
 	srv := gateway.New(backend, token, log.With("component", "gateway"))
 	srv.SetMetrics(metrics)
 

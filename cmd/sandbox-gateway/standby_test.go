@@ -80,7 +80,8 @@ func TestStandbySandboxes(t *testing.T) {
 	require.Equal(t, []string{first}, listedIDs(t, g), "a standby is no one's sandbox")
 	require.Len(t, testenv.DockerObjects(t, "container", sb), 1, "the standby's container runs")
 
-	second := create(workspace("two"))
+	ws2 := workspace("two")
+	second := create(ws2)
 	require.Equal(t, sb, second, "the create claimed the standby")
 	require.Equal(t, "two", read(second), "the claimed sandbox holds its own create's workspace")
 	require.Equal(t, "one", read(first))
@@ -100,12 +101,29 @@ func TestStandbySandboxes(t *testing.T) {
 	require.Eventually(t, func() bool { return len(testenv.DockerObjects(t, "container", sb)) == 0 }, time.Minute, 100*time.Millisecond,
 		"the stopped standby is removed")
 
-	// Killed while a standby waits: the next run takes it back.
+	// Killed while a standby waits: the next run takes it back. The
+	// claimed sandbox's container is gone meanwhile: the reconciler finds
+	// it lost, and as an orphan it names its workspace root, though its
+	// labels predate the claim (the memo of its workflow has it).
 	sb = standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
 	g.Kill()
-	g = testenv.StartGatewayWith(t, g.Options())
+	require.NoError(t, exec.Command("docker", "rm", "-f", workflows.ContainerName(second)).Run())
+	opts := g.Options()
+	opts.Reconcile = true
+	g = testenv.StartGatewayWith(t, opts)
 	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back the standby the killed one left")
+	var orphans any
+	require.Eventually(t, func() bool {
+		orphans = mustCLI(t, g, mgr, "list_orphaned_sandboxes")["orphans"]
+		list, _ := orphans.([]any)
+		for _, o := range list {
+			if m := o.(map[string]any); m["sandbox_id"] == second {
+				return m["workspace_root"] == ws2
+			}
+		}
+		return false
+	}, time.Minute, 200*time.Millisecond, "the claimed sandbox, orphaned, names its workspace root: %v", orphans)
 	third := create(workspace("three"))
 	require.Equal(t, sb, third)
 	require.Equal(t, "three", read(third))
@@ -116,10 +134,11 @@ func TestStandbySandboxes(t *testing.T) {
 	g.Stop()
 	for _, kind := range []string{"container", "network", "volume"} {
 		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
-		for _, id := range []string{first, second, fresh, third} {
+		for _, id := range []string{first, fresh, third} {
 			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
 		}
 	}
+	require.Len(t, testenv.DockerObjects(t, "volume", second), 1, "the orphan keeps its work")
 	require.Error(t, exec.Command("docker", "inspect", workflows.ContainerName(sb)).Run())
 }
 
