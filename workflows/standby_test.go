@@ -28,6 +28,13 @@ func (e *env) standbySteps(build time.Duration) {
 	e.OnActivity(acts.ResolveDaemon, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP, State: "running"}, nil).Maybe()
 }
 
+// removals counts RemoveSandbox calls.
+func (e *env) removals() *int {
+	n := new(int)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { *n++; return nil })
+	return n
+}
+
 func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
 	e := newEnv(t)
 	e.standbySteps(0)
@@ -79,8 +86,7 @@ func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
 func TestStandbyRefusesBadClaimsThenExpires(t *testing.T) {
 	e := newEnv(t)
 	e.standbySteps(0)
-	removed := 0
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	removed := e.removals()
 	bad := func(mut func(*ClaimRequest), kind string) step {
 		r := claim
 		mut(&r)
@@ -106,19 +112,18 @@ func TestStandbyRefusesBadClaimsThenExpires(t *testing.T) {
 	var res SandboxResult
 	require.NoError(t, e.GetWorkflowResult(&res))
 	require.Equal(t, PhaseStopped, res.Phase)
-	require.Equal(t, 1, removed, "the expired standby removed what it made")
+	require.Equal(t, 1, *removed, "the expired standby removed what it made")
 	e.AssertNotCalled(t, "ImportWorkspace", mock.Anything, mock.Anything)
 }
 
 func TestStandbyDestroyedRemovesOnce(t *testing.T) {
 	e := newEnv(t)
 	e.standbySteps(0)
-	removed := 0
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	removed := e.removals()
 	e.script(time.Minute, step{name: UpdateDestroy, check: ok(t)})
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
 	require.NoError(t, e.GetWorkflowError())
-	require.Equal(t, 1, removed)
+	require.Equal(t, 1, *removed)
 }
 
 // A claim that arrives while the standby is still being made waits for it.
@@ -146,15 +151,14 @@ func TestStandbyFailedBeforeTheClaim(t *testing.T) {
 	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(nil)
 	e.OnActivity(acts.CreateContainer, mock.Anything, standbySpec).After(time.Minute).Return(ContainerInfo{},
 		temporal.NewNonRetryableApplicationError("no space", api.KindInternal, nil))
-	removed := 0
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	removed := e.removals()
 	e.script(time.Second, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
 		require.Error(t, err)
 		require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind)
 	}})
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
 	require.Error(t, e.GetWorkflowError())
-	require.Equal(t, 1, removed)
+	require.Equal(t, 1, *removed)
 }
 
 // A claimed standby whose import fails fails as a create would, with the
@@ -164,8 +168,7 @@ func TestStandbyClaimImportFails(t *testing.T) {
 	e.standbySteps(0)
 	e.OnActivity(acts.ImportWorkspace, mock.Anything, importIn).Return(ImportWorkspaceResult{},
 		temporal.NewNonRetryableApplicationError("workspace too large", api.KindInvalidRequest, nil))
-	removed := 0
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	removed := e.removals()
 	e.script(time.Minute, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
 		require.Error(t, err)
 		require.Equal(t, api.KindInvalidRequest, kindOf(t, err).Kind)
@@ -173,7 +176,7 @@ func TestStandbyClaimImportFails(t *testing.T) {
 	}})
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
 	require.Error(t, e.GetWorkflowError())
-	require.Equal(t, 1, removed)
+	require.Equal(t, 1, *removed)
 }
 
 // A standby whose container stopped while it waited is not handed out:
@@ -186,40 +189,33 @@ func TestStandbyNotRunningIsNotClaimed(t *testing.T) {
 	e.OnActivity(acts.StartContainer, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP}, nil)
 	e.OnActivity(acts.WaitReady, mock.Anything, "sb1", daemonEP).Return(nil)
 	e.OnActivity(acts.ResolveDaemon, mock.Anything, "sb1").Return(ContainerInfo{Name: "eos-sbx-sb1", Daemon: daemonEP, State: "exited"}, nil).Once()
-	removed := 0
-	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
+	removed := e.removals()
 	e.script(time.Minute, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
 		require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind)
 	}}, step{name: UpdateDestroy, check: ok(t)}) // what the gateway then sends: answered, not held
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
 	require.NoError(t, e.GetWorkflowError())
-	require.Equal(t, 1, removed)
+	require.Equal(t, 1, *removed)
 	e.AssertNotCalled(t, "ImportWorkspace", mock.Anything, mock.Anything)
 }
 
 // release_standby removes an unclaimed standby, answering once it is
 // gone; it is refused for a claimed one, which goes on serving.
 func TestStandbyRelease(t *testing.T) {
-	t.Run("unclaimed", func(t *testing.T) {
-		e := newEnv(t)
-		e.standbySteps(0)
-		removed := 0
-		e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
-		e.script(time.Minute, step{name: UpdateRelease, check: ok(t)})
-		e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
-		require.NoError(t, e.GetWorkflowError())
-		require.Equal(t, 1, removed)
-	})
-	t.Run("while building", func(t *testing.T) {
-		e := newEnv(t)
-		e.standbySteps(time.Minute)
-		removed := 0
-		e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(func(context.Context, string) error { removed++; return nil })
-		e.script(time.Second, step{name: UpdateRelease, check: ok(t)})
-		e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
-		require.NoError(t, e.GetWorkflowError())
-		require.Equal(t, 1, removed)
-	})
+	for _, c := range []struct {
+		name         string
+		build, after time.Duration // CreateContainer's time; when the release comes
+	}{{"unclaimed", 0, time.Minute}, {"while building", time.Minute, time.Second}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.standbySteps(c.build)
+			removed := e.removals()
+			e.script(c.after, step{name: UpdateRelease, check: ok(t)})
+			e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true})
+			require.NoError(t, e.GetWorkflowError())
+			require.Equal(t, 1, *removed)
+		})
+	}
 	t.Run("claimed", func(t *testing.T) {
 		e := newEnv(t)
 		e.standbySteps(0)
