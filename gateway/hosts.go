@@ -249,14 +249,15 @@ func (b *TemporalBackend) place(ctx context.Context, name string, reserve bool) 
 		return b.HostQueue, nil
 	}
 	// Least loaded: the beat's count plus what this gateway placed since
-	// that beat.
+	// that beat, less this gateway's standbys there (no one's load yet).
+	held := b.pool().perQueue()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.placed == nil {
 		b.placed = map[string][]time.Time{}
 	}
 	load := func(h workflows.HostInfo) int {
-		n := h.Sandboxes
+		n := h.Sandboxes - held[h.Queue]
 		for _, t := range b.placed[h.Queue] {
 			if t.After(h.LastSeen) {
 				n++

@@ -78,6 +78,17 @@ func (p *standbys) take(k standbyKey) string {
 	return id
 }
 
+// perQueue counts the pool's standbys on each host queue.
+func (p *standbys) perQueue() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := map[string]int{}
+	for k := range p.ids {
+		n[k.queue]++
+	}
+	return n
+}
+
 // claimStandby serves a create_sandbox from the standby of its image and
 // host, when there is one. ok false: there was none, or it could not serve
 // (another gateway took it, it failed or ended); the caller then creates

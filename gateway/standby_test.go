@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
@@ -37,4 +39,15 @@ func TestStandbyPoolTakesOnce(t *testing.T) {
 	b.refillStandby(k) // closed: nothing starts
 	require.False(t, b.StandbyPending())
 	require.Empty(t, p.ids)
+}
+
+// A host's standby is no one's load: placement does not steer creates
+// away from the host that holds the standby they would claim.
+func TestPlacementLeavesStandbysOut(t *testing.T) {
+	now := time.Now()
+	b := clusterBackend(host("h2", 2, now), host("h1", 2, now))
+	b.pool().ids[standbyKey{image: "img", queue: "eos-host-h1"}] = "eos-sb"
+	q, err := b.place(context.Background(), "", false)
+	require.NoError(t, err)
+	require.Equal(t, "eos-host-h1", q, "h1 runs one sandbox and a standby, h2 two sandboxes")
 }
