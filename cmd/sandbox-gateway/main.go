@@ -183,6 +183,9 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "  embedded Temporal at %s (only for clients holding the deployment secret), UI %s\n", svc.Dev.Address, ui)
 	}
 	fmt.Fprintf(os.Stderr, "  allowed roots (workspaces, exports): %s\n", strings.Join(hostPaths.Roots(), ", "))
+	if *standby {
+		fmt.Fprintf(os.Stderr, "  standby sandboxes: on (after a create, one empty sandbox of its image waits %s for the next create; --standby=false turns them off)\n", *standbyTTL)
+	}
 	fmt.Fprintf(os.Stderr, "  OpenAPI: http://%s/v1/openapi.json; MCP: http://%s/mcp/{management,runtime,observability}; metrics: /metrics; health: /healthz\n", l.Addr(), l.Addr())
 	fmt.Fprintf(os.Stderr, "  console: http://%s/ (sign in with the URL `sandbox-manager-cli --gateway-endpoint %s console` prints)\n", l.Addr(), l.Addr())
 	fmt.Fprintf(os.Stderr, "  try: sandbox-manager-cli --gateway-endpoint %s create_sandbox --image eos-test-busybox:1 --workspace-root \"$PWD\"   (any local image; none is pulled)\n", l.Addr())
