@@ -74,7 +74,23 @@ func TestStandbySandboxes(t *testing.T) {
 	}
 
 	first := create(workspace("one"))
+	// Killed while Docker makes the standby: started again, the standby's
+	// saga finishes and the gateway takes it back.
+	var building string
+	require.Eventually(t, func() bool {
+		list, _ := healthz(t, g)["standby_sandboxes"].([]any)
+		for _, s := range list {
+			if m, _ := s.(map[string]any); m["state"] == workflows.PhaseCreating {
+				building, _ = m["sandbox_id"].(string)
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 5*time.Millisecond, "a standby being made")
+	g.Kill()
+	g = testenv.StartGatewayWith(t, g.Options())
 	sb := standbyOf(t, g, image)
+	require.Equal(t, building, sb, "the standby cut by the kill was finished and taken back")
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
 	require.NotEqual(t, first, sb)
 	require.Equal(t, []string{first}, listedIDs(t, g), "a standby is no one's sandbox")
