@@ -10,7 +10,7 @@ TESTTMP   ?= /var/tmp/eos-test
 export TMPDIR := $(TESTTMP)
 $(shell mkdir -p $(TESTTMP))
 
-.PHONY: all build binaries daemon test test-cluster bench-cluster test-deps console console-test console-check console-screenshots fuzz bench bench-inner bench-baseline bench-detail lint run install clean seed-suite
+.PHONY: all build binaries daemon test test-cluster bench-cluster test-deps console console-test console-check console-screenshots fuzz bench bench-inner bench-baseline bench-detail bench-loops lint run install clean seed-suite
 
 all: build
 
@@ -98,6 +98,12 @@ bench: daemon test-deps
 # bench/results/cluster.md.
 bench-cluster: binaries test-deps
 	CLUSTER_RUN='^TestClusterBench$$' EOS_CLUSTER_BENCH_OUT=$(CURDIR)/bench/results/cluster.md bash scripts/cluster/test.sh
+
+# Issue 17's loops/s target as stated: scenario (e) at 50 agents, this code
+# against the code before the round (REF, default c73852f), alternating runs
+# on this machine; writes bench/results/<date>-loops.md.
+bench-loops: test-deps
+	bash scripts/bench-loops-vs-reference.sh
 
 bench-inner:
 	$(GO) test $(BENCH_INNER) | tee bench/results/inner-latest.txt
