@@ -106,7 +106,7 @@ func (b *TemporalBackend) claimStandby(ctx context.Context, k standbyKey, r work
 	// Accepted first: until the workflow accepts the claim nothing of the
 	// create happened, so any failure up to there (refused, gone, Temporal
 	// unreachable for a moment) falls back to the usual create.
-	h, err := b.Client.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(id),
+	h, err := lifecycle.Send(ctx, b.Client, tclient.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(id),
 		UpdateName: workflows.UpdateClaim, Args: []any{r}, WaitForStage: tclient.WorkflowUpdateStageAccepted})
 	if err != nil {
 		b.log().Info("standby not claimed; creating anew", "sandbox_id", id, "error", err)

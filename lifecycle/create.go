@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -92,12 +93,50 @@ func createOne(ctx context.Context, c client.Client, in workflows.SandboxInput, 
 
 // Update runs one SandboxWorkflow update and waits for its result.
 func Update(ctx context.Context, c client.Client, sandboxID, name, updateID string, out any, args ...any) error {
-	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
+	h, err := Send(ctx, c, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
 		UpdateID: updateID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
 		return err
 	}
 	return h.Get(ctx, out)
+}
+
+// Send sends one update to a sandbox's workflow and returns its handle
+// once the update reached o.WaitForStage. An update the workflow refused
+// because it is between two runs (workflows.KindContinuing: a run about
+// to continue as new refuses new updates, and the next run takes them a
+// few milliseconds later) is sent again, so no caller sees the hand-over;
+// any other refusal is the handle's answer.
+func Send(ctx context.Context, c client.Client, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		h, err := c.UpdateWorkflow(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		if e, ok := apperr.From(Settled(ctx, h)); !ok || e.Kind != workflows.KindContinuing {
+			return h, nil
+		}
+		select {
+		case <-ctx.Done():
+			return h, nil // its answer is the refusal
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Settled is the error an update's handle already holds: a refusal by the
+// workflow's validator, or the failure of an update that completed before
+// the call returned; nil while it runs or when it succeeded. It asks
+// nothing of the server (a handle still waiting on its update only sees
+// the context it is given ended).
+func Settled(ctx context.Context, h client.WorkflowUpdateHandle) error {
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	err := h.Get(done, nil)
+	if _, ok := apperr.From(err); ok {
+		return err
+	}
+	return nil
 }
 
 // Accepted is the answer to an async lifecycle operation: the update was
@@ -109,11 +148,16 @@ type Accepted struct {
 	UpdateID   string `json:"update_id"`
 }
 
-// UpdateAsync submits an update and returns once the workflow accepted it.
+// UpdateAsync submits an update and returns once the workflow accepted
+// it; an update the workflow refused (or that already failed) is the
+// refusal, never "accepted".
 func UpdateAsync(ctx context.Context, c client.Client, sandboxID, name, updateID string, args ...any) (*Accepted, error) {
-	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
+	h, err := Send(ctx, c, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
 		UpdateID: updateID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageAccepted})
 	if err != nil {
+		return nil, err
+	}
+	if err := Settled(ctx, h); err != nil {
 		return nil, err
 	}
 	return &Accepted{Status: "accepted", WorkflowID: workflows.SandboxWorkflowID(sandboxID), UpdateID: h.UpdateID()}, nil

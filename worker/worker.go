@@ -98,9 +98,8 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	} else if len(o.Secret) > 0 {
 		copts.HeadersProvider = Headers(o.Secret)
 	}
-	if len(o.ClientInterceptors) > 0 {
-		copts.ConnectionOptions.DialOptions = append(copts.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(o.ClientInterceptors...))
-	}
+	copts.ConnectionOptions.DialOptions = append(copts.ConnectionOptions.DialOptions,
+		grpc.WithChainUnaryInterceptor(append(append([]grpc.UnaryClientInterceptor(nil), o.ClientInterceptors...), closingRetry)...))
 	c, err := client.DialContext(ctx, copts)
 	if err != nil {
 		svc.Stop()

@@ -25,6 +25,7 @@ const (
 	ActCallDaemonHere  = "CallDaemonHere"
 	ActResolveDaemon   = "ResolveDaemon"
 	ActExportChanges   = "ExportChanges"
+	ActPass            = "Pass"
 	// Reads of a Docker host (HostOpWorkflow).
 	ActListImages      = "ListImages"
 	ActListDirectories = "ListDirectories"

@@ -629,3 +629,25 @@ func TestVerifiedPublishRefusesBadInput(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 	require.Zero(t, published)
 }
+
+// TestDrainingRefusesNewUpdates: a run about to continue as new refuses
+// every update in its validator (KindContinuing, which lifecycle.Send sends
+// again to the next run); before that, each validator decides as its own.
+func TestDrainingRefusesNewUpdates(t *testing.T) {
+	s := &sandbox{state: &SandboxState{SandboxID: "sb1", Phase: PhaseReady, Sessions: map[string]*SessionRecord{"ws-1": {ID: "ws-1"}}},
+		publishing: map[string]bool{}}
+	destroy := s.guarded(s.destroySession, s.validateSession).(func(SessionRequest) error)
+	waitReady := s.guarded(s.waitReady, nil).(func() error)
+	require.NoError(t, destroy(SessionRequest{WorkspaceSessionID: "ws-1"}))
+	e, _ := apperr.From(destroy(SessionRequest{WorkspaceSessionID: "ws-2"}))
+	require.Equal(t, api.KindNotFound, e.Kind, "the handler's own validator")
+	require.NoError(t, waitReady())
+
+	s.draining = true
+	for _, err := range []error{destroy(SessionRequest{WorkspaceSessionID: "ws-1"}), waitReady()} {
+		e, ok := apperr.From(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, KindContinuing, e.Kind)
+		require.Equal(t, "sb1", e.Details["sandbox_id"])
+	}
+}

@@ -49,3 +49,4 @@ func (*stubActivities) ExportChanges(context.Context, ExportSpec) (*api.ExportRe
 	return nil, nil
 }
 func (*stubActivities) StopContainer(context.Context, string) error { return nil }
+func (*stubActivities) Pass(context.Context) error                  { return nil }

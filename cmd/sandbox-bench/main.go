@@ -22,11 +22,13 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/bench"
+	"github.com/ephemeral-sandbox/sandbox/worker"
 )
 
 func main() { os.Exit(run()) }
 
 func run() int {
+	worker.TuneGC() // this process is the gateway of the runs, as sandbox-gateway sets it
 	var (
 		out       = flag.String("out", "bench/results", "directory of the report, CSV and plots")
 		readme    = flag.String("readme", "", "also write the run's targets table into this README's bench-targets block (make bench: README.md)")

@@ -30,6 +30,7 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	worker.TuneGC()
 	var wf worker.Flags
 	wf.Register(flag.CommandLine)
 	var (

@@ -20,6 +20,7 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	worker.TuneGC()
 	var wf worker.Flags
 	wf.Register(flag.CommandLine)
 	onlyHost := flag.Bool("host-only", false, "run only this host's activity queue (workflows run elsewhere)")

@@ -1,0 +1,195 @@
+package lifecycle_test
+
+// Updates on a real embedded Temporal across the sandbox workflow's
+// continue-as-new hand-overs, with a fake daemon (its local call answers at
+// once): the workflow and the server are the real ones.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc"
+
+	"github.com/ephemeral-sandbox/sandbox/activities"
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
+	"github.com/ephemeral-sandbox/sandbox/worker"
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// fakeDaemon answers the sandbox workflow's local daemon calls and counts
+// them by request id (a workflow that ran an update twice calls twice).
+type fakeDaemon struct {
+	mu    sync.Mutex
+	calls map[string]int // op + " " + request id
+	n     atomic.Int64
+}
+
+func (f *fakeDaemon) call(_ context.Context, c workflows.DaemonCall) (json.RawMessage, error) {
+	f.mu.Lock()
+	f.calls[c.Op+" "+c.RequestID]++
+	f.mu.Unlock()
+	if c.Op == "create_workspace_session" {
+		return json.Marshal(api.SessionInfo{WorkspaceSessionID: fmt.Sprintf("ws-%d", f.n.Add(1)), NetworkProfile: "none"})
+	}
+	var a workflows.SessionRequest
+	_ = json.Unmarshal(c.Args, &a)
+	return json.Marshal(api.SessionDestroyed{WorkspaceSessionID: a.WorkspaceSessionID, Destroyed: true})
+}
+
+// refusals counts the updates a workflow refused as KindContinuing (the
+// hand-over this test is about), as the client's connection sees them.
+type refusals struct{ n atomic.Int64 }
+
+func (r *refusals) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if u, ok := reply.(*workflowservice.UpdateWorkflowExecutionResponse); ok && err == nil &&
+		u.GetOutcome().GetFailure().GetApplicationFailureInfo().GetType() == workflows.KindContinuing {
+		r.n.Add(1)
+	}
+	return err
+}
+
+func startReadySandbox(t *testing.T) (client.Client, *fakeDaemon, *refusals, string) {
+	t.Helper()
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ref := &refusals{}
+	svc, err := worker.Start(context.Background(), worker.Options{StateDir: t.TempDir(), EmbeddedAddress: "127.0.0.1:0", Secret: secret,
+		NoWorkers: true, ClientInterceptors: []grpc.UnaryClientInterceptor{ref.intercept}, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(svc.Stop)
+	c := svc.Client
+	fd := &fakeDaemon{calls: map[string]int{}}
+	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{DisableRegistrationAliasing: true})
+	w.RegisterWorkflowWithOptions(workflows.SandboxWorkflow, workflow.RegisterOptions{Name: workflows.SandboxWorkflowName})
+	w.RegisterActivityWithOptions(fd.call, activity.RegisterOptions{Name: workflows.ActCallDaemonHere})
+	w.RegisterActivityWithOptions(func(ctx context.Context) error { return new(activities.Activities).Pass(ctx) }, activity.RegisterOptions{Name: workflows.ActPass})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := "can-" + hex.EncodeToString(b)
+	st := &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Sessions: map[string]*workflows.SessionRecord{}, Created: time.Now().UTC()}
+	_, err = c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.SandboxWorkflowID(id), TaskQueue: workflows.TaskQueue},
+		workflows.SandboxWorkflowName, workflows.SandboxInput{Spec: workflows.SandboxSpec{SandboxID: id, Image: "none"}, State: st})
+	require.NoError(t, err)
+	return c, fd, ref, id
+}
+
+// TestUpdatesAcrossContinueAsNew: agents creating and destroying sessions
+// side by side never see the sandbox's workflow continue as new. It does,
+// several times (about every hundred updates); every update is answered,
+// each exactly once (one daemon call per update, none run again on the next
+// run), and the record the last run holds is what the updates did.
+func TestUpdatesAcrossContinueAsNew(t *testing.T) {
+	c, fd, ref, id := startReadySandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const agents, cycles = 6, 40
+	errs := make(chan error, agents)
+	var mu sync.Mutex
+	var worst []time.Duration
+	slowest := func(d time.Duration) { mu.Lock(); worst = append(worst, d); mu.Unlock() }
+	for a := 0; a < agents; a++ {
+		go func() {
+			for k := 0; k < cycles; k++ {
+				var info api.SessionInfo
+				t0 := time.Now()
+				if err := lifecycle.Update(ctx, c, id, workflows.UpdateCreateSession, "", &info, workflows.CreateSessionRequest{}); err != nil {
+					errs <- fmt.Errorf("create %d: %w", k, err)
+					return
+				}
+				var gone api.SessionDestroyed
+				if err := lifecycle.Update(ctx, c, id, workflows.UpdateDestroySession, "", &gone, workflows.SessionRequest{WorkspaceSessionID: info.WorkspaceSessionID}); err != nil {
+					errs <- fmt.Errorf("destroy %s: %w", info.WorkspaceSessionID, err)
+					return
+				}
+				slowest(time.Since(t0))
+			}
+			errs <- nil
+		}()
+	}
+	for a := 0; a < agents; a++ {
+		require.NoError(t, <-errs)
+	}
+	v, err := c.QueryWorkflow(ctx, workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+	require.NoError(t, err)
+	var st workflows.SandboxState
+	require.NoError(t, v.Get(&st))
+	require.Empty(t, st.Sessions, "every session created was destroyed")
+	require.GreaterOrEqual(t, st.Runs, 3, "the workflow continued as new more than once")
+	fd.mu.Lock()
+	defer fd.mu.Unlock()
+	require.Len(t, fd.calls, 2*agents*cycles, "one daemon call per update")
+	for k, n := range fd.calls {
+		require.Equal(t, 1, n, "%s called %d times", k, n)
+	}
+	if os.Getenv("ZZ_HIST") != "" {
+		it := c.GetWorkflowHistory(ctx, workflows.SandboxWorkflowID(id), "", false, 0)
+		var evs []string
+		first := time.Time{}
+		for it.HasNext() {
+			e, err := it.Next()
+			require.NoError(t, err)
+			if first.IsZero() {
+				first = e.GetEventTime().AsTime()
+			}
+			evs = append(evs, fmt.Sprintf("%4d %8.1fms %s", e.GetEventId(), float64(e.GetEventTime().AsTime().Sub(first).Microseconds())/1000, e.GetEventType()))
+		}
+		t.Logf("current run's first events:\n%s", strings.Join(evs[:min(12, len(evs))], "\n"))
+		it = c.GetWorkflowHistory(ctx, workflows.SandboxWorkflowID(id), "", false, 0)
+		e0, _ := it.Next()
+		prev := e0.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+		it = c.GetWorkflowHistory(ctx, workflows.SandboxWorkflowID(id), prev, false, 0)
+		evs = nil
+		for it.HasNext() {
+			e, _ := it.Next()
+			evs = append(evs, fmt.Sprintf("%4d %s %s", e.GetEventId(), e.GetEventTime().AsTime().Format("05.000"), e.GetEventType()))
+		}
+		t.Logf("previous run's last events:\n%s", strings.Join(evs[max(0, len(evs)-40):], "\n"))
+		t.Logf("current run started %s", first.Format("05.000"))
+	}
+	sort.Slice(worst, func(i, j int) bool { return worst[i] > worst[j] })
+	t.Logf("slowest cycles: %v; median %v", worst[:8], worst[len(worst)/2])
+	t.Logf("%d updates over %d runs; %d refused during a hand-over and sent again", 2*agents*cycles, st.Runs, ref.n.Load())
+}
+
+// TestAsyncUpdateRefusedIsNotAccepted: an update sent async that the
+// workflow's validator refuses is answered with the refusal, not as
+// accepted.
+func TestAsyncUpdateRefusedIsNotAccepted(t *testing.T) {
+	c, fd, _, id := startReadySandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	acc, err := lifecycle.UpdateAsync(ctx, c, id, workflows.UpdateDestroySession, "", workflows.SessionRequest{WorkspaceSessionID: "ws-nobody"})
+	require.Nil(t, acc)
+	e, ok := apperr.From(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, api.KindNotFound, e.Kind)
+
+	acc, err = lifecycle.UpdateAsync(ctx, c, id, workflows.UpdateCreateSession, "", workflows.CreateSessionRequest{})
+	require.NoError(t, err)
+	require.Equal(t, "accepted", acc.Status)
+	require.Eventually(t, func() bool { return fd.n.Load() == 1 }, 30*time.Second, 10*time.Millisecond)
+}
