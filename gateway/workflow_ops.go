@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
-	tclient "go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -89,8 +89,7 @@ func (b *TemporalBackend) waitOperation(ctx context.Context, _ string, args map[
 	sandboxID := strings.TrimPrefix(id, "sandbox/")
 	switch {
 	case update != "":
-		h := b.Client.GetWorkflowUpdateHandle(tclient.GetWorkflowUpdateHandleOptions{WorkflowID: id, UpdateID: update})
-		err = h.Get(ctx, &raw)
+		err = lifecycle.WaitUpdate(ctx, b.Client, id, update, &raw)
 	case strings.HasPrefix(id, "sandbox/"):
 		// An async create_sandbox: the sandbox's record once it is ready.
 		var st workflows.SandboxState

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -49,6 +50,11 @@ func (f *fakeDaemon) call(_ context.Context, c workflows.DaemonCall) (json.RawMe
 	f.calls[c.Op+" "+c.RequestID]++
 	f.mu.Unlock()
 	if c.Op == "create_workspace_session" {
+		var r workflows.CreateSessionRequest
+		_ = json.Unmarshal(c.Args, &r)
+		if r.Agent == "refuse" { // the daemon's own refusal: the update was accepted and fails
+			return nil, apperr.Newf(api.KindResourceExhausted, nil, "no room for another session")
+		}
 		return json.Marshal(api.SessionInfo{WorkspaceSessionID: fmt.Sprintf("ws-%d", f.n.Add(1)), NetworkProfile: "none"})
 	}
 	var a workflows.SessionRequest
@@ -111,14 +117,19 @@ func TestUpdatesAcrossContinueAsNew(t *testing.T) {
 	var mu sync.Mutex
 	var worst []time.Duration
 	slowest := func(d time.Duration) { mu.Lock(); worst = append(worst, d); mu.Unlock() }
+	var firstID, firstSession string // agent 0's first create, in the first run
 	for a := 0; a < agents; a++ {
 		go func() {
 			for k := 0; k < cycles; k++ {
 				var info api.SessionInfo
 				t0 := time.Now()
-				if err := lifecycle.Update(ctx, c, id, workflows.UpdateCreateSession, "", &info, workflows.CreateSessionRequest{}); err != nil {
+				uid := fmt.Sprintf("create-%d-%d", a, k)
+				if err := lifecycle.Update(ctx, c, id, workflows.UpdateCreateSession, uid, &info, workflows.CreateSessionRequest{}); err != nil {
 					errs <- fmt.Errorf("create %d: %w", k, err)
 					return
+				}
+				if a == 0 && k == 0 {
+					firstID, firstSession = uid, info.WorkspaceSessionID
 				}
 				var gone api.SessionDestroyed
 				if err := lifecycle.Update(ctx, c, id, workflows.UpdateDestroySession, "", &gone, workflows.SessionRequest{WorkspaceSessionID: info.WorkspaceSessionID}); err != nil {
@@ -139,6 +150,14 @@ func TestUpdatesAcrossContinueAsNew(t *testing.T) {
 	require.NoError(t, v.Get(&st))
 	require.Empty(t, st.Sessions, "every session created was destroyed")
 	require.GreaterOrEqual(t, st.Runs, 3, "the workflow continued as new more than once")
+	// An update's result is found in the run that has it, not only the
+	// current one (wait_operation of an async operation).
+	var again api.SessionInfo
+	require.NoError(t, lifecycle.WaitUpdate(ctx, c, workflows.SandboxWorkflowID(id), firstID, &again))
+	require.Equal(t, firstSession, again.WorkspaceSessionID)
+	var nf *serviceerror.NotFound
+	require.ErrorAs(t, lifecycle.WaitUpdate(ctx, c, workflows.SandboxWorkflowID(id), "never-sent", nil), &nf)
+
 	fd.mu.Lock()
 	defer fd.mu.Unlock()
 	require.Len(t, fd.calls, 2*agents*cycles, "one daemon call per update")
@@ -177,7 +196,8 @@ func TestUpdatesAcrossContinueAsNew(t *testing.T) {
 
 // TestAsyncUpdateRefusedIsNotAccepted: an update sent async that the
 // workflow's validator refuses is answered with the refusal, not as
-// accepted.
+// accepted; one the workflow accepted is accepted, even when it failed
+// before the answer, and WaitUpdate then answers its failure.
 func TestAsyncUpdateRefusedIsNotAccepted(t *testing.T) {
 	c, fd, _, id := startReadySandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -192,4 +212,11 @@ func TestAsyncUpdateRefusedIsNotAccepted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "accepted", acc.Status)
 	require.Eventually(t, func() bool { return fd.n.Load() == 1 }, 30*time.Second, 10*time.Millisecond)
+
+	acc, err = lifecycle.UpdateAsync(ctx, c, id, workflows.UpdateCreateSession, "doomed", workflows.CreateSessionRequest{Agent: "refuse"})
+	require.NoError(t, err)
+	require.Equal(t, "doomed", acc.UpdateID)
+	e, ok = apperr.From(lifecycle.WaitUpdate(ctx, c, acc.WorkflowID, acc.UpdateID, nil))
+	require.True(t, ok)
+	require.Equal(t, api.KindResourceExhausted, e.Kind)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
@@ -101,6 +103,50 @@ func Update(ctx context.Context, c client.Client, sandboxID, name, updateID stri
 	return h.Get(ctx, out)
 }
 
+// WaitUpdate waits for the result of update updateID of workflow
+// workflowID, in the run that has it: the current one or one it continued
+// from (a sandbox's workflow continues as new about every hundred updates,
+// so the update of an async operation may be in an earlier run by the time
+// its result is asked for). No run of the last maxRunsBack having it is
+// the current run's not-found.
+func WaitUpdate(ctx context.Context, c client.Client, workflowID, updateID string, out any) error {
+	run := ""
+	var first error
+	for i := 0; i < maxRunsBack; i++ {
+		err := c.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: workflowID, RunID: run, UpdateID: updateID}).Get(ctx, out)
+		var nf *serviceerror.NotFound
+		if !errors.As(err, &nf) {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+		prev, perr := previousRun(ctx, c, workflowID, run)
+		if perr != nil || prev == "" {
+			return first
+		}
+		run = prev
+	}
+	return first
+}
+
+// maxRunsBack bounds WaitUpdate's walk: about 5,000 updates back.
+const maxRunsBack = 50
+
+// previousRun is the run that run ("" = the current one) of workflowID
+// continued from, "" if none.
+func previousRun(ctx context.Context, c client.Client, workflowID, run string) (string, error) {
+	it := c.GetWorkflowHistory(ctx, workflowID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return "", nil
+	}
+	e, err := it.Next()
+	if err != nil {
+		return "", err
+	}
+	return e.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(), nil
+}
+
 // Send sends one update to a sandbox's workflow and returns its handle
 // once the update reached o.WaitForStage. An update the workflow refused
 // because it is between two runs (workflows.KindContinuing: a run about
@@ -149,8 +195,10 @@ type Accepted struct {
 }
 
 // UpdateAsync submits an update and returns once the workflow accepted
-// it; an update the workflow refused (or that already failed) is the
-// refusal, never "accepted".
+// it. An update the workflow's validator refused answers the refusal,
+// never "accepted" (nothing of it is recorded: waiting for it later would
+// find no such update); one that was accepted and already failed is
+// accepted, its failure is what WaitUpdate answers.
 func UpdateAsync(ctx context.Context, c client.Client, sandboxID, name, updateID string, args ...any) (*Accepted, error) {
 	h, err := Send(ctx, c, client.UpdateWorkflowOptions{WorkflowID: workflows.SandboxWorkflowID(sandboxID),
 		UpdateID: updateID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageAccepted})
@@ -158,7 +206,12 @@ func UpdateAsync(ctx context.Context, c client.Client, sandboxID, name, updateID
 		return nil, err
 	}
 	if err := Settled(ctx, h); err != nil {
-		return nil, err
+		// Refused, or accepted and failed at once: only the run can tell.
+		poll := c.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: h.WorkflowID(), RunID: h.RunID(), UpdateID: h.UpdateID()})
+		var nf *serviceerror.NotFound
+		if perr := poll.Get(ctx, nil); errors.As(perr, &nf) {
+			return nil, err
+		}
 	}
 	return &Accepted{Status: "accepted", WorkflowID: workflows.SandboxWorkflowID(sandboxID), UpdateID: h.UpdateID()}, nil
 }
