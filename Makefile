@@ -118,6 +118,7 @@ bench-detail: daemon test-deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m ./layerstack | tee bench/results/layerstack-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./sandboxinit/e2e | tee bench/results/daemon-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./worker | tee bench/results/workflows-latest.txt
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./lifecycle | tee bench/results/handover-latest.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./cmd/sandbox-gateway | tee bench/results/gateway-latest.txt
 
 lint:

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func (r *refusals) intercept(ctx context.Context, method string, req, reply any,
 	return err
 }
 
-func startReadySandbox(t *testing.T) (client.Client, *fakeDaemon, *refusals, string) {
+func startReadySandbox(t testing.TB) (client.Client, *fakeDaemon, *refusals, string) {
 	t.Helper()
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
@@ -219,4 +220,47 @@ func TestAsyncUpdateRefusedIsNotAccepted(t *testing.T) {
 	e, ok = apperr.From(lifecycle.WaitUpdate(ctx, c, acc.WorkflowID, acc.UpdateID, nil))
 	require.True(t, ok)
 	require.Equal(t, api.KindResourceExhausted, e.Kind)
+}
+
+// BenchmarkUpdatesAcrossHandOvers: one agent's session creates and
+// destroys through the sandbox workflow on the embedded Temporal, with the
+// daemon's part answered at once: what the workflow and the server cost per
+// update over many runs (a hand-over about every hundred updates), the
+// process's CPU per update (server, worker and client are this process),
+// and the slowest update (one that met a hand-over). make bench-detail.
+func BenchmarkUpdatesAcrossHandOvers(b *testing.B) {
+	c, _, ref, id := startReadySandbox(b)
+	ctx := context.Background()
+	const cycles = 1000
+	for i := 0; i < b.N; i++ {
+		var ds []time.Duration
+		cpu0 := processCPU()
+		for k := 0; k < cycles; k++ {
+			t0 := time.Now()
+			var info api.SessionInfo
+			require.NoError(b, lifecycle.Update(ctx, c, id, workflows.UpdateCreateSession, "", &info, workflows.CreateSessionRequest{}))
+			t1 := time.Now()
+			require.NoError(b, lifecycle.Update(ctx, c, id, workflows.UpdateDestroySession, "", nil, workflows.SessionRequest{WorkspaceSessionID: info.WorkspaceSessionID}))
+			ds = append(ds, t1.Sub(t0), time.Since(t1))
+		}
+		cpu := processCPU() - cpu0
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		b.ReportMetric(ms(ds[len(ds)/2]), "update-p50-ms")
+		b.ReportMetric(ms(ds[len(ds)*99/100]), "update-p99-ms")
+		b.ReportMetric(ms(ds[len(ds)-1]), "update-max-ms")
+		b.ReportMetric(ms(cpu/time.Duration(len(ds))), "cpu-ms/update")
+		v, err := c.QueryWorkflow(ctx, workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+		require.NoError(b, err)
+		var st workflows.SandboxState
+		require.NoError(b, v.Get(&st))
+		b.ReportMetric(float64(st.Runs), "runs")
+		b.ReportMetric(float64(ref.n.Load()), "refused-and-resent")
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
