@@ -23,6 +23,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -387,4 +388,61 @@ func dockerExec(t *testing.T, name string, args ...string) {
 	t.Helper()
 	out, err := exec.Command("docker", append([]string{"exec", name}, args...)...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
+}
+
+// TestWorkerCrashDuringHandOver: the worker dies in a sandbox run's
+// hand-over to the next (its Pass activity done, Temporal not told). The
+// agents' updates meanwhile are refused and sent again; a fresh worker
+// finishes the hand-over, and every update is answered, once: each session
+// created was destroyed and none is left in the workflow's record.
+func TestWorkerCrashDuringHandOver(t *testing.T) {
+	r := newCrashRig(t)
+	id, s, ep := r.readySandbox("a\n")
+	r.kill()
+	r.spawn(workflows.ActPass)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	cycles := 0
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			var info api.SessionInfo
+			if err := lifecycle.Update(ctx, r.c, id, workflows.UpdateCreateSession, "", &info, workflows.CreateSessionRequest{}); err != nil {
+				done <- fmt.Errorf("create %d: %w", cycles, err)
+				return
+			}
+			if err := lifecycle.Update(ctx, r.c, id, workflows.UpdateDestroySession, "", nil, workflows.SessionRequest{WorkspaceSessionID: info.WorkspaceSessionID}); err != nil {
+				done <- fmt.Errorf("destroy %s: %w", info.WorkspaceSessionID, err)
+				return
+			}
+			cycles++
+		}
+	}()
+	r.awaitFailpoint(workflows.ActPass)
+	r.spawn("")
+	var st workflows.SandboxState
+	require.Eventually(t, func() bool {
+		v, err := r.c.QueryWorkflow(ctx, workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+		return err == nil && v.Get(&st) == nil && st.Runs >= 2
+	}, 2*time.Minute, 50*time.Millisecond, "the next run started")
+	time.Sleep(time.Second) // more updates on the next run
+	close(stop)
+	require.NoError(t, <-done)
+	v, err := r.c.QueryWorkflow(ctx, workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+	require.NoError(t, err)
+	st = workflows.SandboxState{} // decoding into the polled one would keep its sessions
+	require.NoError(t, v.Get(&st))
+	require.Empty(t, st.Sessions, "every session created was destroyed, once")
+	require.Empty(t, s.daemon(id, ep, "list_workspace_sessions", map[string]any{})["workspace_sessions"], "and the daemon has none either")
+	t.Logf("%d create/destroy cycles over %d runs", cycles, st.Runs)
+	var final workflows.SandboxState
+	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
+	require.Equal(t, workflows.PhaseStopped, final.Phase)
 }

@@ -117,7 +117,7 @@ func (s *sandbox) registerLifecycle(ctx workflow.Context) error {
 		{UpdateResume, s.resume, s.validateResume},
 		{UpdateRestoreSession, s.tracked(UpdateRestoreSession, s.restoreSession), s.validateRestore},
 	} {
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.fn, workflow.UpdateHandlerOptions{Validator: s.guarded(h.fn, h.vali)}); err != nil {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.counted(h.fn), workflow.UpdateHandlerOptions{Validator: s.guarded(h.fn, h.vali)}); err != nil {
 			return err
 		}
 	}

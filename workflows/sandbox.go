@@ -107,7 +107,11 @@ type sandbox struct {
 	// that it is about to, and refuses new updates (drain).
 	historyBound int
 	draining     bool
-	log          interface {
+	// inFlight counts the update handlers running now (counted numbers
+	// them by handlerSeq); waitingFor, those of them started up to waitUpTo
+	// that drain waits for.
+	inFlight, handlerSeq, waitingFor, waitUpTo int
+	log                                        interface {
 		Info(string, ...interface{})
 		Error(string, ...interface{})
 	}
@@ -149,7 +153,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 	}
 	for _, h := range handlers {
 		opts := workflow.UpdateHandlerOptions{Validator: s.guarded(h.fn, h.validate)}
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.tracked(h.name, h.fn), opts); err != nil {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.counted(s.tracked(h.name, h.fn)), opts); err != nil {
 			return nil, err
 		}
 	}
@@ -403,23 +407,78 @@ func (s *sandbox) suggestContinue(ctx workflow.Context) bool {
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > s.historyBound
 }
 
-// drain readies the run to continue as new: from now on its validators
-// refuse new updates (KindContinuing), the running ones finish, and the
-// workflow task that carries their answers ends (a Pass activity on the
-// workflow's own queue, about 5 ms), so that those answers are recorded
-// before the continue-as-new command (an answer sent in the same task as
-// that command can be lost and its update run again on the next run:
-// temporalio/temporal#6375). A run that only waited for its handlers
-// might, under a steady stream of updates, never find a moment with none
-// running.
+// drain readies the run to continue as new and ends with no update running
+// and new ones refused (KindContinuing; lifecycle.Send sends them again and
+// the next run takes them). First it waits, still taking updates, for a
+// moment with none running: usually milliseconds. Under a steady stream of
+// updates there may be none, so after drainPatience it refuses new ones
+// while the running ones finish; if one still runs drainPatience later (a
+// long update: an export, a verified publish's tests), it takes updates
+// again until the ones running then have finished, and starts over. Last,
+// the workflow task that carries the final answers ends (a Pass activity
+// on the workflow's own queue, about 5 ms), so that those answers are
+// recorded before the continue-as-new command: an answer sent in the same
+// task as that command can be lost and its update run again on the next
+// run (temporalio/temporal#6375).
 func (s *sandbox) drain(ctx workflow.Context) {
-	s.draining = true
-	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{TaskQueue: TaskQueue, StartToCloseTimeout: 10 * time.Second,
+	idle := func() bool { return workflow.AllHandlersFinished(ctx) }
+	for {
+		quiet := awaitFor(ctx, drainPatience, idle)
+		s.draining = true
+		if !quiet {
+			quiet = awaitFor(ctx, drainPatience, idle)
+		}
+		if quiet {
+			break
+		}
+		s.draining = false
+		s.waitingFor, s.waitUpTo = s.inFlight, s.handlerSeq
+		_ = workflow.Await(ctx, func() bool { return s.waitingFor == 0 })
+	}
+	// It does nothing, so a worker that took it and died is noticed
+	// within 2 s and it runs again on another (updates are refused until
+	// the hand-over ends).
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{TaskQueue: TaskQueue, StartToCloseTimeout: 2 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaximumInterval: time.Second}})
 	if err := workflow.ExecuteActivity(actx, ActPass).Get(ctx, nil); err != nil {
 		s.log.Error("hand-over activity failed; continuing as new", "sandbox_id", s.id(), "error", err)
 	}
+}
+
+// drainPatience is how long each of drain's waits lasts.
+const drainPatience = time.Second
+
+// awaitFor waits up to d for cond: without a timer when cond holds
+// already, and with its timer cancelled when cond comes first
+// (workflow.AwaitWithTimeout leaves it to fire later, a workflow task for
+// nothing).
+func awaitFor(ctx workflow.Context, d time.Duration, cond func() bool) bool {
+	if cond() {
+		return true
+	}
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	ok, _ := workflow.AwaitWithTimeout(tctx, d, cond)
+	return ok
+}
+
+// counted wraps an update handler so s.inFlight counts the invocations
+// running now (drain waits for them). Like tracked, the wrapper has the
+// handler's own type and adds no command.
+func (s *sandbox) counted(fn any) any {
+	v := reflect.ValueOf(fn)
+	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
+		s.handlerSeq++
+		s.inFlight++
+		id := s.handlerSeq
+		defer func() {
+			s.inFlight--
+			if id <= s.waitUpTo && s.waitingFor > 0 {
+				s.waitingFor--
+			}
+		}()
+		return v.Call(args)
+	}).Interface()
 }
 
 var errorType = reflect.TypeOf((*error)(nil)).Elem()

@@ -651,3 +651,38 @@ func TestDrainingRefusesNewUpdates(t *testing.T) {
 		require.Equal(t, "sb1", e.Details["sandbox_id"])
 	}
 }
+
+// TestHandOverWaitsOutALongUpdate: a run due to continue as new while a
+// long update runs (an export for an hour) refuses new updates only for a
+// moment (drainPatience after its first wait), then takes them again until
+// the long one finished, and continues as new after it.
+func TestHandOverWaitsOutALongUpdate(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.ExportChanges, mock.Anything, mock.Anything).After(time.Hour).Return(&api.ExportResult{}, nil)
+	got := map[string]error{}
+	send := func(at time.Duration, id, name string, args ...any) {
+		e.RegisterDelayedCallback(func() {
+			e.UpdateWorkflow(name, id, &testsuite.TestUpdateCallback{
+				OnAccept:   func() {},
+				OnReject:   func(err error) { got[id] = err },
+				OnComplete: func(_ interface{}, err error) { got[id] = err },
+			}, args...)
+		}, at)
+	}
+	send(time.Second, "export", UpdateExport, ExportRequest{Dest: "/out/changes.patch", Format: "patch"})
+	drainAt := 2 * time.Second
+	e.RegisterDelayedCallback(func() { e.SetContinueAsNewSuggested(true) }, drainAt)
+	send(drainAt+drainPatience/2, "waiting", UpdateCreateSession, CreateSessionRequest{})   // the drain's first wait takes updates
+	send(drainAt+3*drainPatience/2, "refused", UpdateCreateSession, CreateSessionRequest{}) // its second refuses them
+	send(10*time.Second, "after", UpdateCreateSession, CreateSessionRequest{})              // the long update still runs
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.ErrorContains(t, e.GetWorkflowError(), "continue as new")
+	require.NoError(t, got["export"])
+	require.NoError(t, got["waiting"])
+	require.NoError(t, got["after"], "taken while the long update runs")
+	ae, ok := apperr.From(got["refused"])
+	require.True(t, ok, "%v", got["refused"])
+	require.Equal(t, KindContinuing, ae.Kind)
+}
