@@ -19,8 +19,10 @@ import (
 // versionContinueSooner).
 const continueAsNewAfter = 4000
 
-// versionContinueSooner marks runs that continue as new after
-// continueAsNewSooner events (about 100 updates), draining first (drain).
+// versionContinueSooner marks runs that continue as new at the first
+// moment with no update running after continueAsNewSooner events (about
+// 100 updates), and after continueAsNewAfter events in any case, draining
+// first (drain).
 // Every update costs the server more the longer its run (each write
 // carries the run's whole update registry): measured on 2 cores, a
 // session create and destroy cost 11.2 ms of CPU each at a 4000-event
@@ -28,8 +30,11 @@ const continueAsNewAfter = 4000
 // 100 updates against 8.9 ms after 800.
 const versionContinueSooner = "continue-as-new-sooner"
 
-// continueAsNewSooner is the history bound of runs from
-// versionContinueSooner on.
+// continueAsNewSooner is the soft history bound of runs from
+// versionContinueSooner on: past it a run hands over when it is quiet.
+// Under a steady stream of updates (50 agents) a quiet moment may not
+// come, and a forced hand-over refuses updates for a second or so, so
+// those runs go on to continueAsNewAfter as before.
 const continueAsNewSooner = 600
 
 // KindContinuing refuses an update while the sandbox's run drains to
@@ -103,10 +108,11 @@ type sandbox struct {
 	lastPublish            *PublishRecord
 	memoPending, memoTimer bool
 	memoAt                 time.Time
-	// historyBound is when the run continues as new (run); draining,
-	// that it is about to, and refuses new updates (drain).
-	historyBound int
-	draining     bool
+	// historyBound is when the run continues as new (run), quietBound
+	// when it does so at a moment with no update running (0: never);
+	// draining, that it is about to, and refuses new updates (drain).
+	historyBound, quietBound int
+	draining                 bool
 	// inFlight counts the update handlers running now (counted numbers
 	// them by handlerSeq); waitingFor, those of them started up to waitUpTo
 	// that drain waits for.
@@ -352,7 +358,7 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 	s.historyBound = continueAsNewAfter
 	sooner := workflow.GetVersion(ctx, versionContinueSooner, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 	if sooner {
-		s.historyBound = continueAsNewSooner
+		s.quietBound = continueAsNewSooner
 	}
 	for {
 		wait := 24 * time.Hour
@@ -404,7 +410,9 @@ func (s *sandbox) run(ctx workflow.Context) (SandboxResult, error) {
 
 func (s *sandbox) suggestContinue(ctx workflow.Context) bool {
 	info := workflow.GetInfo(ctx)
-	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > s.historyBound
+	n := info.GetCurrentHistoryLength()
+	return info.GetContinueAsNewSuggested() || n > s.historyBound ||
+		s.quietBound > 0 && n > s.quietBound && workflow.AllHandlersFinished(ctx)
 }
 
 // drain readies the run to continue as new and ends with no update running
