@@ -52,14 +52,18 @@ func (f *fakeDaemon) call(_ context.Context, c workflows.DaemonCall) (json.RawMe
 	f.mu.Unlock()
 	if c.Op == "create_workspace_session" {
 		var r workflows.CreateSessionRequest
-		_ = json.Unmarshal(c.Args, &r)
+		if err := json.Unmarshal(c.Args, &r); err != nil {
+			return nil, err
+		}
 		if r.Agent == "refuse" { // the daemon's own refusal: the update was accepted and fails
 			return nil, apperr.Newf(api.KindResourceExhausted, nil, "no room for another session")
 		}
 		return json.Marshal(api.SessionInfo{WorkspaceSessionID: fmt.Sprintf("ws-%d", f.n.Add(1)), NetworkProfile: "none"})
 	}
 	var a workflows.SessionRequest
-	_ = json.Unmarshal(c.Args, &a)
+	if err := json.Unmarshal(c.Args, &a); err != nil {
+		return nil, err
+	}
 	return json.Marshal(api.SessionDestroyed{WorkspaceSessionID: a.WorkspaceSessionID, Destroyed: true})
 }
 
