@@ -686,3 +686,25 @@ func TestHandOverWaitsOutALongUpdate(t *testing.T) {
 	require.True(t, ok, "%v", got["refused"])
 	require.Equal(t, KindContinuing, ae.Kind)
 }
+
+// TestContainerLostWhileDrainingEndsTheRun: a container lost while the
+// run drains for a hand-over ends the run as failed; it is not handed to a
+// next run that would not know.
+func TestContainerLostWhileDrainingEndsTheRun(t *testing.T) {
+	e := newEnv(t)
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.ExportChanges, mock.Anything, mock.Anything).After(time.Hour).Return(&api.ExportResult{}, nil)
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(UpdateExport, "export", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(error) {}, OnComplete: func(interface{}, error) {}},
+			ExportRequest{Dest: "/out/changes.patch", Format: "patch"})
+	}, time.Second)
+	e.RegisterDelayedCallback(func() { e.SetContinueAsNewSuggested(true) }, 2*time.Second)
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalContainerLost, "gone") }, time.Minute)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec})
+	require.NoError(t, e.GetWorkflowError(), "failed, not continued as new")
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseFailed, res.Phase)
+	require.Contains(t, res.Error, "container lost")
+}
