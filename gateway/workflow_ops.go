@@ -89,7 +89,11 @@ func (b *TemporalBackend) waitOperation(ctx context.Context, _ string, args map[
 	sandboxID := strings.TrimPrefix(id, "sandbox/")
 	switch {
 	case update != "":
-		err = lifecycle.WaitUpdate(ctx, b.Client, id, update, &raw)
+		err = lifecycle.WaitUpdate(ctx, b.Client, b.Namespace, id, update, &raw)
+		if errors.Is(err, lifecycle.ErrUpdateNotFound) {
+			return nil, api.Errorf(api.KindNotFound, map[string]any{"workflow_id": id, "update_id": update},
+				"workflow %s has no update %s (its current run and the runs it continued from were asked)", id, update)
+		}
 	case strings.HasPrefix(id, "sandbox/"):
 		// An async create_sandbox: the sandbox's record once it is ready.
 		var st workflows.SandboxState

@@ -158,10 +158,13 @@ func TestUpdatesAcrossContinueAsNew(t *testing.T) {
 	// An update's result is found in the run that has it, not only the
 	// current one (wait_operation of an async operation).
 	var again api.SessionInfo
-	require.NoError(t, lifecycle.WaitUpdate(ctx, c, workflows.SandboxWorkflowID(id), firstID, &again))
+	require.NoError(t, lifecycle.WaitUpdate(ctx, c, "", workflows.SandboxWorkflowID(id), firstID, &again))
 	require.Equal(t, firstSession, again.WorkspaceSessionID)
+	t0 := time.Now()
+	require.ErrorIs(t, lifecycle.WaitUpdate(ctx, c, "", workflows.SandboxWorkflowID(id), "never-sent", nil), lifecycle.ErrUpdateNotFound)
+	t.Logf("an update nobody sent: not found after asking %d runs in %v", st.Runs, time.Since(t0))
 	var nf *serviceerror.NotFound
-	require.ErrorAs(t, lifecycle.WaitUpdate(ctx, c, workflows.SandboxWorkflowID(id), "never-sent", nil), &nf)
+	require.ErrorAs(t, lifecycle.WaitUpdate(ctx, c, "", workflows.SandboxWorkflowID("nobody"), "never-sent", nil), &nf, "no such workflow")
 
 	fd.mu.Lock()
 	defer fd.mu.Unlock()
@@ -221,7 +224,7 @@ func TestAsyncUpdateRefusedIsNotAccepted(t *testing.T) {
 	acc, err = lifecycle.UpdateAsync(ctx, c, id, workflows.UpdateCreateSession, "doomed", workflows.CreateSessionRequest{Agent: "refuse"})
 	require.NoError(t, err)
 	require.Equal(t, "doomed", acc.UpdateID)
-	e, ok = apperr.From(lifecycle.WaitUpdate(ctx, c, acc.WorkflowID, acc.UpdateID, nil))
+	e, ok = apperr.From(lifecycle.WaitUpdate(ctx, c, "", acc.WorkflowID, acc.UpdateID, nil))
 	require.True(t, ok)
 	require.Equal(t, api.KindResourceExhausted, e.Kind)
 }

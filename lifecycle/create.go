@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
@@ -104,47 +105,58 @@ func Update(ctx context.Context, c client.Client, sandboxID, name, updateID stri
 }
 
 // WaitUpdate waits for the result of update updateID of workflow
-// workflowID, in the run that has it: the current one or one it continued
-// from (a sandbox's workflow continues as new about every hundred updates,
-// so the update of an async operation may be in an earlier run by the time
-// its result is asked for). No run of the last maxRunsBack having it is
-// the current run's not-found.
-func WaitUpdate(ctx context.Context, c client.Client, workflowID, updateID string, out any) error {
+// workflowID (in namespace, "" = default), in the run that has it: the
+// current one or one it continued from (a sandbox's workflow continues as
+// new, so the update of an async operation may be in an earlier run by the
+// time its result is asked for). An update no run of the last maxRunsBack
+// has is ErrUpdateNotFound.
+func WaitUpdate(ctx context.Context, c client.Client, namespace, workflowID, updateID string, out any) error {
+	if namespace == "" {
+		namespace = "default"
+	}
 	run := ""
-	var first error
 	for i := 0; i < maxRunsBack; i++ {
 		err := c.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: workflowID, RunID: run, UpdateID: updateID}).Get(ctx, out)
 		var nf *serviceerror.NotFound
 		if !errors.As(err, &nf) {
 			return err
 		}
-		if first == nil {
-			first = err
+		prev, perr := previousRun(ctx, c, namespace, workflowID, run)
+		if perr != nil {
+			if errors.As(perr, &nf) && run == "" {
+				return perr // no such workflow
+			}
+			return ErrUpdateNotFound
 		}
-		prev, perr := previousRun(ctx, c, workflowID, run)
-		if perr != nil || prev == "" {
-			return first
+		if prev == "" {
+			return ErrUpdateNotFound
 		}
 		run = prev
 	}
-	return first
+	return ErrUpdateNotFound
 }
 
-// maxRunsBack bounds WaitUpdate's walk: about 5,000 updates back.
+// ErrUpdateNotFound: WaitUpdate found the workflow but no run of it has
+// the update.
+var ErrUpdateNotFound = errors.New("no run of the workflow has this update")
+
+// maxRunsBack bounds WaitUpdate's walk: at least 5,000 updates back, and
+// for an update id nobody sent 50 polls and 50 one-event history reads.
 const maxRunsBack = 50
 
 // previousRun is the run that run ("" = the current one) of workflowID
-// continued from, "" if none.
-func previousRun(ctx context.Context, c client.Client, workflowID, run string) (string, error) {
-	it := c.GetWorkflowHistory(ctx, workflowID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	if !it.HasNext() {
-		return "", nil
-	}
-	e, err := it.Next()
+// continued from, "" if none: the first event of its history, read alone.
+func previousRun(ctx context.Context, c client.Client, namespace, workflowID, run string) (string, error) {
+	resp, err := c.WorkflowService().GetWorkflowExecutionHistory(ctx, &workflowservice.GetWorkflowExecutionHistoryRequest{Namespace: namespace,
+		Execution: &commonpb.WorkflowExecution{WorkflowId: workflowID, RunId: run}, MaximumPageSize: 1})
 	if err != nil {
 		return "", err
 	}
-	return e.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(), nil
+	evs := resp.GetHistory().GetEvents()
+	if len(evs) == 0 {
+		return "", nil
+	}
+	return evs[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(), nil
 }
 
 // Send sends one update to a sandbox's workflow and returns its handle

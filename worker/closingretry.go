@@ -17,8 +17,8 @@ import (
 // updates admitted to a closing run with a retryable error (ResourceExhausted,
 // cause BUSY_WORKFLOW) so that the next attempt reaches the next run. The
 // SDK's own retry waits 200 ms and then 400 ms for a hand-over that takes
-// a few milliseconds (the sandbox workflow continues as new about every
-// hundred updates). It sits inside the SDK's retry: after closingRetries
+// a few milliseconds (a quiet sandbox workflow continues as new about
+// every hundred updates). It sits inside the SDK's retry: after closingRetries
 // quick attempts (about 130 ms) the error goes on to it.
 func closingRetry(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if !strings.HasSuffix(method, "/UpdateWorkflowExecution") {

@@ -73,6 +73,12 @@ func TestWorkflowsFromTheCLI(t *testing.T) {
 		r = runCLI(t, g, mgr, "list_workflows", "--sandbox-id", bad)
 		require.Equal(t, "invalid_request", r.errEnv["kind"], "%q: %v", bad, r.errEnv)
 	}
+	// An update id nobody sent: not found, said of the update, not the workflow.
+	r = runCLI(t, g, mgr, "wait_operation", "--workflow-id", "sandbox/"+id, "--update-id", "never-sent")
+	require.Equal(t, "not_found", r.errEnv["kind"], "%v", r.errEnv)
+	require.Contains(t, r.errEnv["message"], "has no update never-sent", "%v", r.errEnv)
+	r = runCLI(t, g, mgr, "wait_operation", "--workflow-id", "sandbox/"+id, "--update-id", "../../etc")
+	require.Equal(t, "invalid_request", r.errEnv["kind"], "%v", r.errEnv)
 	// A rejected async publish: wait_operation answers the same refusal.
 	a := rtc("create_workspace_session")["workspace_session_id"].(string)
 	b := rtc("create_workspace_session")["workspace_session_id"].(string)
