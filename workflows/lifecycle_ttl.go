@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"encoding/json"
-	"reflect"
 	"sort"
 	"time"
 
@@ -88,21 +87,6 @@ var trackedUpdates = map[string]bool{
 	UpdateAmend: true, UpdateSquash: true, UpdateExport: true, UpdateRestoreSession: true,
 }
 
-// tracked wraps an update handler so s.busy counts the running ones. The
-// wrapper has the handler's own type (the SDK reads it by reflection) and
-// adds no command.
-func (s *sandbox) tracked(name string, fn any) any {
-	if !trackedUpdates[name] {
-		return fn
-	}
-	v := reflect.ValueOf(fn)
-	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
-		s.busy++
-		defer func() { s.busy-- }()
-		return v.Call(args)
-	}).Interface()
-}
-
 // registerLifecycle records the lifecycle settings of a new sandbox and
 // registers the pause, resume and restore updates.
 func (s *sandbox) registerLifecycle(ctx workflow.Context) error {
@@ -115,9 +99,9 @@ func (s *sandbox) registerLifecycle(ctx workflow.Context) error {
 	}{
 		{UpdatePause, s.pause, s.validatePause},
 		{UpdateResume, s.resume, s.validateResume},
-		{UpdateRestoreSession, s.tracked(UpdateRestoreSession, s.restoreSession), s.validateRestore},
+		{UpdateRestoreSession, s.restoreSession, s.validateRestore},
 	} {
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.counted(h.fn), workflow.UpdateHandlerOptions{Validator: s.guarded(h.fn, h.vali)}); err != nil {
+		if err := s.handle(ctx, h.name, h.fn, h.vali); err != nil {
 			return err
 		}
 	}

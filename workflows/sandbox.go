@@ -164,8 +164,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 		{UpdateRelease, s.releaseStandby, s.validateUnclaimed},
 	}
 	for _, h := range handlers {
-		opts := workflow.UpdateHandlerOptions{Validator: s.guarded(h.fn, h.validate)}
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, s.counted(s.tracked(h.name, h.fn)), opts); err != nil {
+		if err := s.handle(ctx, h.name, h.fn, h.validate); err != nil {
 			return nil, err
 		}
 	}
@@ -483,17 +482,32 @@ func awaitFor(ctx workflow.Context, d time.Duration, cond func() bool) bool {
 	return ok
 }
 
-// counted wraps an update handler so s.inFlight counts the invocations
-// running now (drain waits for them). Like tracked, the wrapper has the
-// handler's own type and adds no command.
-func (s *sandbox) counted(fn any) any {
+// handle registers update name: fn counted (counted), its validator
+// validate (nil: none) behind the drain's refusal (guarded).
+func (s *sandbox) handle(ctx workflow.Context, name string, fn, validate any) error {
+	return workflow.SetUpdateHandlerWithOptions(ctx, name, s.counted(name, fn), workflow.UpdateHandlerOptions{Validator: s.guarded(fn, validate)})
+}
+
+// counted wraps update handler fn of name so s.inFlight counts the
+// invocations running now (drain waits for them; counted numbers them by
+// handlerSeq) and s.busy those of trackedUpdates (a pause waits for
+// them). The wrapper has the handler's own type (the SDK reads it by
+// reflection) and adds no command.
+func (s *sandbox) counted(name string, fn any) any {
 	v := reflect.ValueOf(fn)
+	busy := trackedUpdates[name]
 	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
 		s.handlerSeq++
 		s.inFlight++
+		if busy {
+			s.busy++
+		}
 		id := s.handlerSeq
 		defer func() {
 			s.inFlight--
+			if busy {
+				s.busy--
+			}
 			if id <= s.waitUpTo && s.waitingFor > 0 {
 				s.waitingFor--
 			}
