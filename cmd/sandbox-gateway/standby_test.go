@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -173,14 +174,34 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	ws := numberedTree(t, 3000)
 	cli := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
 		"create_sandbox", "--image", image, "--workspace-root", ws)
+	var cliOut bytes.Buffer
+	cli.Stdout, cli.Stderr = &cliOut, &cliOut
 	require.NoError(t, cli.Start())
+	cliDone := make(chan struct{})
+	go func() { _ = cli.Wait(); close(cliDone) }()
 	d := &drill{t: t, g: g, id: sb}
-	require.Eventually(t, func() bool {
+	var seen []string // the standby's states as inspect_sandbox answered, for a failure's message
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Millisecond) {
 		m, err := d.op("inspect_sandbox", nil)
-		return err == nil && m["state"] == workflows.PhaseCreating
-	}, time.Minute, 2*time.Millisecond, "the standby is claimed")
+		st := fmt.Sprint(m["state"])
+		if err != nil {
+			st = err.Error()
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != st {
+			seen = append(seen, st)
+		}
+		if err == nil && m["state"] == workflows.PhaseCreating {
+			break
+		}
+		if time.Now().After(deadline) {
+			exited := isClosed(cliDone)
+			_ = cli.Process.Kill()
+			<-cliDone // its output is whole and ours to read
+			t.Fatalf("the standby was never seen claimed; its states: %v; the create (exited by itself: %v): %s", seen, exited, cliOut.String())
+		}
+	}
 	g.Kill()
-	_ = cli.Wait()
+	<-cliDone
 	start := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
 	d = &drill{t: t, g: g, id: sb}
@@ -200,4 +221,13 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	next := standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, next) })
 	require.NotEqual(t, sb, next)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
