@@ -34,11 +34,26 @@ type fleetEntry struct {
 // id; unclaimed standbys (standby.go) are no one's sandboxes yet and are
 // left out.
 func (b *TemporalBackend) fleet(ctx context.Context) ([]fleetEntry, error) {
-	return b.fleetWith(ctx, false)
+	out, err := b.listSandboxWorkflows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.each(ctx, out, func(ctx context.Context, f *fleetEntry) { f.State, f.Err = b.state(ctx, f.ID) })
+	kept := out[:0]
+	for _, f := range out {
+		if standby, _ := f.Memo[workflows.MemoStandby].(bool); (f.State != nil && f.State.Standby) || (f.State == nil && standby) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	out = kept
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
 }
 
-// fleetWith is fleet, with the unclaimed standbys when standbys is true.
-func (b *TemporalBackend) fleetWith(ctx context.Context, standbys bool) ([]fleetEntry, error) {
+// listSandboxWorkflows lists the running sandbox workflows with their memo
+// (visibility only: no state is read).
+func (b *TemporalBackend) listSandboxWorkflows(ctx context.Context) ([]fleetEntry, error) {
 	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.SandboxWorkflowName)
 	var out []fleetEntry
 	var token []byte
@@ -59,22 +74,9 @@ func (b *TemporalBackend) fleetWith(ctx context.Context, standbys bool) ([]fleet
 			out = append(out, f)
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
+			return out, nil
 		}
 	}
-	b.each(ctx, out, func(ctx context.Context, f *fleetEntry) { f.State, f.Err = b.state(ctx, f.ID) })
-	if !standbys {
-		kept := out[:0]
-		for _, f := range out {
-			if standby, _ := f.Memo[workflows.MemoStandby].(bool); (f.State != nil && f.State.Standby) || (f.State == nil && standby) {
-				continue
-			}
-			kept = append(kept, f)
-		}
-		out = kept
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
 }
 
 // each runs fn for every entry, at most FleetConcurrency at once, each with

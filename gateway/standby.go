@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ type StandbyOptions struct {
 	// Owner names this gateway's standbys, the same across its restarts
 	// ("" = its workers' host queue and host name).
 	Owner string
+	// AdoptPatience bounds how long a restarted gateway keeps asking the
+	// standbys its previous run left for their state (0 = DefaultAdoptPatience).
+	AdoptPatience time.Duration
 }
 
 type standbyKey struct{ image, queue string }
@@ -280,21 +284,69 @@ func (b *TemporalBackend) Standbys(ctx context.Context) []StandbyInfo {
 // AdoptStandbys takes into the pool the standbys a previous run of this
 // gateway left (killed before it could remove them): one per image and
 // host; the rest are released. Other gateways' standbys are left alone.
+// Right after a restart a standby's state may not be readable yet (its
+// workflow waits for a worker to replay it, or Temporal is still coming
+// up): the standbys not settled are asked again, with backoff, until each
+// is adopted or released, AdoptPatience passes or ctx ends.
 func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 	if !b.Standby.Enabled {
 		return nil
 	}
-	list, err := b.fleetWith(ctx, true)
-	if err != nil {
-		return err
+	patience := b.Standby.AdoptPatience
+	if patience <= 0 {
+		patience = DefaultAdoptPatience
 	}
-	p := b.pool()
+	deadline := time.Now().Add(patience)
+	settled := map[string]bool{}
+	for wait := 200 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		left, err := b.adoptStandbys(ctx, settled)
+		if err == nil && len(left) == 0 {
+			return nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("the state of standby sandboxes %v could not be read in %s; each ends by its TTL", left, patience)
+			}
+			return err
+		}
+		b.log().Info("standby sandboxes left by a previous run: not all settled yet; asking again", "left", left, "error", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// DefaultAdoptPatience is how long AdoptStandbys keeps asking.
+const DefaultAdoptPatience = 2 * time.Minute
+
+// adoptStandbys is one pass of AdoptStandbys over this gateway's standbys
+// not settled yet; it returns those whose state it could not read.
+func (b *TemporalBackend) adoptStandbys(ctx context.Context, settled map[string]bool) (left []string, err error) {
+	list, err := b.listSandboxWorkflows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := list[:0]
 	for _, f := range list {
-		if f.State == nil || !f.State.Standby {
+		// A claimed standby's memo says standby false; one with the flag
+		// still on may have been claimed just now: its state decides.
+		owner, _ := f.Memo[memoStandbyOwner].(string)
+		if standby, _ := f.Memo[workflows.MemoStandby].(bool); standby && owner == b.standbyOwner() && !settled[f.ID] {
+			mine = append(mine, f)
+		}
+	}
+	b.each(ctx, mine, func(ctx context.Context, f *fleetEntry) { f.State, f.Err = b.state(ctx, f.ID) })
+	p := b.pool()
+	for _, f := range mine {
+		if f.State == nil {
+			left = append(left, f.ID) // one that ended meanwhile is not listed in the next pass
 			continue
 		}
-		if owner, _ := f.Memo[memoStandbyOwner].(string); owner != b.standbyOwner() {
-			continue // another gateway's: it may be alive and hold it
+		settled[f.ID] = true
+		if !f.State.Standby {
+			continue // claimed: a user's sandbox now
 		}
 		image, _ := f.Memo["image"].(string)
 		k := standbyKey{image: image, queue: f.State.HostQueue}
@@ -309,7 +361,7 @@ func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 			b.dropStandby(f.ID)
 		}
 	}
-	return nil
+	return left, nil
 }
 
 // CloseStandbys removes the pool's standbys (at shutdown): nothing stays

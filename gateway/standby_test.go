@@ -7,8 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/mocks"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
@@ -50,4 +57,54 @@ func TestPlacementLeavesStandbysOut(t *testing.T) {
 	q, err := b.place(context.Background(), "", false)
 	require.NoError(t, err)
 	require.Equal(t, "eos-host-h1", q, "h1 runs one sandbox and a standby, h2 two sandboxes")
+}
+
+// A restarted gateway takes back the standby its killed run left even when
+// the standby's state cannot be read at first (its workflow waits for a
+// worker to replay it): it asks again. Another gateway's standby and one
+// already claimed are left alone, and are not even asked.
+func TestAdoptStandbysAsksAgain(t *testing.T) {
+	c := mocks.NewClient(t)
+	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: time.Minute}}
+	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
+		runningSandbox(t, "eos-mine", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "me"}),
+		runningSandbox(t, "eos-theirs", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "them"}),
+		runningSandbox(t, "eos-claimed", map[string]any{workflows.MemoStandby: false, "image": "img", memoStandbyOwner: "me"}),
+	}}, nil)
+	q := c.On("QueryWorkflow", mock.Anything, workflows.SandboxWorkflowID("eos-mine"), "", workflows.QueryState)
+	q.Return(nil, serviceerror.NewDeadlineExceeded("no worker yet")).Twice()
+	v := mocks.NewEncodedValue(t)
+	v.On("Get", mock.Anything).Run(func(a mock.Arguments) {
+		*a.Get(0).(*workflows.SandboxState) = workflows.SandboxState{SandboxID: "eos-mine", Phase: workflows.PhaseCreating, Standby: true, HostQueue: "q"}
+	}).Return(nil)
+	c.On("QueryWorkflow", mock.Anything, workflows.SandboxWorkflowID("eos-mine"), "", workflows.QueryState).Return(v, nil).Once()
+
+	require.NoError(t, b.AdoptStandbys(context.Background()))
+	require.Equal(t, map[standbyKey]string{{image: "img", queue: "q"}: "eos-mine"}, b.pool().ids)
+	c.AssertNumberOfCalls(t, "QueryWorkflow", 3)
+}
+
+// A standby that never answers is given up after the patience, with an
+// error that names it; nothing is taken into the pool.
+func TestAdoptStandbysGivesUp(t *testing.T) {
+	c := mocks.NewClient(t)
+	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: 500 * time.Millisecond}}
+	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
+		runningSandbox(t, "eos-mute", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "me"})}}, nil)
+	c.On("QueryWorkflow", mock.Anything, mock.Anything, "", workflows.QueryState).Return(nil, serviceerror.NewDeadlineExceeded("no worker"))
+	err := b.AdoptStandbys(context.Background())
+	require.ErrorContains(t, err, "eos-mute")
+	require.Empty(t, b.pool().ids)
+}
+
+// runningSandbox is a running sandbox workflow as visibility lists it.
+func runningSandbox(t *testing.T, id string, memo map[string]any) *workflowpb.WorkflowExecutionInfo {
+	fields := map[string]*commonpb.Payload{}
+	for k, v := range memo {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		require.NoError(t, err)
+		fields[k] = p
+	}
+	return &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.SandboxWorkflowID(id)},
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, Memo: &commonpb.Memo{Fields: fields}}
 }

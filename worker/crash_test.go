@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/interceptor"
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -53,12 +52,9 @@ func TestWorkerChild(t *testing.T) {
 	require.NoError(t, err)
 	acts := activities.New(activities.Config{DaemonBinary: os.Getenv(childDaemon), SeccompProfile: string(profile), Secret: secret, WorkerID: "crash-test",
 		HostPaths: testenv.HostPaths(t)}, dc)
-	var ics []interceptor.WorkerInterceptor
-	if fp := FailpointInterceptor(); fp != nil {
-		ics = append(ics, fp)
-	}
+	// Start arms the failpoint the environment names.
 	svc, err := Start(context.Background(), Options{TemporalAddress: os.Getenv("TEMPORAL_ADDRESS"), HostQueue: os.Getenv(childQueue),
-		Secret: secret, Activities: acts, Interceptors: ics, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Secret: secret, Activities: acts, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	defer svc.Stop()
 	select {} // until the parent (or a failpoint) kills us

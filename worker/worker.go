@@ -118,7 +118,12 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	// and namespace own it, so no other deployment takes it for its own.
 	activities.SetOwner(o.Activities, svc.ClusterID, o.Namespace)
 	activities.SetHostQueue(o.Activities, o.HostQueue)
-	wopts := worker.Options{DisableRegistrationAliasing: true, Interceptors: o.Interceptors}
+	ics := o.Interceptors
+	if fp := FailpointInterceptor(); fp != nil { // crash drills only: armed by the environment
+		o.Logger.Warn("worker failpoint armed: the process kills itself after that activity", "failpoint", os.Getenv(FailpointEnv))
+		ics = append(append([]interceptor.WorkerInterceptor(nil), ics...), fp)
+	}
+	wopts := worker.Options{DisableRegistrationAliasing: true, Interceptors: ics}
 	if !o.NoWorkflowWorker {
 		shared := worker.New(c, workflows.TaskQueue, wopts)
 		Register(shared, o.Activities)

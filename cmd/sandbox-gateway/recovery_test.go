@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -369,16 +370,12 @@ func numberedTree(t *testing.T, n int) string {
 // n files in it, whole.
 func (d *drill) readyWithTree(start time.Time, n int) {
 	d.t.Helper()
-	var last any
-	require.Eventually(d.t, func() bool {
+	require.EventuallyWithT(d.t, func(c *assert.CollectT) {
 		m, err := d.op("inspect_sandbox", nil)
-		if err != nil {
-			last = err
-			return false
+		if assert.Nil(c, err, "inspect_sandbox") {
+			assert.Equal(c, "ready", m["state"], "the create cut by the kill finishes")
 		}
-		last = m["state"]
-		return m["state"] == "ready"
-	}, 3*time.Minute, 100*time.Millisecond, "the create cut by the kill finishes: %v", last)
+	}, 3*time.Minute, 100*time.Millisecond)
 	d.t.Logf("ready %s after the gateway started again", time.Since(start).Round(time.Millisecond))
 	m := d.must("file_read", map[string]any{"path": fmt.Sprintf("d/f%d.txt", n-1)})
 	require.Equal(d.t, fmt.Sprintf("file %d", n-1), strings.TrimRight(fmt.Sprint(m["content"]), "\n"))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/worker"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -21,21 +22,31 @@ import (
 func standbyOf(t *testing.T, g *testenv.Gateway, image string) string {
 	t.Helper()
 	var id string
-	var last any
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		hz := healthz(t, g)
-		last = hz["standby_sandboxes"]
 		list, _ := hz["standby_sandboxes"].([]any)
 		for _, s := range list {
 			m, _ := s.(map[string]any)
 			if m["image"] == image && m["state"] == workflows.PhaseStandby {
 				id, _ = m["sandbox_id"].(string)
-				return true
+				return
 			}
 		}
-		return false
-	}, 2*time.Minute, 100*time.Millisecond, "a standby of %s: %v", image, last)
+		assert.Fail(c, "no standby of "+image+" waits", "healthz standby_sandboxes: %v\nthe gateway's standby log:\n%s",
+			hz["standby_sandboxes"], standbyLog(g))
+	}, 2*time.Minute, 100*time.Millisecond)
 	return id
+}
+
+// standbyLog is what the gateway logged of its standbys.
+func standbyLog(g *testenv.Gateway) string {
+	var b strings.Builder
+	for _, l := range strings.Split(g.Stderr.String(), "\n") {
+		if strings.Contains(l, "standby") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }
 
 func listedIDs(t *testing.T, g *testenv.Gateway) []string {
@@ -130,17 +141,16 @@ func TestStandbySandboxes(t *testing.T) {
 	opts.Reconcile = true
 	g = testenv.StartGatewayWith(t, opts)
 	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back the standby the killed one left")
-	var orphans any
-	require.Eventually(t, func() bool {
-		orphans = mustCLI(t, g, mgr, "list_orphaned_sandboxes")["orphans"]
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		orphans := mustCLI(t, g, mgr, "list_orphaned_sandboxes")["orphans"]
 		list, _ := orphans.([]any)
 		for _, o := range list {
-			if m := o.(map[string]any); m["sandbox_id"] == second {
-				return m["workspace_root"] == ws2
+			if m := o.(map[string]any); m["sandbox_id"] == second && m["workspace_root"] == ws2 {
+				return
 			}
 		}
-		return false
-	}, time.Minute, 200*time.Millisecond, "the claimed sandbox, orphaned, names its workspace root: %v", orphans)
+		assert.Fail(c, "the claimed sandbox, orphaned, names its workspace root", "orphans: %v", orphans)
+	}, time.Minute, 200*time.Millisecond)
 	third := create(workspace("three"))
 	require.Equal(t, sb, third)
 	require.Equal(t, "three", read(third))
@@ -160,9 +170,12 @@ func TestStandbySandboxes(t *testing.T) {
 }
 
 // TestStandbyClaimKilledMidway: the gateway (its Temporal and worker with
-// it) is SIGKILLed while a claimed standby imports the create's workspace;
-// started again, the sandbox finishes as that create's, whole, listed, with
-// one container, and the restarted gateway does not take it for a standby.
+// it) is SIGKILLed in a claim at the worst moment, right after the daemon
+// imported the create's workspace into the claimed standby and before
+// Temporal heard of it (a worker failpoint, so the kill lands there every
+// run); started again, the import is repeated safely and the sandbox
+// finishes as that create's, whole, listed, with one container, and the
+// restarted gateway does not take it for a standby.
 func TestStandbyClaimKilledMidway(t *testing.T) {
 	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
 	image := testenv.Images[0]
@@ -171,40 +184,28 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	sb := standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
 
-	ws := numberedTree(t, 3000)
-	cli := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
-		"create_sandbox", "--image", image, "--workspace-root", ws)
-	var cliOut bytes.Buffer
-	cli.Stdout, cli.Stderr = &cliOut, &cliOut
-	require.NoError(t, cli.Start())
-	cliDone := make(chan struct{})
-	go func() { _ = cli.Wait(); close(cliDone) }()
-	d := &drill{t: t, g: g, id: sb}
-	var seen []string // the standby's states as inspect_sandbox answered, for a failure's message
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Millisecond) {
-		m, err := d.op("inspect_sandbox", nil)
-		st := fmt.Sprint(m["state"])
-		if err != nil {
-			st = err.Error()
-		}
-		if len(seen) == 0 || seen[len(seen)-1] != st {
-			seen = append(seen, st)
-		}
-		if err == nil && m["state"] == workflows.PhaseCreating {
-			break
-		}
-		if time.Now().After(deadline) {
-			exited := isClosed(cliDone)
-			_ = cli.Process.Kill()
-			<-cliDone // its output is whole and ours to read
-			t.Fatalf("the standby was never seen claimed; its states: %v; the create (exited by itself: %v): %s", seen, exited, cliOut.String())
-		}
-	}
+	// The failpoint is armed in a gateway started after the first create
+	// imported its workspace: it takes the standby back, and the claim's
+	// import is the first it runs.
 	g.Kill()
-	<-cliDone
+	armed := g.Options()
+	armed.Env = []string{worker.FailpointEnv + "=" + workflows.ActImportWorkspace}
+	g = testenv.StartGatewayWith(t, armed)
+	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back its standby")
+
+	ws := numberedTree(t, 3000)
+	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
+		"create_sandbox", "--image", image, "--workspace-root", ws).CombinedOutput()
+	require.Error(t, err, "the gateway died under the create: %s", out)
+	select {
+	case <-g.Exited():
+	case <-time.After(time.Minute):
+		t.Fatalf("the failpoint did not kill the gateway; the create answered: %s", out)
+	}
+
 	start := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
-	d = &drill{t: t, g: g, id: sb}
+	d := &drill{t: t, g: g, id: sb}
 	d.readyWithTree(start, 3000)
 	require.ElementsMatch(t, []string{first, sb}, listedIDs(t, g), "the claimed standby is listed as the create's sandbox")
 	for _, s := range mustCLI(t, g, mgr, "list_sandboxes")["sandboxes"].([]any) {
@@ -221,13 +222,4 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	next := standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, next) })
 	require.NotEqual(t, sb, next)
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }

@@ -106,6 +106,7 @@ type GatewayOptions struct {
 	HostQueue string   // "" = a new one
 	Reconcile bool     // run the start-up reconciler (off by default in tests)
 	Args      []string // more sandbox-gateway flags (kept by Options)
+	Env       []string // more environment, e.g. a worker failpoint (not kept by Options)
 }
 
 // Options are the options that start this gateway again as it was.
@@ -168,7 +169,7 @@ func startGateway(t testing.TB, o GatewayOptions) (*Gateway, error) {
 		// test; the tests of them turn them on (a later flag wins).
 		"--standby=false"}
 	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"), append(args, o.Args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+g.Home)
+	cmd.Env = append(append(os.Environ(), "HOME="+g.Home), o.Env...)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -214,6 +215,9 @@ func (g *Gateway) Kill() {
 	_ = syscall.Kill(g.Pid, syscall.SIGKILL)
 	<-g.exited
 }
+
+// Exited is closed once the gateway process is gone.
+func (g *Gateway) Exited() <-chan struct{} { return g.exited }
 
 // Stop SIGINTs the gateway (a graceful shutdown) and waits until it is
 // gone.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -58,12 +59,12 @@ func requireKind(t *testing.T, err error, kind string) *api.Error {
 func waitOutput(t *testing.T, e *Engine, id string, cond func(*api.CommandOutput) bool) *api.CommandOutput {
 	t.Helper()
 	var last *api.CommandOutput
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, Limit: api.MaxReadLimit})
 		require.NoError(t, err)
 		last = out
-		return cond(out)
-	}, 5*time.Second, 5*time.Millisecond, "last read: %+v", last)
+		assert.True(c, cond(out), "last read: %+v", out)
+	}, 5*time.Second, 5*time.Millisecond)
 	return last
 }
 

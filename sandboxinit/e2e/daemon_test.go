@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -240,18 +241,18 @@ func TestIsolatedSessionsShareAPort(t *testing.T) {
 	}
 	for i, ws := range ids {
 		var body string
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/forward/isolated=%s/8080/who.txt", sb.baseURL, ws), nil)
 			req.Header.Set("Authorization", "Bearer "+sb.token)
 			resp, err := sb.client.Do(req)
-			if err != nil {
-				return false
+			if !assert.NoError(c, err, "forward to %s", ws) {
+				return
 			}
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
 			body = string(b)
-			return resp.StatusCode == 200
-		}, 10*time.Second, 100*time.Millisecond, "forward to %s: %s", ws, body)
+			assert.Equal(c, 200, resp.StatusCode, "forward to %s: %s", ws, body)
+		}, 10*time.Second, 100*time.Millisecond)
 		require.Equal(t, fmt.Sprintf("session-%d\n", i), body)
 	}
 	req, _ := http.NewRequest(http.MethodGet, sb.baseURL+"/forward/isolated=ws-nope/8080/", nil)
