@@ -75,7 +75,7 @@ func hostLost(id string, h workflows.HostInfo) *api.Error {
 	if h.Leaving {
 		why = "stopped its worker at " + h.LastSeen.UTC().Format(time.RFC3339)
 	}
-	d := map[string]any{"host": h.Name, "availability": "unavailable"}
+	d := map[string]any{"host": h.Name, "availability": "unavailable", "last_seen": h.LastSeen.UTC().Format(time.RFC3339Nano)}
 	if id != "" {
 		d["sandbox_id"] = id
 	}

@@ -90,7 +90,8 @@ func TestDaemonRoute(t *testing.T) {
 
 	_, err = b.via(ctx, "eos-b")
 	e := requireKind(t, err, api.KindOperationFailed)
-	require.Equal(t, map[string]any{"host": "h2", "availability": "unavailable", "sandbox_id": "eos-b"}, e.Details)
+	require.Equal(t, map[string]any{"host": "h2", "availability": "unavailable", "sandbox_id": "eos-b",
+		"last_seen": now.Add(-2 * workflows.HostStaleAfter).UTC().Format(time.RFC3339Nano)}, e.Details)
 	require.Equal(t, e, b.checkHost(ctx, "eos-b"), "lifecycle ops on a lost host are refused at once")
 	rec := b.recordWith(&workflows.SandboxState{SandboxID: "eos-b", Phase: workflows.PhaseReady, HostQueue: "eos-host-h2"}, nil)
 	require.Equal(t, "h2", rec["host"])

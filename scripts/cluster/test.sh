@@ -22,7 +22,9 @@ export GO=${GO:-go}
 # The Temporal binaries, kept between runs: built once per version of
 # scripts/cluster/tools (its go.sum and sources name the cache).
 TOOLS=${CLUSTER_TOOLS:-/var/tmp/eos-cluster-tools/$(cat "$repo"/scripts/cluster/tools/go.sum "$repo"/scripts/cluster/tools/register-namespace/*.go | sha256sum | cut -c1-12)}
-PGPORT=${CLUSTER_PGPORT:-55432}
+# Fixed ports stay below the kernel's ephemeral range (32768-60999): an outgoing
+# connection may hold any port in it, and a listener there fails now and then.
+PGPORT=${CLUSTER_PGPORT:-15432}
 TPORT=${CLUSTER_TEMPORAL_PORT:-17933}
 GWADDR=${CLUSTER_GATEWAY:-127.0.0.1:17878}
 export TEMPORAL_ADDRESS=$CLUSTER_SUBNET.1:$TPORT
