@@ -21,8 +21,14 @@ import (
 // this machine (a single-machine deployment): its daemon is dialled
 // directly, as always.
 
-// hostsCacheFor is how long one registry answer is reused.
-const hostsCacheFor = time.Second
+// hostsCacheFor is how long one registry answer is reused; when the
+// registry is slow to answer (hostsQueryPatience), one up to
+// hostsStaleServe old serves instead.
+const (
+	hostsCacheFor      = time.Second
+	hostsQueryPatience = time.Second
+	hostsStaleServe    = workflows.HostStaleAfter / 2
+)
 
 var hostNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
@@ -35,7 +41,24 @@ func (b *TemporalBackend) hosts(ctx context.Context) ([]workflows.HostInfo, erro
 		return h, nil
 	}
 	b.mu.Unlock()
-	v, err := b.Client.QueryWorkflow(ctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
+	// The registry's query waits for the worker that last ran its
+	// workflow; when that worker just died (its host is the one being
+	// lost) the server tries it for seconds before another takes over.
+	// Every operation checks its host here, so meanwhile a recent answer
+	// serves (the next call asks again): a host is then judged by beats up
+	// to hostsStaleServe old, never by a wait on the dead worker.
+	qctx, cancel := context.WithTimeout(ctx, hostsQueryPatience)
+	v, err := b.Client.QueryWorkflow(qctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
+	cancel()
+	if err != nil && qctx.Err() != nil && ctx.Err() == nil {
+		b.mu.Lock()
+		h, at := b.hostList, b.hostsAt
+		b.mu.Unlock()
+		if !at.IsZero() && time.Since(at) < hostsStaleServe {
+			return h, nil
+		}
+		v, err = b.Client.QueryWorkflow(ctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
+	}
 	var list []workflows.HostInfo
 	if err != nil {
 		var nf *serviceerror.NotFound
