@@ -3,6 +3,7 @@ package layerstack
 import (
 	"github.com/ephemeral-sandbox/sandbox/archive"
 	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
+	"github.com/ephemeral-sandbox/sandbox/internal/spreaddir"
 
 	"bytes"
 	"context"
@@ -128,6 +129,9 @@ func importDir(parent string) (string, error) {
 		removeAll(tmp)
 		return "", err
 	}
+	// A big tree's subdirectories go to block groups of their own, not all
+	// into the groups the store's recent churn filled (spreaddir's doc).
+	_, _ = spreaddir.Spread(tmp)
 	return tmp, nil
 }
 

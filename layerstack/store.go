@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/spreaddir"
 )
 
 // Options tune a Store. The zero value is the product default.
@@ -96,6 +98,12 @@ func Open(root string, opts Options) (*Store, error) {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return nil, fmt.Errorf("open layer stack %s: %w", root, err)
 		}
+	}
+	// The directories where layers, squashes and imports are built are
+	// made and removed all day: their subdirectories are spread over the
+	// file system's groups (spreaddir's doc says why that matters on ext4).
+	for _, d := range []string{dirBase, dirStaging} {
+		_, _ = spreaddir.Spread(filepath.Join(root, d))
 	}
 	if !opts.SkipEnvironmentCheck {
 		if err := CheckEnvironment(root); err != nil {

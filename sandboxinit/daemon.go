@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/internal/spreaddir"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
@@ -166,6 +167,17 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	for _, sub := range []string{"layerstack", "sessions", "archive", "runtime", "txns"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
+		}
+	}
+	// A session, its runtime state and a publish's record are each a
+	// directory made and removed within minutes: spread over the file
+	// system's groups, their creates do not scan each other's freed inodes
+	// (spreaddir's doc).
+	for _, sub := range []string{"sessions", "runtime", "txns"} {
+		if ok, err := spreaddir.Spread(filepath.Join(cfg.StateDir, sub)); err != nil {
+			cfg.Logger.Info("state dir: subdirectories not spread", "dir", sub, "err", err)
+		} else if ok && sub == "sessions" {
+			cfg.Logger.Info("state dir: subdirectories spread over the file system's groups (ext4)")
 		}
 	}
 	store, err := layerstack.Open(filepath.Join(cfg.StateDir, "layerstack"), layerstack.Options{AutoSquashAt: cfg.AutoSquashAt, Logger: cfg.Logger})

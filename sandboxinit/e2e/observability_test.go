@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/spreaddir"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
@@ -193,6 +194,15 @@ func TestObservability(t *testing.T) {
 
 	// Reading every view 100 times changes nothing and wakes nothing.
 	starts := sampler()["starts"]
+	// On ext4 (this machine's Docker volumes) the state volume's busy
+	// directories spread their subdirectories (spreaddir).
+	if ext4, err := spreaddir.Supported("/var/lib/docker"); err == nil && ext4 {
+		spread := field(call("daemon", nil), "daemon", "ownership", "spread_dirs").(map[string]any)
+		require.Len(t, spread, 5)
+		for d, on := range spread {
+			require.Equal(t, true, on, "%s is not spread", d)
+		}
+	}
 	heap0 := field(call("daemon", nil), "daemon", "runtime", "heap_inuse_bytes").(float64)
 	for i := 0; i < 100; i++ {
 		testenv.CheckObservabilityViews(t, call)

@@ -5,9 +5,27 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/spreaddir"
 )
 
 func selfPID() int { return os.Getpid() }
+
+// spreadDirs says, of each directory the daemon makes and removes
+// subdirectories in all day, whether they are spread over the file
+// system's groups (spreaddir; false on a file system other than ext4).
+func (o *Observer) spreadDirs(store string) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range []string{filepath.Join(o.cfg.StateDir, "sessions"), filepath.Join(o.cfg.StateDir, "runtime"), filepath.Join(o.cfg.StateDir, "txns"),
+		filepath.Join(store, "staging"), filepath.Join(store, "base")} {
+		rel, err := filepath.Rel(o.cfg.StateDir, d)
+		if err != nil {
+			rel = d
+		}
+		out[rel], _ = spreaddir.Spreads(d)
+	}
+	return out
+}
 
 // daemonView is the daemon's own diagnostics: process, Go runtime, what it
 // owns, and its observability store with drop counters.
@@ -38,7 +56,8 @@ func (o *Observer) DaemonView() map[string]any {
 			"num_cpu": goruntime.NumCPU(), "heap_alloc_bytes": ms.HeapAlloc, "heap_inuse_bytes": ms.HeapInuse, "heap_sys_bytes": ms.HeapSys,
 			"sys_bytes": ms.Sys, "gc_cycles": ms.NumGC},
 		"ownership": map[string]any{"state_dir": o.cfg.StateDir, "layerstack_root": layers.Root(), "runtime_dir": filepath.Join(o.cfg.StateDir, "runtime"),
-			"workspace_sessions": len(sessions), "running_commands": running, "leases": len(layers.Leases()), "listen": o.cfg.Listen},
+			"workspace_sessions": len(sessions), "running_commands": running, "leases": len(layers.Leases()), "listen": o.cfg.Listen,
+			"spread_dirs": o.spreadDirs(layers.Root())},
 		"event_store": o.eventStore(),
 		"sampler":     o.Sampler.Stats(),
 		"sample":      sample,
