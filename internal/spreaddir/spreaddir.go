@@ -19,7 +19,20 @@ func Spread(dir string) (bool, error) {
 	if ok, err := Supported(dir); !ok || err != nil {
 		return false, err
 	}
-	return SpreadAt(unix.AT_FDCWD, dir)
+	return withFlags(dir, func(fd int, flags uint32) (bool, error) {
+		if flags&topdirFL != 0 {
+			return true, nil
+		}
+		if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags|topdirFL)); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
+}
+
+// Spreads reports whether dir has the flag.
+func Spreads(dir string) (bool, error) {
+	return withFlags(dir, func(_ int, flags uint32) (bool, error) { return flags&topdirFL != 0, nil })
 }
 
 // Supported reports whether the file system of path has the flag (ext2/3/4).
@@ -31,30 +44,9 @@ func Supported(path string) (bool, error) {
 	return st.Type == ext4SuperMagic, nil
 }
 
-// SpreadAt is Spread of the directory name beneath dirfd (not followed if
-// it is a symlink), for a caller that checked Supported once for a whole
-// tree.
-func SpreadAt(dirfd int, name string) (bool, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, err
-	}
-	defer unix.Close(fd)
-	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		return false, err
-	}
-	if flags&topdirFL != 0 {
-		return true, nil
-	}
-	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags|topdirFL)); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// Spreads reports whether dir has the flag.
-func Spreads(dir string) (bool, error) {
+// withFlags runs fn with the directory dir open (never through a symlink)
+// and its inode flags.
+func withFlags(dir string, fn func(fd int, flags uint32) (bool, error)) (bool, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, err
@@ -64,5 +56,5 @@ func Spreads(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return flags&topdirFL != 0, nil
+	return fn(fd, flags)
 }
