@@ -112,7 +112,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	go func() { _ = srv.Serve(ctx, l) }()
 	addr := l.Addr().String()
 	c := client.New("http://"+addr, token)
-	c.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Minute}
+	c.HTTP = &http.Client{Transport: timingTransport{&http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}, Timeout: 30 * time.Minute}
 	return &Stack{Client: c, Addr: addr, Docker: dc, Acts: acts, Server: srv, Backend: backend, svc: svc, cancel: cancel, secret: secret}, nil
 }
 

@@ -109,6 +109,9 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 	if ratio, ok := s.interactiveRatios(runs); ok {
 		tables = append(tables, ratio)
 	}
+	if parts, ok := s.interactiveParts(runs); ok {
+		tables = append(tables, parts)
+	}
 	s.Plots = append(s.Plots, plot)
 	return Section{Intro: fmt.Sprintf("N agents in one sandbox over a 200-file repository, each looping for %s: "+
 		"create_workspace_session, file_read of a shared %d-line file, file_write of a 4 KiB file of its own, file_edit of one "+
@@ -168,6 +171,39 @@ func (s *Suite) interactiveRatios(runs []agentRun) (Table, bool) {
 	return t, true
 }
 
+// timingParts are the Server-Timing metrics scenario e keeps of each
+// answer: the gateway's time, its daemon calls' round trips, and the
+// daemon's own time.
+var timingParts = []string{api.TimingGateway, api.TimingDaemonRPC, api.TimingDaemon}
+
+// interactiveParts is where the interactive ops' time went per level, from
+// their answers' Server-Timing: what the gateway spent, what its calls to
+// the daemon took, and the daemon's own part of those. What the end to
+// end has beyond the gateway is the HTTP hop from the bench's agents;
+// what the daemon calls have beyond the daemon is the way to the daemon
+// and back, both processes' scheduling included.
+func (s *Suite) interactiveParts(runs []agentRun) (Table, bool) {
+	t := Table{Caption: "Where the interactive operations' time went (ms, p50 / p99), from each answer's Server-Timing header: " +
+		"the whole call, the gateway's part, its calls to the daemon, and the daemon's own part of those",
+		Header: []string{"agents", "op", "end to end", "gateway", "daemon calls", "daemon"}}
+	for _, r := range runs {
+		for _, op := range interactiveOps {
+			c := fmt.Sprint(r.n)
+			d := s.summary("e", c, op+"/"+api.TimingDaemon, r.n, 0)
+			if d.N == 0 {
+				continue
+			}
+			row := []string{c, op}
+			for _, name := range []string{op, op + "/" + api.TimingGateway, op + "/" + api.TimingDaemonRPC, op + "/" + api.TimingDaemon} {
+				sm := s.summary("e", c, name, r.n, 0)
+				row = append(row, fmt.Sprintf("%v / %v", Ms(sm.P50), Ms(sm.P99)))
+			}
+			t.Rows = append(t.Rows, row)
+		}
+	}
+	return t, len(t.Rows) > 0
+}
+
 // referenceLoops is the 50-agent loops/s of the code before issue 17's
 // round two on this 2-core VM (c73852f, quiet, 2026-12-01: 21.9): the
 // issue's "≥ 1.5x the current code on the same machine" is read against
@@ -204,10 +240,21 @@ func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error
 	}
 	deadline := time.Now().Add(s.agentTime())
 	cas := fmt.Sprint(n)
-	timed := func(op string, fn func() error) error {
+	// timed records op's latency, and for a successful op whose answer
+	// says (Server-Timing) where its time went, those parts as op/part
+	// samples (timingParts).
+	timed := func(op string, fn func(ctx context.Context) error) error {
+		ctx, sink := withTimingSink(ctx)
 		t0 := time.Now()
-		err := fn()
+		err := fn(ctx)
 		s.Rec.Add(Sample{Scenario: "e", Case: cas, Op: op, Concurrency: n, Latency: time.Since(t0), Err: err != nil && !isConflict(err)})
+		if err == nil {
+			for _, part := range timingParts {
+				if d, ok := sink.got.Get(part); ok {
+					s.Rec.Add(Sample{Scenario: "e", Case: cas, Op: op + "/" + part, Concurrency: n, Latency: d})
+				}
+			}
+		}
 		return err
 	}
 	var wg sync.WaitGroup
@@ -219,19 +266,22 @@ func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error
 			rng := rand.New(rand.NewPCG(uint64(a), uint64(n)))
 			for iter := 0; iter == 0 || time.Now().Before(deadline); iter++ {
 				var ws string
-				if err := timed("create_session", func() (err error) { ws, err = s.st.Session(ctx, id, fmt.Sprintf("agent-%02d", a)); return }); err != nil {
+				if err := timed("create_session", func(ctx context.Context) (err error) {
+					ws, err = s.st.Session(ctx, id, fmt.Sprintf("agent-%02d", a))
+					return
+				}); err != nil {
 					fail(err)
 					continue
 				}
 				var content string
-				err := timed("file_read", func() error {
+				err := timed("file_read", func(ctx context.Context) error {
 					m, err := s.st.Call(ctx, "file_read", id, map[string]any{"path": "shared.txt", "workspace_session_id": ws})
 					content, _ = m["content"].(string)
 					return err
 				})
 				own := fmt.Sprintf("agents/a%02d/iter%04d.txt", a, iter)
 				if err == nil {
-					err = timed("file_write", func() error {
+					err = timed("file_write", func(ctx context.Context) error {
 						_, err := s.st.Call(ctx, "file_write", id, map[string]any{"path": own, "content": content4k, "workspace_session_id": ws})
 						return err
 					})
@@ -239,14 +289,16 @@ func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error
 				if err == nil {
 					lines := lineRe.FindAllString(content, -1)
 					old := lines[rng.IntN(len(lines))]
-					err = timed("file_edit", func() error {
+					err = timed("file_edit", func(ctx context.Context) error {
 						_, err := s.st.Call(ctx, "file_edit", id, map[string]any{"path": "shared.txt", "workspace_session_id": ws,
 							"edits": []any{map[string]any{"old_string": old + "\n", "new_string": old[:8] + fmt.Sprintf(" a%02d i%d\n", a, iter)}}})
 						return err
 					})
 				}
 				if err == nil {
-					err = timed("exec_test", func() error { return s.st.Exec(ctx, id, ws, "grep -c . shared.txt >/dev/null && test -f "+own) })
+					err = timed("exec_test", func(ctx context.Context) error {
+						return s.st.Exec(ctx, id, ws, "grep -c . shared.txt >/dev/null && test -f "+own)
+					})
 				}
 				if err == nil && iter == 0 && (a == 0 || a == n-1) {
 					if d := ContainerDiskBytes(ctx, s.st.Docker, id, "/eos/sessions/"+ws); d > 0 {
@@ -256,7 +308,7 @@ func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error
 					}
 				}
 				if err == nil {
-					err = timed("publish", func() error {
+					err = timed("publish", func(ctx context.Context) error {
 						_, err := s.st.Call(ctx, "publish_workspace_session", id, map[string]any{"workspace_session_id": ws})
 						return err
 					})

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 )
@@ -142,10 +143,12 @@ func (c *Client) viaBase(v *Via, sandboxID string) (string, error) {
 // roundTrip sends req; a forwarder's answer that its daemon refused the
 // connection comes back as the refused dial it stands for.
 func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
+	began := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, err
 	}
+	record(req, time.Since(began), resp.Header)
 	if resp.StatusCode == http.StatusBadGateway && resp.Header.Get(HeaderForward) == ForwardRefused {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()

@@ -28,6 +28,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
 	"github.com/ephemeral-sandbox/sandbox/api/jsonl"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 )
 
 // Defaults.
@@ -279,6 +280,7 @@ func (s *Server) auth(c *gin.Context) {
 }
 
 func (s *Server) httpOp(c *gin.Context) {
+	began := time.Now()
 	if c.Request.ContentLength > int64(s.MaxBody) {
 		abort(c, errTooLarge(s.MaxBody))
 		return
@@ -313,7 +315,11 @@ func (s *Server) httpOp(c *gin.Context) {
 		s.dispatchSSE(c, req)
 		return
 	}
-	out, aerr := s.Dispatch(c.Request.Context(), req)
+	ctx, calls := daemonclient.WithTimings(c.Request.Context())
+	out, aerr := s.Dispatch(ctx, req)
+	// How long this took here, and how much of it the daemon calls made
+	// from here (a durable operation's are the worker's: not in it).
+	c.Header(api.ServerTimingHeader, append(api.ServerTiming{{Name: api.TimingGateway, Dur: time.Since(began)}}, calls.ServerTiming()...).String())
 	if aerr != nil {
 		abort(c, aerr)
 		return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
@@ -300,4 +301,35 @@ func TestViewsChangeNothing(t *testing.T) {
 	require.Equal(t, starts, d.obs.Sampler.Stats().Starts, "reading views woke the sampler")
 	require.Less(t, int64(heap1)-int64(heap0), int64(1<<20), "heap grew from %d to %d bytes", heap0, heap1)
 	t.Logf("1000 rounds of %d views in %s; heap %d -> %d bytes", len(views), elapsed, heap0, heap1)
+}
+
+// Every RPC answer, refusals too, says in its Server-Timing header how long
+// the daemon took over it.
+func TestAnswersCarryTheDaemonsTime(t *testing.T) {
+	d := newViewDaemon(t, map[string]string{"f.txt": "x\n"})
+	h := NewServer(d).http.Handler
+	fakeSession(t, d, "ws-a", "alice", map[string]string{"a.txt": "a\n"})
+	for _, c := range []struct {
+		op   string
+		args any
+		code int
+	}{
+		{"list_workspace_sessions", map[string]any{}, http.StatusOK},
+		{"publish_workspace_session", map[string]any{"workspace_session_id": "ws-a"}, http.StatusOK},
+		{"file_read", map[string]any{"workspace_session_id": "nope", "path": "f.txt"}, http.StatusNotFound},
+	} {
+		body, err := json.Marshal(c.args)
+		require.NoError(t, err)
+		req := httptest.NewRequest(http.MethodPost, "/rpc/"+c.op, bytes.NewReader(body))
+		req.Host = "127.0.0.1:32768"
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		require.Equal(t, c.code, w.Code, w.Body.String())
+		st := api.ParseServerTiming(w.Header().Get(api.ServerTimingHeader))
+		dur, ok := st.Get(api.TimingDaemon)
+		require.True(t, ok, "header %q", w.Header().Get(api.ServerTimingHeader))
+		require.Greater(t, dur, time.Duration(0))
+		require.Less(t, dur, time.Minute)
+	}
 }

@@ -162,6 +162,7 @@ func newRequestID() string {
 }
 
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
 	if r.Method != http.MethodPost {
 		writeError(w, api.Errorf(api.KindMethodNotAllowed, nil, "use POST"))
 		return
@@ -190,6 +191,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := traced(r.Context(), rid, body)
+	setServerTiming(w, began)
 	if err != nil {
 		s.d.log.Debug("operation failed", "op", op, "request_id", rid, "err", err)
 		writeError(w, err)
@@ -276,6 +278,14 @@ func op[T any](f func(ctx context.Context, rid string, a T) (any, error)) handle
 		}
 		return f(ctx, rid, a)
 	}
+}
+
+// setServerTiming says in the answer's Server-Timing header how long the
+// daemon took from reading the request to its answer (a streamed answer:
+// to its start), so a caller can tell the daemon's time from the way to it
+// and back (the gateway passes it on; bench scenario e reports it).
+func setServerTiming(w http.ResponseWriter, began time.Time) {
+	w.Header().Set(api.ServerTimingHeader, api.ServerTiming{{Name: api.TimingDaemon, Dur: time.Since(began)}}.String())
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,8 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil || !strings.Contains(string(raw), `"content":"hi"`) {
 		t.Fatalf("file_read over HTTP: %s %v", raw, err)
 	}
+	checkServerTiming(t, addr, token, id, map[string]any{"path": "h.txt"}, http.StatusOK)
+	checkServerTiming(t, addr, token, id, map[string]any{"path": "missing.txt"}, http.StatusNotFound)
 	raw, err = httpc.Call(ctx, "file_read", jsonl.SandboxScope(id), map[string]any{"path": "h.txt", "keep_final_newline": true}, "")
 	if err != nil || !strings.Contains(string(raw), `"content":"hi\n"`) {
 		t.Fatalf("file_read keep_final_newline over HTTP: %s %v", raw, err)
@@ -153,3 +156,27 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// checkServerTiming posts file_read with args and checks the answer's
+// Server-Timing: the gateway's time, its daemon calls' and the daemon's
+// own, each within the one before.
+func checkServerTiming(t *testing.T, addr, token, id string, args map[string]any, code int) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"scope": map[string]any{"kind": "sandbox", "sandbox_id": id}, "args": args})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/ops/file_read", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	h := resp.Header.Get(api.ServerTimingHeader)
+	st := api.ParseServerTiming(h)
+	gw, ok1 := st.Get(api.TimingGateway)
+	rpc, ok2 := st.Get(api.TimingDaemonRPC)
+	d, ok3 := st.Get(api.TimingDaemon)
+	if resp.StatusCode != code || !ok1 || !ok2 || !ok3 || d <= 0 || d > rpc || rpc > gw {
+		t.Fatalf("file_read %v: status %d, Server-Timing %q", args, resp.StatusCode, h)
+	}
+}
