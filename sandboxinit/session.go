@@ -385,9 +385,13 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 	}
 	bytes := dirBytes(s.upper())
 	s.rec.Destroyed = true
+	_, sp := d.span(ctx, "session.record", nil)
 	err := s.save()
+	sp.End(err)
 	if err == nil {
+		_, sp := d.span(ctx, "session.unmount", nil)
 		err = unmountAll(s.merged())
+		sp.End(err)
 	}
 	if err != nil {
 		s.rec.Destroyed = false
@@ -395,7 +399,10 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 		return d.teardown(ctx, s, true)
 	}
 	if s.rec.LeaseID != "" {
-		if err := d.store.Release(s.rec.LeaseID); err != nil {
+		_, sp := d.span(ctx, "lease.release", nil)
+		err := d.store.Release(s.rec.LeaseID)
+		sp.End(err)
+		if err != nil {
 			return 0, err
 		}
 		d.event(ctx, "lease.released", map[string]any{"lease_id": s.rec.LeaseID, "workspace_session_id": s.rec.ID})

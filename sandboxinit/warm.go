@@ -239,8 +239,9 @@ func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *sessio
 		return discard()
 	}
 	defer release()
+	_, sp := d.span(ctx, "lease.acquire", nil)
 	lease, err := d.store.Acquire(s.owner())
-
+	sp.End(err)
 	if err != nil {
 		return discard()
 	}
@@ -250,7 +251,10 @@ func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *sessio
 	}
 	s.setUpperLease(s.rec.Upper, lease.ID)
 	s.rec.Warm, s.rec.Agent, s.rec.Created, s.rec.CreatedBy = false, a.Agent, time.Now().UTC(), a.RequestID
-	if err := s.save(); err != nil {
+	_, sp = d.span(ctx, "session.record", nil)
+	err = s.save()
+	sp.End(err)
+	if err != nil {
 		_ = d.store.Release(lease.ID)
 		s.rec.LeaseID = ""
 		return discard()
