@@ -818,8 +818,15 @@ func (o *Operation) resultSchema() map[string]any {
 // POST /v1/ops/<op> path per public operation.
 func OpenAPI() []byte {
 	paths := map[string]any{}
-	errResp := map[string]any{"description": "error envelope", "content": map[string]any{"application/json": map[string]any{
-		"schema": map[string]any{"$ref": "#/components/schemas/ErrorEnvelope"}}}}
+	// Every answer of an authenticated POST /v1/ops/<op>, refusals too,
+	// carries these.
+	opHeaders := map[string]any{
+		"X-Request-Id": map[string]any{"description": "the request's id (the one sent, else a new one): its trace id", "schema": map[string]any{"type": "string"}},
+		ServerTimingHeader: map[string]any{"description": "W3C Server Timing: " + TimingGateway + ";dur=<ms> (the gateway's whole time), and for an operation the gateway sends to the daemon " +
+			TimingDaemonRPC + ";dur=<ms> (its daemon calls, there and back) and " + TimingDaemon + ";dur=<ms> (the daemon's own part)", "schema": map[string]any{"type": "string"}},
+	}
+	errContent := map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/ErrorEnvelope"}}}
+	errResp := map[string]any{"description": "error envelope", "headers": opHeaders, "content": errContent}
 	for i := range catalog {
 		o := &catalog[i]
 		if o.Internal {
@@ -843,14 +850,14 @@ func OpenAPI() []byte {
 			"description": o.Description + " (" + scopeDesc + ")",
 			"requestBody": map[string]any{"required": false, "content": map[string]any{"application/json": map[string]any{"schema": body}}},
 			"responses": map[string]any{
-				"200":     map[string]any{"description": "result", "content": map[string]any{"application/json": map[string]any{"schema": o.resultSchema()}}},
+				"200":     map[string]any{"description": "result", "headers": opHeaders, "content": map[string]any{"application/json": map[string]any{"schema": o.resultSchema()}}},
 				"default": errResp,
 			},
 		}}
 	}
 	for i := range catalog {
 		if o := &catalog[i]; o.RawHTTP != "" && !o.Internal {
-			rawHTTPPath(paths, o, errResp)
+			rawHTTPPath(paths, o, map[string]any{"description": "error envelope", "content": errContent})
 		}
 	}
 	doc := map[string]any{

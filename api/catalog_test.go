@@ -190,4 +190,16 @@ func TestOpenAPI(t *testing.T) {
 	if _, ok := doc.Paths["/v1/ops/init_base"]; ok {
 		t.Error("internal op in openapi")
 	}
+	// Every op's answers, refusals too, declare the headers the gateway sets.
+	for _, o := range pub {
+		post, _ := doc.Paths["/v1/ops/"+o.Name]["post"].(map[string]any)
+		responses, _ := post["responses"].(map[string]any)
+		for _, code := range []string{"200", "default"} {
+			r, _ := responses[code].(map[string]any)
+			h, _ := r["headers"].(map[string]any)
+			if h[ServerTimingHeader] == nil || h["X-Request-Id"] == nil {
+				t.Errorf("%s %s: headers %v", o.Name, code, h)
+			}
+		}
+	}
 }

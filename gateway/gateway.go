@@ -281,25 +281,36 @@ func (s *Server) auth(c *gin.Context) {
 
 func (s *Server) httpOp(c *gin.Context) {
 	began := time.Now()
+	ctx, calls := daemonclient.WithTimings(c.Request.Context())
+	// Every answer says how long it took here, and how much of it the
+	// daemon calls made from here (a durable operation's are the
+	// worker's: not in it).
+	timed := func() {
+		c.Header(api.ServerTimingHeader, append(api.ServerTiming{{Name: api.TimingGateway, Dur: time.Since(began)}}, calls.ServerTiming()...).String())
+	}
+	refuse := func(e *api.Error) {
+		timed()
+		abort(c, e)
+	}
 	if c.Request.ContentLength > int64(s.MaxBody) {
-		abort(c, errTooLarge(s.MaxBody))
+		refuse(errTooLarge(s.MaxBody))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, int64(s.MaxBody)))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			abort(c, errTooLarge(s.MaxBody))
+			refuse(errTooLarge(s.MaxBody))
 			return
 		}
-		abort(c, api.Errorf(api.KindBadJSON, nil, "read body: %v", err))
+		refuse(api.Errorf(api.KindBadJSON, nil, "read body: %v", err))
 		return
 	}
 	req := &jsonl.Request{Scope: jsonl.SystemScope(), Args: map[string]any{}}
 	if len(bytes.TrimSpace(body)) > 0 {
 		var aerr *api.Error
 		if req, aerr = jsonl.DecodeRequest(body); aerr != nil {
-			abort(c, aerr)
+			refuse(aerr)
 			return
 		}
 	}
@@ -315,14 +326,11 @@ func (s *Server) httpOp(c *gin.Context) {
 		s.dispatchSSE(c, req)
 		return
 	}
-	ctx, calls := daemonclient.WithTimings(c.Request.Context())
 	out, aerr := s.Dispatch(ctx, req)
-	// How long this took here, and how much of it the daemon calls made
-	// from here (a durable operation's are the worker's: not in it).
-	c.Header(api.ServerTimingHeader, append(api.ServerTiming{{Name: api.TimingGateway, Dur: time.Since(began)}}, calls.ServerTiming()...).String())
 	if aerr != nil {
-		abort(c, aerr)
+		refuse(aerr)
 		return
 	}
+	timed()
 	c.Data(http.StatusOK, "application/json", out)
 }

@@ -281,3 +281,29 @@ func TestUnixSocket(t *testing.T) {
 		t.Errorf("%+v", l)
 	}
 }
+
+// Every answer of an authenticated op call says the gateway's time in its
+// Server-Timing header: results, the backend's refusals and the gateway's
+// own (a body that is not JSON); no daemon entries without a daemon call.
+func TestOpAnswersCarryServerTiming(t *testing.T) {
+	_, _, addr := start(t)
+	scope := []byte(`{"scope":{"kind":"sandbox","sandbox_id":"sb-1"},"args":{"path":"x"}}`)
+	for _, c := range []struct {
+		op   string
+		body []byte
+		code int
+	}{
+		{"exec_command", []byte(`{"scope":{"kind":"sandbox","sandbox_id":"sb-1"},"args":{"cmd":"true"}}`), http.StatusOK},
+		{"file_read", scope, http.StatusNotFound},
+		{"file_read", []byte(`{not json`), http.StatusBadRequest},
+	} {
+		code, out, h := post(t, addr, c.op, "Bearer "+testToken, c.body)
+		if code != c.code {
+			t.Fatalf("%s: %d %v", c.op, code, out)
+		}
+		st := api.ParseServerTiming(h.Get(api.ServerTimingHeader))
+		if _, ok := st.Get(api.TimingGateway); !ok || len(st) != 1 {
+			t.Fatalf("%s (%d): Server-Timing %q", c.op, code, h.Get(api.ServerTimingHeader))
+		}
+	}
+}
