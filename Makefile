@@ -75,7 +75,7 @@ test-cluster: binaries test-deps
 
 # Each fuzz target briefly, by a count of executions (scripts/fuzz.sh says
 # why not by a duration); FUZZTIME=5m fuzzes each that long instead.
-FUZZPKGS := ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./daemonclient ./sandboxinit/runtime/sessinit
+FUZZPKGS := ./api ./layerstack ./archive ./sandboxinit/telemetry ./mcp ./daemonclient ./sandboxinit/runtime/sessinit
 fuzz:
 	GO="$(GO)" TESTTMP="$(TESTTMP)" FUZZTIME="$(FUZZTIME)" bash scripts/fuzz.sh $(FUZZPKGS)
 
