@@ -28,13 +28,17 @@ const (
 	FailForkAfterUpper = "fork-after-upper"
 	FailForkAfterLease = "fork-after-lease"
 	// A destroy (the daemon's, sandboxinit): answered, the session's
-	// processes killed, its workspace unmounted, its record marked and its
-	// lease released; the rest of its teardown not begun.
+	// processes killed, its record marked and its lease released; the rest
+	// of its teardown (its workspace's unmount first) not begun.
 	FailDestroyTail = "destroy-tail"
 	// A warm session's build (sandboxinit): its record written, its
 	// session started and its builder's lease still held, before it joins
 	// the pool.
 	FailWarmBuild = "warm-build"
+	// A warm session's move onto a newer head (sandboxinit, rehead): the
+	// old head's overlay unmounted, the new head's not yet mounted, the
+	// lease of the create adopting it (or of the builder) held.
+	FailWarmRehead = "warm-rehead"
 )
 
 // CommitFailpoints lists the commit path's failpoints in order.
@@ -74,7 +78,7 @@ func die() {
 }
 
 // Hit is hit for a failpoint of the store's owner (FailDestroyTail,
-// FailWarmBuild).
+// FailWarmBuild, FailWarmRehead).
 func (s *Store) Hit(name string) { s.hit(name) }
 
 // hit checks the environment's failpoints and the store's failpoint file.

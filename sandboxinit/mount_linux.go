@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,6 +62,45 @@ func mountOverlayAPI(lower []string, upper, work, target string) error {
 	return unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
+// anchorWorkspace makes target, a session's merged dir, a mount of its own
+// (a bind onto itself) in a peer group of its own: the parent of the
+// session's overlay. The session's /workspace is a slave of it (the
+// runtime binds Workspace rslave), so the overlay the daemon mounts on
+// target once the session runs, and one it mounts in that one's place
+// later (rehead), reach the session's mount namespace; nothing the session
+// does reaches back. target must not be a mount point yet.
+func anchorWorkspace(target string) error {
+	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("anchor workspace %s: %w", target, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_SHARED, ""); err != nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("anchor workspace %s: make it shared: %w", target, err)
+	}
+	return nil
+}
+
+// workspaceMounted reports whether an overlay is mounted at target (an
+// anchor alone is not a workspace).
+func workspaceMounted(target string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(target, &st) == nil && st.Type == unix.OVERLAYFS_SUPER_MAGIC
+}
+
+// unmountWorkspace unmounts the overlay at target and leaves its anchor:
+// the unmount reaches the session's /workspace too, which then shows the
+// empty anchor until the next overlay is mounted. It fails (EBUSY) while a
+// process has a file or directory of it open, in the daemon or the session.
+func unmountWorkspace(target string) error {
+	if !workspaceMounted(target) {
+		return nil
+	}
+	if err := unix.Unmount(target, 0); err != nil {
+		return fmt.Errorf("unmount workspace %s: %w", target, err)
+	}
+	return nil
+}
+
 // unmountAll peels every mount stacked on target.
 //
 // umount(2) itself says when target is no longer a mount point (EINVAL),
@@ -83,11 +121,4 @@ func unmountAll(target string) error {
 		}
 	}
 	return nil
-}
-
-// isMountPoint reports whether p is the root of a mount (moby's
-// mountinfo.Mounted: openat2 and statx fast paths before mountinfo).
-func isMountPoint(p string) bool {
-	ok, err := mountinfo.Mounted(p)
-	return err == nil && ok
 }

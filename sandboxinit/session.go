@@ -262,9 +262,14 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	return s, nil
 }
 
-// start mounts the workspace on lease and starts the runtime session.
+// start starts the runtime session on the workspace's anchor and then
+// mounts the workspace on lease there (the overlay reaches the session's
+// /workspace through the anchor: anchorWorkspace), so that another
+// overlay can take its place later without restarting the session
+// (rehead). Until start returns nothing of the session runs but its init,
+// whose working directory is /.
 func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease) error {
-	if err := mountWorkspace(d.store.LowerDirs(lease), s.upper(), s.work(), s.merged()); err != nil {
+	if err := anchorWorkspace(s.merged()); err != nil {
 		return err
 	}
 	var rs *runtime.Session
@@ -274,6 +279,11 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 	if err != nil {
 		_ = unmountAll(s.merged())
 		return fmt.Errorf("start session: %w", err)
+	}
+	if err := mountWorkspace(d.store.LowerDirs(lease), s.upper(), s.work(), s.merged()); err != nil {
+		_ = rs.Destroy(context.WithoutCancel(ctx))
+		_ = unmountAll(s.merged())
+		return err
 	}
 	s.setRuntime(rs)
 	if s.rec.Addr != rs.IP() {
@@ -368,12 +378,15 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 }
 
 // retire is a destroy's teardown. The destroy waits for what makes the
-// session gone: every process of it killed, its workspace unmounted, its
-// record marked destroyed, its lease released, and the session out of the
-// daemon's table. The rest (the container's cgroup, its root overlay and
-// network, the session dir: 5-20 ms, most of a destroy's time) goes on in
-// the background (d.bg, which Close waits for); a daemon that stops first
-// finishes it at boot, from the record (restoreSessions).
+// session gone: every process of it killed, its record marked destroyed,
+// its lease released, and the session out of the daemon's table. The rest
+// (its workspace and its anchor unmounted, the container's cgroup, its
+// root overlay and network, the session dir: 5-20 ms, most of a destroy's
+// time) goes on in the background (d.bg, which Close waits for); a daemon
+// that stops first finishes it at boot, from the record (restoreSessions).
+// The lease goes before the unmount: nothing reads the workspace any more
+// (its processes are dead, the daemon's file operations find no session),
+// so layers that only it held may go while it is still mounted.
 func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 	if s.rt != nil {
 		sctx, sp := d.span(ctx, "session.kill", nil)
@@ -388,11 +401,6 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 	_, sp := d.span(ctx, "session.record", nil)
 	err := s.save()
 	sp.End(err)
-	if err == nil {
-		_, sp := d.span(ctx, "session.unmount", nil)
-		err = unmountAll(s.merged())
-		sp.End(err)
-	}
 	if err != nil {
 		s.rec.Destroyed = false
 		_ = s.save()
@@ -538,7 +546,7 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 	// container restart it is gone: Load clears its leftovers (container
 	// state, cgroup, root mount) and the session starts again below.
 	rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s))
-	if err == nil && isMountPoint(s.merged()) {
+	if err == nil && workspaceMounted(s.merged()) {
 		s.setRuntime(rs)
 		return nil
 	}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	"golang.org/x/sys/unix"
 
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
@@ -149,6 +150,16 @@ func (p *probe) phaseStart() bool {
 		p.specFor("b", true, runtime.Limits{}),
 		p.specFor("c", true, runtime.Limits{PidsMax: 64, MemoryBytes: 128 << 20, CPUs: 0.5}),
 	}
+	// a's workspace is anchored as the daemon anchors a session's (a
+	// shared bind onto itself): what is mounted on it later reaches a.
+	ws := specs[0].Workspace
+	err = unix.Mount(ws, ws, "", unix.MS_BIND, "")
+	if err == nil {
+		err = unix.Mount("", ws, "", unix.MS_SHARED, "")
+	}
+	if !p.errCheck("workspace_anchor", err) {
+		return p.done()
+	}
 	sess := map[string]*runtime.Session{}
 	for i, spec := range specs {
 		t := time.Now()
@@ -165,6 +176,7 @@ func (p *probe) phaseStart() bool {
 	p.checkParallelExec(ctx, a)
 	p.checkRootIsolation(ctx, a, b)
 	p.checkWorkspace(ctx, a, specs[0])
+	p.checkWorkspaceFollows(ctx, a, specs[0])
 	p.checkFreeze(ctx, a, specs[0])
 	p.checkPrivileges(ctx, a)
 	p.checkHidden(ctx, a)
@@ -384,6 +396,24 @@ func (p *probe) checkWorkspace(ctx context.Context, a *runtime.Session, spec run
 	p.errCheck("workspace_bind", errors.Join(err, err2, err3,
 		want(r.out == "hello\n/workspace\n", "session sees %q", r.out),
 		want(string(back) == "made\n", "host sees %q", back)))
+}
+
+// checkWorkspaceFollows: a mount the daemon makes on the (anchored)
+// workspace after the session started reaches the session's /workspace,
+// and so does its unmount (how the daemon mounts a session's overlay, and
+// later one in its place).
+func (p *probe) checkWorkspaceFollows(ctx context.Context, a *runtime.Session, spec runtime.SessionSpec) {
+	ws := spec.Workspace
+	err := unix.Mount("tmpfs", ws, "tmpfs", 0, "size=64k")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(ws, "on-top.txt"), []byte("top\n"), 0o644)
+	}
+	r1, err1 := sh(ctx, a, "cat /workspace/on-top.txt; test -e /workspace/from-host.txt || echo covered")
+	err2 := unix.Unmount(ws, 0)
+	r2, err3 := sh(ctx, a, "cat /workspace/from-host.txt; test -e /workspace/on-top.txt || echo gone")
+	p.errCheck("workspace_follows", errors.Join(err, err1, err2, err3,
+		want(r1.out == "top\ncovered\n", "after the mount the session sees %q", r1.out),
+		want(r2.out == "hello\ngone\n", "after the unmount the session sees %q", r2.out)))
 }
 
 // checkFreeze: while frozen, a busy loop of the session stops counting;

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,12 +14,13 @@ import (
 )
 
 // TestWarmSession: the daemon keeps pre-started sessions (two by default)
-// that a plain create adopts while the head has not moved. Before it is adopted it is
-// in no list and holds no lease; adopted, it is an ordinary session on the
-// head of its create; a publish makes it stale, and the next one is
-// started on the new head once the head is still; a fork, an isolated
-// session or one with limits never adopts it; a restart removes a warm
-// session the daemon left behind.
+// that a plain create adopts. Before it is adopted it is in no list and
+// holds no lease; adopted, it is an ordinary session on the head of its
+// create: a create right after a publish adopts one built on the head
+// before and moves it onto the new head (rehead), which its own processes
+// see at /workspace; once the head is still the builder moves the others;
+// a fork, an isolated session or one with limits never adopts it; a
+// restart removes a warm session the daemon left behind.
 func TestWarmSession(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
 	warm, head, readyAt := warmViews(t, sb)
@@ -37,18 +40,29 @@ func TestWarmSession(t *testing.T) {
 	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 
-	// The head moved: the next warm session is on the new head, and what it
-	// hands over is that head.
-	readyAt(head())
+	// The head moved: a create at once adopts a warm session built on the
+	// head before, moved onto the new head first. Its processes see that
+	// head, and what they write is theirs alone.
 	ws2 := sb.session(nil)
-	require.EqualValues(t, 2, warm()["adopted"], "%v", warm())
+	w := warm()
+	require.EqualValues(t, 2, w["adopted"], "%v", w)
+	require.GreaterOrEqual(t, w["reheaded"], float64(1), "%v", w)
 	require.Equal(t, "one\n", sb.read(ws2, "f.txt"), "an adopted session starts on the head of its create")
+	require.Equal(t, "one", sb.exec(ws2, "cat /workspace/f.txt")["output"], "the session's own /workspace is the new head")
+	require.Equal(t, "ok", sb.exec(ws2, "echo two > f.txt && echo new > n.txt")["status"])
+	require.Equal(t, "two\n", sb.read(ws2, "f.txt"), "the daemon reads what the session wrote")
+	// The builder moves the other one once the head is still; a session
+	// that adopts it sees the head too, not ws2's work.
+	readyAt(head())
+	ws3 := sb.session(nil)
+	require.Equal(t, "one\nabsent", sb.exec(ws3, "cat /workspace/f.txt; test ! -e /workspace/n.txt && echo absent")["output"])
+	sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": ws3})
 
 	// Creates that ask for more than a plain session never adopt it.
 	readyAt(head())
 	for _, args := range []map[string]any{{"network_profile": "isolated"}, {"limits": map[string]any{"pids_max": 64}}, {"from": ws2}} {
 		id := sb.session(args)
-		require.EqualValues(t, 2, warm()["adopted"], "%v adopted the warm session", args)
+		require.EqualValues(t, 3, warm()["adopted"], "%v adopted the warm session", args)
 		sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": id, "force": true})
 	}
 
@@ -132,4 +146,52 @@ func TestWarmBuildKilled(t *testing.T) {
 	ws2 := sb.session(nil)
 	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
 	require.Equal(t, "base\n", sb.read(ws2, "f.txt"))
+}
+
+// TestWarmReheadKilled: the daemon killed while a create moves a warm
+// session onto the head a publish just made (failpoint warm-rehead: the old
+// head's overlay unmounted, the new one not yet mounted, the create's lease
+// held) comes back with nothing of that session left (no session in any
+// list, no lease, no dir, no mount, no cgroup); the create that died gets
+// no session, and the next one, on the rebuilt pool, starts on the head.
+func TestWarmReheadKilled(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	warm, head, readyAt := warmViews(t, sb)
+	readyAt(head())
+	ws := sb.session(nil)
+	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
+	docker(t, "exec", sb.name, "sh", "-c", "echo warm-rehead > /eos/layerstack/.failpoints")
+	// The create adopts a warm session built on the base and dies moving it.
+	body := strings.NewReader("{}")
+	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/create_workspace_session", body)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+sb.token)
+	if resp, err := sb.client.Do(req); err == nil {
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("the create answered (%d %s): the rehead failpoint never fired", resp.StatusCode, raw)
+	}
+	sb.connect() // the supervisor restarted the daemon
+	readyAt(head())
+
+	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+	require.Len(t, list, 1, "only the session from before: %v", list)
+	require.Equal(t, ws, list[0].(map[string]any)["workspace_session_id"])
+	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
+	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
+	require.Len(t, dirs, 1+int(warm()["pool"].(float64)), "the live session and the pool, nothing of the killed create: %v", dirs)
+	known := map[string]bool{}
+	for _, d := range dirs {
+		known[d] = true
+	}
+	mounts := docker(t, "exec", sb.name, "sh", "-c", "grep -o '/eos/sessions/ws-[0-9a-f]*' /proc/self/mountinfo | sort -u")
+	cgroups := docker(t, "exec", sb.name, "sh", "-c", "find /sys/fs/cgroup -maxdepth 4 -type d -name 'ws-*' | sort -u")
+	for _, p := range append(strings.Fields(mounts), strings.Fields(cgroups)...) {
+		require.True(t, known[p[strings.LastIndex(p, "/")+1:]], "%s is left of a session that is gone (sessions %v)", p, dirs)
+	}
+	// The next create adopts from the rebuilt pool, on the head.
+	ws2 := sb.session(nil)
+	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
+	require.Equal(t, "one", sb.exec(ws2, "cat /workspace/f.txt")["output"])
 }

@@ -40,7 +40,7 @@ func TestBuildConfig(t *testing.T) {
 	}
 	ws := cfg.Mounts[mounts["/workspace"]]
 	require.Equal(t, cs.workspace, ws.Source)
-	require.Equal(t, []int{unix.MS_PRIVATE | unix.MS_REC}, ws.PropagationFlags)
+	require.Equal(t, []int{unix.MS_SLAVE | unix.MS_REC}, ws.PropagationFlags, "a slave: the overlay mounted on the workspace after the start reaches the session")
 	hidden := cfg.Mounts[mounts["/eos"]]
 	require.Equal(t, "tmpfs", hidden.Device)
 	require.NotZero(t, hidden.Flags&unix.MS_RDONLY)

@@ -97,8 +97,11 @@ func buildConfig(cs containerSpec) *configs.Config {
 		{Source: "tmpfs", Destination: "/run", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=755,size=65536k"},
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 		{
+			// A slave: what the daemon mounts on Workspace later (the
+			// session's overlay, and one in its place) reaches the
+			// session; nothing the session mounts reaches back.
 			Source: cs.workspace, Destination: "/workspace", Device: "bind", Flags: unix.MS_BIND | unix.MS_REC,
-			PropagationFlags: []int{unix.MS_PRIVATE | unix.MS_REC},
+			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
 		},
 	}
 	for _, h := range cs.hiddenDirs {

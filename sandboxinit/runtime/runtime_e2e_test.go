@@ -28,7 +28,7 @@ var sandboxCaps = []string{
 var wantChecks = []string{
 	"new", "start_a", "start_b", "start_c",
 	"exec_latency_libcontainer", "exec_latency_via_init", "parallel_exec",
-	"etc_write_private", "etc_write_not_in_sandbox", "hostname", "workspace_bind", "freeze",
+	"etc_write_private", "etc_write_not_in_sandbox", "hostname", "workspace_anchor", "workspace_bind", "workspace_follows", "freeze",
 	"caps", "caps_via_init", "pid_namespace",
 	"seccomp_filter", "seccomp_filter_via_init", "seccomp_syscalls", "seccomp_syscalls_via_init",
 	"userns_denied", "userns_denied_via_init", "unshare_denied", "unshare_denied_via_init",

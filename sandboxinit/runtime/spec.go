@@ -39,7 +39,7 @@ type Limits struct {
 type SessionSpec struct {
 	ID        string   // [a-z0-9-]{1,64}
 	Dir       string   // per-session state dir on the state volume; the runtime uses Dir/root (upper, work, merged) and Dir/init.log
-	Workspace string   // host path of an already-mounted directory that becomes /workspace (bind, rec-private)
+	Workspace string   // host path of a directory that becomes /workspace (bind, rec-slave: mounts made on it after the start reach the session)
 	Isolated  bool     // own network namespace: loopback plus eth0, a veth to the sandbox; false = share the sandbox's network
 	Addr      string   // isolated only, optional: the session's IPv4 address (as IP() returned it) to keep it stable across restarts
 	Egress    Egress   // isolated only: what the session may reach (zero = the sandbox and beyond, never other sessions)
