@@ -39,6 +39,10 @@ const (
 	// old head's overlay unmounted, the new head's not yet mounted, the
 	// lease of the create adopting it (or of the builder) held.
 	FailWarmRehead = "warm-rehead"
+	// A session moved in place onto a new head (sandboxinit, after a
+	// publish with keep or a refresh): its workspace unmounted, its record
+	// not yet saved, the new overlay not mounted.
+	FailMoveInPlace = "move-in-place"
 )
 
 // CommitFailpoints lists the commit path's failpoints in order.
@@ -78,7 +82,7 @@ func die() {
 }
 
 // Hit is hit for a failpoint of the store's owner (FailDestroyTail,
-// FailWarmBuild, FailWarmRehead).
+// FailWarmBuild, FailWarmRehead, FailMoveInPlace).
 func (s *Store) Hit(name string) { s.hit(name) }
 
 // hit checks the environment's failpoints and the store's failpoint file.

@@ -77,7 +77,7 @@ func (d *Daemon) forkSession(ctx context.Context, a api.CreateSessionArgs) (_ *s
 	defer release()
 
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
-		Agent: a.Agent, Upper: "upper-0", Egress: a.Egress, Limits: limits, Created: time.Now().UTC(), ForkedFrom: a.From, CreatedBy: a.RequestID}}
+		Agent: a.Agent, Upper: "upper-0", Egress: a.Egress, Limits: limits, Created: time.Now().UTC(), ForkedFrom: a.From, CreatedBy: a.RequestID, Anchored: true}}
 	s.dir = filepath.Join(d.cfg.StateDir, "sessions", s.rec.ID)
 	sp.Set("workspace_session_id", s.rec.ID)
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {

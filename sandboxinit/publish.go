@@ -271,16 +271,26 @@ func (d *Daemon) rebase(ctx context.Context, s *session, leaseID string) error {
 	return d.switchUpper(ctx, s, leaseID, "")
 }
 
-// switchUpper stops the session, points it at leaseID and a new upper dir
-// (newUpper, or a fresh empty one), saves the record, and starts it again.
-// The record is saved before the old upper is removed, so a crash in
-// between leaves a session that restores onto the new state.
+// switchUpper points the session at leaseID and a new upper dir
+// (newUpper, or a fresh empty one) and saves the record. A session whose
+// workspace nothing holds open (no process has its working directory, a
+// file or a mapping in it: an idle session) keeps running: only its
+// workspace's overlay is replaced (through its anchor, as rehead does,
+// about a millisecond). Otherwise (the unmount is busy, or the session
+// predates anchors) the session is stopped and started again on the new
+// state, its processes ended. The record is saved before the old upper is
+// removed, so a crash in between leaves a session that restores onto the
+// new state (a crash with the workspace unmounted restarts the session at
+// boot, as after a stop).
 func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper string) error {
 	lease, err := d.store.Lease(leaseID)
 	if err != nil {
 		return err
 	}
-	if err := d.stop(ctx, s); err != nil {
+	inPlace := s.rec.Anchored && s.rt != nil && workspaceMounted(s.merged()) && unmountWorkspace(s.merged()) == nil
+	if inPlace {
+		d.store.Hit(layerstack.FailMoveInPlace)
+	} else if err := d.stop(ctx, s); err != nil {
 		return err
 	}
 	old := s.upper()
@@ -301,6 +311,16 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	_ = os.RemoveAll(s.work())
 	if err := os.MkdirAll(s.work(), 0o755); err != nil {
 		return err
+	}
+	if inPlace {
+		err := mountWorkspace(d.store.LowerDirs(lease), s.upper(), s.work(), s.merged())
+		if err == nil {
+			return nil
+		}
+		d.log.Warn("mounting the moved workspace failed; restarting the session", "workspace_session_id", s.rec.ID, "err", err)
+		if err := d.stop(ctx, s); err != nil {
+			return err
+		}
 	}
 	return d.start(ctx, s, lease)
 }

@@ -197,7 +197,7 @@ func (d *Daemon) verifyOnce(ctx context.Context, p *preparedPublish, v *api.Publ
 	}
 	defer release()
 	tw := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: of.rec.NetworkProfile, Agent: "verify:" + of.rec.ID,
-		Upper: "upper-0", Limits: of.rec.Limits, Egress: of.rec.Egress, Created: time.Now().UTC(), VerifyTxID: p.TxID}}
+		Upper: "upper-0", Limits: of.rec.Limits, Egress: of.rec.Egress, Created: time.Now().UTC(), VerifyTxID: p.TxID, Anchored: true}}
 	tw.dir = filepath.Join(d.cfg.StateDir, "sessions", tw.rec.ID)
 	ctx, sp := d.span(ctx, "workspace_session.verify", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID,
 		"throwaway_session_id": tw.rec.ID, "attempt": attempt + 1})

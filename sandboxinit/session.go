@@ -117,6 +117,10 @@ type sessionRecord struct {
 	// its teardown went on (retire): never restored (a daemon that
 	// restarts finishes the teardown).
 	Destroyed bool `json:"destroyed,omitempty"`
+	// Anchored: the session runs on its workspace's anchor (start), so
+	// another overlay can take its workspace's place without a restart
+	// (switchUpper, rehead). Sessions started before anchors lack it.
+	Anchored bool `json:"anchored,omitempty"`
 }
 
 func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
@@ -208,7 +212,8 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	}
 	defer release()
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
-		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC(), CreatedBy: a.RequestID, Warm: warm}}
+		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC(), CreatedBy: a.RequestID, Warm: warm,
+		Anchored: true}}
 	if a.Limits != nil {
 		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
 	}
@@ -286,8 +291,8 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 		return err
 	}
 	s.setRuntime(rs)
-	if s.rec.Addr != rs.IP() {
-		s.rec.Addr = rs.IP()
+	if s.rec.Addr != rs.IP() || !s.rec.Anchored {
+		s.rec.Addr, s.rec.Anchored = rs.IP(), true
 		return s.save()
 	}
 	return nil

@@ -140,10 +140,13 @@ func TestHostileSessionCannotReachDaemonFiles(t *testing.T) {
 	t.Run("a planted /etc symlink", func(t *testing.T) {
 		docker(t, "exec", sb.name, "mkdir", "-p", "/var/tmp/etc-target")
 		ws := sb.session(nil)
-		out := sb.exec(ws, "rm -rf /etc && ln -s /var/tmp/etc-target /etc && echo w > w.txt && echo planted")
+		// A process in the workspace holds it, so publishing with keep
+		// restarts the session (an idle one would move in place): its /etc
+		// is written again.
+		out := sb.exec(ws, "rm -rf /etc && ln -s /var/tmp/etc-target /etc && echo w > w.txt && setsid sleep 4300 </dev/null >/dev/null 2>&1 & echo planted")
 		require.Contains(t, out["output"], "planted")
-		// Publishing with keep restarts the session: its /etc is written again.
 		_, _ = call("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
+		require.NotContains(t, sb.exec(ws, "ps -o args")["output"], "sleep 4300", "the session was restarted")
 		require.Empty(t, docker(t, "exec", sb.name, "ls", "-A", "/var/tmp/etc-target"), "session start wrote through the session's /etc symlink")
 	})
 

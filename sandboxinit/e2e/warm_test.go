@@ -195,3 +195,75 @@ func TestWarmReheadKilled(t *testing.T) {
 	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
 	require.Equal(t, "one", sb.exec(ws2, "cat /workspace/f.txt")["output"])
 }
+
+// TestKeepMovesIdleSessionInPlace: a publish with keep (and a refresh)
+// moves a session whose workspace nothing holds open onto the new head
+// without restarting it (its processes outside the workspace live on);
+// one with a process in its workspace is restarted onto it, that process
+// ended. Either way the session's own /workspace is the new head.
+func TestKeepMovesIdleSessionInPlace(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	running := func(ws, marker string) bool {
+		out := sb.exec(ws, "ps -o args | grep -v grep | grep -c '"+marker+"' || true")["output"].(string)
+		return strings.TrimSpace(out) != "0"
+	}
+	ws := sb.session(nil)
+	// A process outside the workspace: its working directory is /.
+	require.Equal(t, "ok", sb.exec(ws, "cd / && setsid sleep 4101 </dev/null >/dev/null 2>&1 &")["status"])
+	require.True(t, running(ws, "sleep 4101"))
+	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
+	require.True(t, running(ws, "sleep 4101"), "an idle session moved in place: its processes live on")
+	require.Equal(t, "one", sb.exec(ws, "cat /workspace/f.txt")["output"])
+	require.Equal(t, "ok", sb.exec(ws, "echo two > g.txt")["status"], "the moved workspace takes writes")
+	require.Equal(t, "two\n", sb.read(ws, "g.txt"))
+
+	// Someone else publishes; a refresh moves the idle session in place too.
+	sb.ok("file_write", map[string]any{"path": "other.txt", "content": "other\n"})
+	sb.ok("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.True(t, running(ws, "sleep 4101"), "a refresh moved the idle session in place")
+	require.Equal(t, "other\ntwo", sb.exec(ws, "cat /workspace/other.txt /workspace/g.txt")["output"])
+
+	// A process with its working directory in the workspace holds it: the
+	// session restarts onto the new head, every process of it ended.
+	require.Equal(t, "ok", sb.exec(ws, "cd /workspace && setsid sleep 4102 </dev/null >/dev/null 2>&1 &")["status"])
+	require.True(t, running(ws, "sleep 4102"))
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
+	require.False(t, running(ws, "sleep 4102"), "a busy session restarted")
+	require.False(t, running(ws, "sleep 4101"), "a restart ends every process")
+	require.Equal(t, "one\nother\ntwo", sb.exec(ws, "cat /workspace/f.txt /workspace/other.txt /workspace/g.txt")["output"])
+}
+
+// TestMoveInPlaceKilled: the daemon killed while it moves an idle session
+// in place after a publish with keep (failpoint move-in-place: the
+// workspace unmounted, the record not yet saved) comes back with the
+// publish committed and the session active on the new head, its work
+// there, taking writes; nothing else of it is left over.
+func TestMoveInPlaceKilled(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	ws := sb.session(nil)
+	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
+	docker(t, "exec", sb.name, "sh", "-c", "echo move-in-place > /eos/layerstack/.failpoints")
+	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/publish_workspace_session",
+		strings.NewReader(`{"workspace_session_id":"`+ws+`","keep":true}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+sb.token)
+	if resp, err := sb.client.Do(req); err == nil {
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("the publish answered (%d %s): the move-in-place failpoint never fired", resp.StatusCode, raw)
+	}
+	sb.connect() // the supervisor restarted the daemon
+
+	require.Equal(t, "one\n", sb.read("", "f.txt"), "the publish committed")
+	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+	require.Len(t, list, 1, "%v", list)
+	require.Equal(t, ws, list[0].(map[string]any)["workspace_session_id"])
+	require.Equal(t, "active", list[0].(map[string]any)["finalization_state"], "%v", list[0])
+	require.Equal(t, sb.ok("layerstack", nil)["manifest_version"], list[0].(map[string]any)["base_manifest_version"], "on the new head")
+	require.Equal(t, "one", sb.exec(ws, "cat /workspace/f.txt")["output"])
+	require.Equal(t, "ok", sb.exec(ws, "echo two > g.txt")["status"])
+	require.Equal(t, "two\n", sb.read(ws, "g.txt"))
+	uppers := docker(t, "exec", sb.name, "sh", "-c", "ls -d /eos/sessions/"+ws+"/upper-* | wc -l")
+	require.LessOrEqual(t, strings.TrimSpace(uppers), "2", "at most the new upper dir and the one the crash left")
+}
