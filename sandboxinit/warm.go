@@ -195,7 +195,7 @@ func (d *Daemon) refillWarmLocked(ctx context.Context, v int64) {
 	for len(w.ready)+w.building < d.cfg.WarmSessions && len(d.sessions)+d.creating+len(w.ready)+w.building+1 < d.cfg.MaxSessions {
 		w.building++
 		w.version = v
-		go d.buildWarm(ctx, v)
+		go d.buildWarm(ctx)
 	}
 }
 
@@ -214,7 +214,7 @@ func (d *Daemon) warmOnBase() {
 }
 
 // buildWarm starts a warm session on the head and adds it to the pool.
-func (d *Daemon) buildWarm(ctx context.Context, v int64) {
+func (d *Daemon) buildWarm(ctx context.Context) {
 	s, err := d.createSessionAs(ctx, api.CreateSessionArgs{NetworkProfile: "shared"}, false, true)
 	d.mu.Lock()
 	if err == nil {
@@ -234,7 +234,7 @@ func (d *Daemon) buildEndedLocked(s *session, err error) {
 	w.done = make(chan struct{})
 	switch {
 	case err != nil:
-		d.log.Warn("starting a warm session failed", "err", err)
+		d.log.Warn("building or moving a warm session failed", "err", err)
 	case w.ctx == nil:
 		w.discarded++
 		go d.discardWarm(s)
@@ -249,6 +249,9 @@ func (d *Daemon) buildEndedLocked(s *session, err error) {
 func (d *Daemon) reheadWarm(ctx context.Context, s *session) (err error) {
 	defer func() {
 		if err != nil {
+			d.mu.Lock()
+			d.warm.discarded++
+			d.mu.Unlock()
 			d.discardWarm(s)
 		}
 	}()
