@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os/exec"
@@ -126,22 +128,7 @@ func TestWarmBuildKilled(t *testing.T) {
 	sb.connect() // the supervisor restarted the daemon
 	readyAt(head())
 
-	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
-	require.Len(t, list, 1, "%v", list)
-	require.Equal(t, ws, list[0].(map[string]any)["workspace_session_id"])
-	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
-	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
-	require.Len(t, dirs, 1+int(warm()["pool"].(float64)), "the live session and the pool, nothing of the killed build: %v", dirs)
-	known := map[string]bool{}
-	for _, d := range dirs {
-		known[d] = true
-	}
-	// Every session mount and cgroup is one of those sessions'.
-	mounts := docker(t, "exec", sb.name, "sh", "-c", "grep -o '/eos/sessions/ws-[0-9a-f]*' /proc/self/mountinfo | sort -u")
-	cgroups := docker(t, "exec", sb.name, "sh", "-c", "find /sys/fs/cgroup -maxdepth 4 -type d -name 'ws-*' | sort -u")
-	for _, p := range append(strings.Fields(mounts), strings.Fields(cgroups)...) {
-		require.True(t, known[p[strings.LastIndex(p, "/")+1:]], "%s is left of a session that is gone (sessions %v)", p, dirs)
-	}
+	onlySessionAndPool(t, sb, ws, int(warm()["pool"].(float64)))
 	// The rebuilt pool is adopted from.
 	ws2 := sb.session(nil)
 	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
@@ -163,33 +150,10 @@ func TestWarmReheadKilled(t *testing.T) {
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
 	docker(t, "exec", sb.name, "sh", "-c", "echo warm-rehead > /eos/layerstack/.failpoints")
 	// The create adopts a warm session built on the base and dies moving it.
-	body := strings.NewReader("{}")
-	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/create_workspace_session", body)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+sb.token)
-	if resp, err := sb.client.Do(req); err == nil {
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("the create answered (%d %s): the rehead failpoint never fired", resp.StatusCode, raw)
-	}
-	sb.connect() // the supervisor restarted the daemon
+	sb.dies("create_workspace_session", map[string]any{})
 	readyAt(head())
 
-	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
-	require.Len(t, list, 1, "only the session from before: %v", list)
-	require.Equal(t, ws, list[0].(map[string]any)["workspace_session_id"])
-	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
-	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
-	require.Len(t, dirs, 1+int(warm()["pool"].(float64)), "the live session and the pool, nothing of the killed create: %v", dirs)
-	known := map[string]bool{}
-	for _, d := range dirs {
-		known[d] = true
-	}
-	mounts := docker(t, "exec", sb.name, "sh", "-c", "grep -o '/eos/sessions/ws-[0-9a-f]*' /proc/self/mountinfo | sort -u")
-	cgroups := docker(t, "exec", sb.name, "sh", "-c", "find /sys/fs/cgroup -maxdepth 4 -type d -name 'ws-*' | sort -u")
-	for _, p := range append(strings.Fields(mounts), strings.Fields(cgroups)...) {
-		require.True(t, known[p[strings.LastIndex(p, "/")+1:]], "%s is left of a session that is gone (sessions %v)", p, dirs)
-	}
+	onlySessionAndPool(t, sb, ws, int(warm()["pool"].(float64)))
 	// The next create adopts from the rebuilt pool, on the head.
 	ws2 := sb.session(nil)
 	require.EqualValues(t, 1, warm()["adopted"], "%v", warm())
@@ -244,16 +208,7 @@ func TestMoveInPlaceKilled(t *testing.T) {
 	ws := sb.session(nil)
 	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
 	docker(t, "exec", sb.name, "sh", "-c", "echo move-in-place > /eos/layerstack/.failpoints")
-	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/publish_workspace_session",
-		strings.NewReader(`{"workspace_session_id":"`+ws+`","keep":true}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+sb.token)
-	if resp, err := sb.client.Do(req); err == nil {
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("the publish answered (%d %s): the move-in-place failpoint never fired", resp.StatusCode, raw)
-	}
-	sb.connect() // the supervisor restarted the daemon
+	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
 
 	require.Equal(t, "one\n", sb.read("", "f.txt"), "the publish committed")
 	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
@@ -266,4 +221,44 @@ func TestMoveInPlaceKilled(t *testing.T) {
 	require.Equal(t, "two\n", sb.read(ws, "g.txt"))
 	uppers := docker(t, "exec", sb.name, "sh", "-c", "ls -d /eos/sessions/"+ws+"/upper-* | wc -l")
 	require.LessOrEqual(t, strings.TrimSpace(uppers), "2", "at most the new upper dir and the one the crash left")
+}
+
+// onlySessionAndPool checks that the sandbox holds the live session ws
+// and pool warm sessions, and nothing of any other: no session in a list,
+// no lease, no session dir, no mount, no cgroup.
+func onlySessionAndPool(t *testing.T, sb *sandbox, ws string, pool int) {
+	t.Helper()
+	list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+	require.Len(t, list, 1, "only the live session: %v", list)
+	require.Equal(t, ws, list[0].(map[string]any)["workspace_session_id"])
+	require.EqualValues(t, 1, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "only the live session's lease")
+	dirs := strings.Fields(docker(t, "exec", sb.name, "ls", "/eos/sessions"))
+	require.Len(t, dirs, 1+pool, "the live session and the pool, nothing else: %v", dirs)
+	known := map[string]bool{}
+	for _, d := range dirs {
+		known[d] = true
+	}
+	// Every session mount and cgroup is one of those sessions'.
+	mounts := docker(t, "exec", sb.name, "sh", "-c", "grep -o '/eos/sessions/ws-[0-9a-f]*' /proc/self/mountinfo | sort -u")
+	cgroups := docker(t, "exec", sb.name, "sh", "-c", "find /sys/fs/cgroup -maxdepth 4 -type d -name 'ws-*' | sort -u")
+	for _, p := range append(strings.Fields(mounts), strings.Fields(cgroups)...) {
+		require.True(t, known[p[strings.LastIndex(p, "/")+1:]], "%s is left of a session that is gone (sessions %v)", p, dirs)
+	}
+}
+
+// dies sends op, which an armed failpoint makes kill the daemon: no answer
+// may come back. It returns once the restarted daemon answers.
+func (sb *sandbox) dies(op string, args map[string]any) {
+	sb.t.Helper()
+	body, err := json.Marshal(args)
+	require.NoError(sb.t, err)
+	req, err := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/"+op, bytes.NewReader(body))
+	require.NoError(sb.t, err)
+	req.Header.Set("Authorization", "Bearer "+sb.token)
+	if resp, err := sb.client.Do(req); err == nil {
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sb.t.Fatalf("%s answered (%d %s): its failpoint never fired", op, resp.StatusCode, raw)
+	}
+	sb.connect() // the supervisor restarted the daemon
 }
