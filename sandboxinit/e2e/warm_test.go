@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -261,4 +262,30 @@ func (sb *sandbox) dies(op string, args map[string]any) {
 		sb.t.Fatalf("%s answered (%d %s): its failpoint never fired", op, resp.StatusCode, raw)
 	}
 	sb.connect() // the supervisor restarted the daemon
+}
+
+// TestWarmSessionAfterSquash: a squash replaces the layers a warm session
+// was built on (it holds no lease, so they go); a create right after it
+// moves the warm session onto the squashed head, and the session sees the
+// whole published history there.
+func TestWarmSessionAfterSquash(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	warm, head, readyAt := warmViews(t, sb)
+	for i := 0; i < 3; i++ {
+		sb.ok("file_write", map[string]any{"path": fmt.Sprintf("p%d.txt", i), "content": fmt.Sprintf("%d\n", i)})
+	}
+	readyAt(head())
+	before := sb.ok("layerstack", nil)["layers"].([]any)
+	require.Len(t, before, 4, "the base and three publishes")
+	sb.ok("squash_layerstack", map[string]any{})
+	after := sb.ok("layerstack", nil)["layers"].([]any)
+	require.Less(t, len(after), len(before), "the squash folded layers: %v", after)
+	ws := sb.session(nil)
+	w := warm()
+	require.EqualValues(t, 1, w["adopted"], "%v", w)
+	require.GreaterOrEqual(t, w["reheaded"], float64(1), "the create moved a warm session: %v", w)
+	require.Equal(t, "base\n0\n1\n2", sb.exec(ws, "cat /workspace/f.txt /workspace/p0.txt /workspace/p1.txt /workspace/p2.txt")["output"])
+	require.Equal(t, "ok", sb.exec(ws, "echo mine > m.txt")["status"])
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.Equal(t, "mine\n", sb.read("", "m.txt"))
 }
