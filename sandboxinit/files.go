@@ -38,6 +38,11 @@ type fileView struct {
 	rt *root
 }
 
+// view opens where a file operation acts. In a session it holds the
+// session's workspace (mountMu, shared) until close: the workspace is not
+// replaced under the operation (switchUpper), so a write never lands in an
+// upper dir a move then discards, nor in the bare anchor between two
+// overlays.
 func (d *Daemon) view(sessionID string) (*fileView, error) {
 	if sessionID == "" {
 		return &fileView{d: d}, nil
@@ -46,8 +51,10 @@ func (d *Daemon) view(sessionID string) (*fileView, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.mountMu.RLock()
 	r, err := openRoot(s.merged())
 	if err != nil {
+		s.mountMu.RUnlock()
 		return nil, err
 	}
 	s.act.touch()
@@ -57,6 +64,7 @@ func (d *Daemon) view(sessionID string) (*fileView, error) {
 func (v *fileView) close() {
 	if v.rt != nil {
 		v.rt.Close()
+		v.s.mountMu.RUnlock()
 	}
 }
 

@@ -287,6 +287,8 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	if err != nil {
 		return err
 	}
+	s.mountMu.Lock() // no file operation uses the workspace while it moves
+	defer s.mountMu.Unlock()
 	inPlace := s.rec.Anchored && s.rt != nil && workspaceMounted(s.merged()) && unmountWorkspace(s.merged()) == nil
 	if inPlace {
 		d.store.Hit(layerstack.FailMoveInPlace)

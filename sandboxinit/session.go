@@ -41,9 +41,14 @@ type session struct {
 
 	// gate serialises what changes the session as a whole (publish,
 	// refresh, destroy) against admitting commands.
-	gate  sync.Mutex
-	state string
-	act   activity
+	gate sync.Mutex
+	// mountMu is held shared by the daemon's file operations while they
+	// use the mounted workspace (view), and exclusively while the
+	// workspace is replaced (switchUpper). File operations never take the
+	// gate, so a holder of the gate may wait for them.
+	mountMu sync.RWMutex
+	state   string
+	act     activity
 
 	// warmVersion: the manifest version a warm session is mounted on.
 	warmVersion int64

@@ -289,3 +289,33 @@ func TestWarmSessionAfterSquash(t *testing.T) {
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 	require.Equal(t, "mine\n", sb.read("", "m.txt"))
 }
+
+// TestFileOpsDuringMoveInPlace: file reads racing publishes with keep of
+// the same idle session always find the workspace: a move in place never
+// lets a file operation see the bare anchor between two overlays.
+func TestFileOpsDuringMoveInPlace(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	ws := sb.session(nil)
+	done := make(chan struct{})
+	var reads, failed int
+	var firstFailure string
+	go func() {
+		defer close(done)
+		for i := 0; i < 400; i++ {
+			status, out := sb.call("file_read", map[string]any{"workspace_session_id": ws, "path": "f.txt", "keep_final_newline": true})
+			reads++
+			if status != http.StatusOK || out["content"] != "base\n" {
+				failed++
+				if firstFailure == "" {
+					firstFailure = fmt.Sprintf("%d %v", status, out)
+				}
+			}
+		}
+	}()
+	for i := 0; i < 25; i++ {
+		sb.ok("file_write", map[string]any{"workspace_session_id": ws, "path": fmt.Sprintf("k%d.txt", i), "content": "k\n"})
+		sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
+	}
+	<-done
+	require.Zero(t, failed, "%d of %d reads failed while the session moved; the first: %s", failed, reads, firstFailure)
+}
