@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"go.temporal.io/sdk/activity"
@@ -12,35 +14,47 @@ import (
 )
 
 // FailpointEnv arms a worker failpoint for crash tests: "<activity>",
-// "CallDaemon:<op>" or "CallDaemonHere:<op>" (the local call). The worker SIGKILLs itself right after that activity
-// succeeded and before Temporal hears of it — the worst moment to crash:
-// the side effect happened, the history does not know.
+// "CallDaemon:<op>" or "CallDaemonHere:<op>" (the local call), optionally
+// followed by "#<n>": the n-th success of it in this process (default the
+// first). The worker SIGKILLs itself right after that activity succeeded
+// and before Temporal hears of it — the worst moment to crash: the side
+// effect happened, the history does not know.
 const FailpointEnv = "EOS_WORKER_FAILPOINT"
 
 // FailpointInterceptor returns the interceptor for the armed failpoint, or
-// nil when none is armed.
+// nil when none is armed (or the value does not parse).
 func FailpointInterceptor() interceptor.WorkerInterceptor {
 	fp := os.Getenv(FailpointEnv)
 	if fp == "" {
 		return nil
 	}
-	return &failpoint{target: fp}
+	target, nth := fp, int64(1)
+	if i := strings.LastIndexByte(fp, '#'); i >= 0 {
+		n, err := strconv.ParseInt(fp[i+1:], 10, 64)
+		if err != nil || n < 1 {
+			return nil
+		}
+		target, nth = fp[:i], n
+	}
+	return &failpoint{target: target, nth: nth}
 }
 
 type failpoint struct {
 	interceptor.WorkerInterceptorBase
 	target string
+	nth    int64
+	seen   atomic.Int64
 }
 
 func (f *failpoint) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
-	i := &failpointActivity{target: f.target}
+	i := &failpointActivity{fp: f}
 	i.Next = next
 	return i
 }
 
 type failpointActivity struct {
 	interceptor.ActivityInboundInterceptorBase
-	target string
+	fp *failpoint
 }
 
 func (f *failpointActivity) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (interface{}, error) {
@@ -57,7 +71,7 @@ func (f *failpointActivity) ExecuteActivity(ctx context.Context, in *interceptor
 			name += ":" + call.Op
 		}
 	}
-	if strings.EqualFold(name, f.target) {
+	if strings.EqualFold(name, f.fp.target) && f.fp.seen.Add(1) == f.fp.nth {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}

@@ -63,7 +63,12 @@ func listedIDs(t *testing.T, g *testenv.Gateway) []string {
 // that create's own workspace; a killed gateway's standby is taken back
 // when it starts again, and a gateway that shuts down removes its standby.
 func TestStandbySandboxes(t *testing.T) {
-	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
+	// Killed while Docker makes the standby (a worker failpoint: the
+	// first create's container is the first one started, the standby's
+	// the second): started again, the standby's saga finishes and the
+	// gateway takes it back.
+	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"},
+		Env: []string{worker.FailpointEnv + "=" + workflows.ActStartContainer + "#2"}})
 	image := testenv.Images[0]
 	workspace := func(tag string) string {
 		ws := t.TempDir()
@@ -86,24 +91,21 @@ func TestStandbySandboxes(t *testing.T) {
 	}
 
 	first := create(workspace("one"))
-	// Killed while Docker makes the standby: started again, the standby's
-	// saga finishes and the gateway takes it back.
-	var building string
-	require.Eventually(t, func() bool {
-		list, _ := healthz(t, g)["standby_sandboxes"].([]any)
-		for _, s := range list {
-			if m, _ := s.(map[string]any); m["state"] == workflows.PhaseCreating {
-				building, _ = m["sandbox_id"].(string)
-				return true
-			}
-		}
-		return false
-	}, time.Minute, 5*time.Millisecond, "a standby being made")
-	g.Kill()
+	select {
+	case <-g.Exited():
+	case <-time.After(time.Minute):
+		t.Fatalf("the failpoint did not kill the gateway while it made the standby; its standby log:\n%s", standbyLog(g))
+	}
+	killed := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
 	sb := standbyOf(t, g, image)
-	require.Equal(t, building, sb, "the standby cut by the kill was finished and taken back")
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	// No create since the restart: a standby now is the one the kill cut.
+	created, err := exec.Command("docker", "inspect", "-f", "{{.Created}}", workflows.ContainerName(sb)).Output()
+	require.NoError(t, err)
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(created)))
+	require.NoError(t, err)
+	require.True(t, at.Before(killed), "the standby cut by the kill (its container made at %v, the kill at %v) was finished and taken back", at, killed)
 	require.NotEqual(t, first, sb)
 	require.Equal(t, []string{first}, listedIDs(t, g), "a standby is no one's sandbox")
 	require.Len(t, testenv.DockerObjects(t, "container", sb), 1, "the standby's container runs")
