@@ -186,6 +186,11 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		}
 		return api.Errorf(api.KindOperationFailed, det, format, args...)
 	}
+	if a.Keep {
+		var unhold func()
+		ctx, unhold = holdWorkspace(ctx, s)
+		defer unhold()
+	}
 	_, csp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": s.rec.ID})
 	cs, release, err := d.capture(ctx, s)
 	if cs != nil {
@@ -287,8 +292,10 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	if err != nil {
 		return err
 	}
-	s.mountMu.Lock() // no file operation uses the workspace while it moves
-	defer s.mountMu.Unlock()
+	if !holdsWorkspace(ctx, s) {
+		s.mountMu.Lock() // no file operation uses the workspace while it moves
+		defer s.mountMu.Unlock()
+	}
 	inPlace := s.rec.Anchored && s.rt != nil && workspaceMounted(s.merged()) && unmountWorkspace(s.merged()) == nil
 	if inPlace {
 		d.store.Hit(layerstack.FailMoveInPlace)
@@ -327,6 +334,25 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 	return d.start(ctx, s, lease)
 }
 
+// holdWorkspace takes s's workspace exclusively (mountMu) for an operation
+// that captures the session's changes and then replaces its upper dir (a
+// publish with keep, a refresh): a file operation that comes meanwhile
+// waits, and lands in the new upper dir instead of in the captured one the
+// move discards. The returned context says so to switchUpper; release
+// ends the hold.
+func holdWorkspace(ctx context.Context, s *session) (context.Context, func()) {
+	s.mountMu.Lock()
+	return context.WithValue(ctx, heldWorkspace{}, s), s.mountMu.Unlock
+}
+
+type heldWorkspace struct{}
+
+// holdsWorkspace reports whether ctx carries holdWorkspace's hold of s.
+func holdsWorkspace(ctx context.Context, s *session) bool {
+	held, _ := ctx.Value(heldWorkspace{}).(*session)
+	return held == s
+}
+
 func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.RefreshResult, retErr error) {
 	ctx, sp := d.span(ctx, "workspace_session.refresh", map[string]any{"workspace_session_id": a.WorkspaceSessionID})
 	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
@@ -335,6 +361,8 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return nil, err
 	}
 	defer unlock()
+	ctx, unhold := holdWorkspace(ctx, s)
+	defer unhold()
 	cs, release, err := d.capture(ctx, s)
 	if err != nil {
 		return nil, err

@@ -319,3 +319,38 @@ func TestFileOpsDuringMoveInPlace(t *testing.T) {
 	<-done
 	require.Zero(t, failed, "%d of %d reads failed while the session moved; the first: %s", failed, reads, firstFailure)
 }
+
+// TestWritesDuringKeepAreKept: file writes racing publishes with keep and
+// refreshes of the same session are never lost: each one that answered is
+// either in a published layer or in the session's changes afterwards (a
+// write that came after the capture waits for the move, and lands on the
+// new state).
+func TestWritesDuringKeepAreKept(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	ws := sb.session(nil)
+	done := make(chan struct{})
+	var written []string
+	go func() {
+		defer close(done)
+		for i := 0; i < 300; i++ {
+			p := fmt.Sprintf("w/%03d.txt", i)
+			if status, _ := sb.call("file_write", map[string]any{"workspace_session_id": ws, "path": p, "content": p + "\n"}); status == http.StatusOK {
+				written = append(written, p)
+			}
+		}
+	}()
+	for i := 0; i < 15; i++ {
+		sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
+		sb.ok("file_write", map[string]any{"path": fmt.Sprintf("other-%d.txt", i), "content": "x\n"}) // the head moves
+		sb.ok("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
+	}
+	<-done
+	require.NotEmpty(t, written)
+	var lost []string
+	for _, p := range written {
+		if status, out := sb.call("file_read", map[string]any{"workspace_session_id": ws, "path": p, "keep_final_newline": true}); status != http.StatusOK || out["content"] != p+"\n" {
+			lost = append(lost, p)
+		}
+	}
+	require.Empty(t, lost, "%d of %d acknowledged writes are gone", len(lost), len(written))
+}
