@@ -52,6 +52,10 @@ func (d *Daemon) view(sessionID string) (*fileView, error) {
 		return nil, err
 	}
 	s.mountMu.RLock()
+	if !d.live(s) { // closed (published, destroyed) while the operation waited
+		s.mountMu.RUnlock()
+		return nil, errSessionNotFound(sessionID)
+	}
 	r, err := openRoot(s.merged())
 	if err != nil {
 		s.mountMu.RUnlock()

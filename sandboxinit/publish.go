@@ -186,11 +186,8 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		}
 		return api.Errorf(api.KindOperationFailed, det, format, args...)
 	}
-	if a.Keep {
-		var unhold func()
-		ctx, unhold = holdWorkspace(ctx, s)
-		defer unhold()
-	}
+	ctx, unhold := holdWorkspace(ctx, s)
+	defer unhold()
 	_, csp := d.span(ctx, "workspace_session.capture_changes", map[string]any{"workspace_session_id": s.rec.ID})
 	cs, release, err := d.capture(ctx, s)
 	if cs != nil {
@@ -335,11 +332,12 @@ func (d *Daemon) switchUpper(ctx context.Context, s *session, leaseID, newUpper 
 }
 
 // holdWorkspace takes s's workspace exclusively (mountMu) for an operation
-// that captures the session's changes and then replaces its upper dir (a
-// publish with keep, a refresh): a file operation that comes meanwhile
-// waits, and lands in the new upper dir instead of in the captured one the
-// move discards. The returned context says so to switchUpper; release
-// ends the hold.
+// that captures the session's changes and then closes the session or
+// replaces its upper dir (a publish, a refresh): a file operation that
+// comes meanwhile waits, and then lands in the new upper dir (keep,
+// refresh) or finds the session gone (a publish that closed it), instead
+// of in changes already captured, or under a capture in progress. The
+// returned context says so to switchUpper; release ends the hold.
 func holdWorkspace(ctx context.Context, s *session) (context.Context, func()) {
 	s.mountMu.Lock()
 	return context.WithValue(ctx, heldWorkspace{}, s), s.mountMu.Unlock

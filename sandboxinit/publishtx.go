@@ -79,11 +79,8 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 			unlock()
 		}
 	}()
-	if a.Keep {
-		var unhold func()
-		ctx, unhold = holdWorkspace(ctx, s)
-		defer unhold()
-	}
+	ctx, unhold := holdWorkspace(ctx, s)
+	defer unhold()
 	cs, release, err := d.capture(ctx, s)
 	if err == nil {
 		err = d.checkPublishSize(s, cs)

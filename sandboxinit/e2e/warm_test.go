@@ -324,7 +324,8 @@ func TestFileOpsDuringMoveInPlace(t *testing.T) {
 // refreshes of the same session are never lost: each one that answered is
 // either in a published layer or in the session's changes afterwards (a
 // write that came after the capture waits for the move, and lands on the
-// new state).
+// new state). Racing a publish that closes the session, a write is
+// published or refused (not_found), never acknowledged and lost.
 func TestWritesDuringKeepAreKept(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
 	ws := sb.session(nil)
@@ -353,4 +354,35 @@ func TestWritesDuringKeepAreKept(t *testing.T) {
 		}
 	}
 	require.Empty(t, lost, "%d of %d acknowledged writes are gone", len(lost), len(written))
+
+	// A publish that closes the session: a racing write is published, or
+	// is refused because the session is gone; none is acknowledged and lost.
+	done = make(chan struct{})
+	written, lost = nil, nil
+	var refused int
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			p := fmt.Sprintf("z/%03d.txt", i)
+			status, out := sb.call("file_write", map[string]any{"workspace_session_id": ws, "path": p, "content": p + "\n"})
+			switch e, _ := out["error"].(map[string]any); {
+			case status == http.StatusOK:
+				written = append(written, p)
+			case e["kind"] == "not_found":
+				refused++
+			default:
+				t.Errorf("write %s: %d %v", p, status, out)
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+	<-done
+	require.Positive(t, refused, "the writes after the publish find the session closed")
+	for _, p := range written {
+		if status, out := sb.call("file_read", map[string]any{"path": p, "keep_final_newline": true}); status != http.StatusOK || out["content"] != p+"\n" {
+			lost = append(lost, p)
+		}
+	}
+	require.Empty(t, lost, "%d of %d acknowledged writes are not in the head", len(lost), len(written))
 }
