@@ -386,3 +386,36 @@ func TestWritesDuringKeepAreKept(t *testing.T) {
 	}
 	require.Empty(t, lost, "%d of %d acknowledged writes are not in the head", len(lost), len(written))
 }
+
+// TestSessionSeesNoOtherWorkspace: with the workspace anchors shared in the
+// daemon's mount namespace, a session's mount table still holds its own
+// workspace and nothing of another session's, also after moves in place
+// and reheads, and the session cannot change its workspace's mounts.
+func TestSessionSeesNoOtherWorkspace(t *testing.T) {
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
+	a := sb.session(nil)
+	b := sb.session(map[string]any{"network_profile": "isolated"})
+	sb.ok("file_write", map[string]any{"workspace_session_id": a, "path": "x.txt", "content": "x\n"})
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": a, "keep": true}) // a moves in place
+	c := sb.session(nil)                                                                        // adopts and reheads a warm session
+	for self, others := range map[string][]string{a: {b, c}, b: {a, c}, c: {a, b}} {
+		mounts := sb.exec(self, "cat /proc/self/mountinfo")["output"].(string)
+		var ws []string
+		for _, l := range strings.Split(mounts, "\n") {
+			if strings.Contains(l, " /workspace ") {
+				ws = append(ws, l)
+			}
+		}
+		// The anchor and, on it, the one overlay: no stale overlay left
+		// under or over it by a move.
+		require.Len(t, ws, 2, "%s: the anchor and one overlay at /workspace:\n%s", self, mounts)
+		require.NotContains(t, ws[0], " - overlay ", "%s: the anchor first", self)
+		require.Contains(t, ws[1], " - overlay ", "%s: the overlay on it", self)
+		for _, o := range others {
+			require.NotContains(t, mounts, o, "%s's mount table shows %s's workspace", self, o)
+		}
+		out := sb.exec(self, "umount /workspace 2>&1; mount --make-shared /workspace 2>&1; mount -t tmpfs x /workspace 2>&1; echo done")
+		require.Contains(t, out["output"], "done")
+		require.Equal(t, "base", sb.exec(self, "cat /workspace/f.txt")["output"], "%s's workspace is unchanged: %v", self, out["output"])
+	}
+}
