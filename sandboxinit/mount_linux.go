@@ -62,15 +62,18 @@ func mountOverlayAPI(lower []string, upper, work, target string) error {
 	return unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
-// anchorWorkspace makes target, a session's merged dir, a mount of its own
-// (a bind onto itself) in a peer group of its own: the parent of the
-// session's overlay. The session's /workspace is a slave of it (the
-// runtime binds Workspace rslave), so the overlay the daemon mounts on
-// target once the session runs, and one it mounts in that one's place
-// later (rehead), reach the session's mount namespace; nothing the session
-// does reaches back. target must not be a mount point yet.
+// anchorWorkspace mounts on target, a session's merged dir, its anchor: an
+// empty, read-only tmpfs of a few KiB in a peer group of its own, the
+// parent of the session's overlay. The session's /workspace is a slave of
+// it (the runtime binds Workspace rslave), so the overlay the daemon
+// mounts on target once the session runs, and one it mounts in that one's
+// place later (rehead, a move in place), reach the session's mount
+// namespace; nothing the session does reaches back. Between two overlays
+// the workspace is the empty anchor, where nothing can be written, and the
+// session's mount table names no path of the host (a bind of the state
+// volume would). target must not be a mount point yet.
 func anchorWorkspace(target string) error {
-	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount("eos-anchor", target, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=4,mode=0755"); err != nil {
 		return fmt.Errorf("anchor workspace %s: %w", target, err)
 	}
 	if err := unix.Mount("", target, "", unix.MS_SHARED, ""); err != nil {

@@ -409,7 +409,8 @@ func TestSessionSeesNoOtherWorkspace(t *testing.T) {
 		// The anchor and, on it, the one overlay: no stale overlay left
 		// under or over it by a move.
 		require.Len(t, ws, 2, "%s: the anchor and one overlay at /workspace:\n%s", self, mounts)
-		require.NotContains(t, ws[0], " - overlay ", "%s: the anchor first", self)
+		require.Contains(t, ws[0], " - tmpfs eos-anchor ro,", "%s: the anchor first, an empty read-only tmpfs", self)
+		require.NotContains(t, mounts, "/var/lib/docker", "%s's mount table names a host path", self)
 		require.Contains(t, ws[1], " - overlay ", "%s: the overlay on it", self)
 		for _, o := range others {
 			require.NotContains(t, mounts, o, "%s's mount table shows %s's workspace", self, o)
