@@ -150,8 +150,9 @@ func (p *probe) phaseStart() bool {
 		p.specFor("b", true, runtime.Limits{}),
 		p.specFor("c", true, runtime.Limits{PidsMax: 64, MemoryBytes: 128 << 20, CPUs: 0.5}),
 	}
-	// a's workspace is anchored as the daemon anchors a session's (a
-	// shared bind onto itself): what is mounted on it later reaches a.
+	// a's workspace is a shared mount, as the daemon's anchor of a
+	// session's is (here a bind onto itself, so the checks can write into
+	// it): what is mounted on it later reaches a.
 	ws := specs[0].Workspace
 	err = unix.Mount(ws, ws, "", unix.MS_BIND, "")
 	if err == nil {
