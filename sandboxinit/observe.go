@@ -91,7 +91,8 @@ func (o observed) WarmStats() map[string]any {
 	defer d.mu.Unlock()
 	w := &d.warm
 	st := map[string]any{"enabled": d.cfg.WarmSessions > 0, "pool": d.cfg.WarmSessions, "ready": len(w.ready) > 0, "ready_count": len(w.ready),
-		"building": w.building > 0, "builds_running": w.building, "built": w.built, "adopted": w.adopted, "discarded": w.discarded, "reheaded": w.reheaded}
+		"building": w.building > 0, "builds_running": w.building, "built": w.built, "adopted": w.adopted, "discarded": w.discarded, "reheaded": w.reheaded,
+		"waited": w.waited, "waited_ms": w.waitedFor.Milliseconds()}
 	switch {
 	case len(w.ready) > 0:
 		st["manifest_version"] = w.ready[len(w.ready)-1].warmVersion

@@ -397,25 +397,40 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 // The lease goes before the unmount: nothing reads the workspace any more
 // (its processes are dead, the daemon's file operations find no session),
 // so layers that only it held may go while it is still mounted.
+//
+// The kill and the record's write go side by side (each about a
+// millisecond, the kill mostly waiting for the init to be gone, the write
+// for the disk): whichever a crash interrupts, the session is gone after
+// the restart or destroyed again by the destroy's retry. A record that
+// says destroyed makes the boot remove the session, killing what is left
+// of it (restoreSessions); a session killed whose record does not say so
+// is started again at boot, and the retried destroy removes it.
 func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
+	killed := make(chan error, 1)
 	if s.rt != nil {
-		sctx, sp := d.span(ctx, "session.kill", nil)
-		err := s.rt.Kill(sctx)
-		sp.End(err)
-		if err != nil {
-			return d.teardown(ctx, s, true)
-		}
+		go func() {
+			sctx, sp := d.span(ctx, "session.kill", nil)
+			err := s.rt.Kill(sctx)
+			sp.End(err)
+			killed <- err
+		}()
+	} else {
+		killed <- nil
 	}
-	bytes := dirBytes(s.upper())
 	s.rec.Destroyed = true
 	_, sp := d.span(ctx, "session.record", nil)
 	err := s.save()
 	sp.End(err)
+	killErr := <-killed
 	if err != nil {
 		s.rec.Destroyed = false
 		_ = s.save()
 		return d.teardown(ctx, s, true)
 	}
+	if killErr != nil {
+		return d.teardown(ctx, s, true)
+	}
+	bytes := dirBytes(s.upper())
 	if s.rec.LeaseID != "" {
 		_, sp := d.span(ctx, "lease.release", nil)
 		err := d.store.Release(s.rec.LeaseID)

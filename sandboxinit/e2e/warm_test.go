@@ -16,7 +16,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
-// TestWarmSession: the daemon keeps pre-started sessions (two by default)
+// TestWarmSession: the daemon keeps pre-started sessions (four by default)
 // that a plain create adopts. Before it is adopted it is in no list and
 // holds no lease; adopted, it is an ordinary session on the head of its
 // create: a create right after a publish adopts one built on the head
@@ -28,7 +28,7 @@ func TestWarmSession(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
 	warm, head, readyAt := warmViews(t, sb)
 	pool := warm()["pool"]
-	require.EqualValues(t, 2, pool, "the default pool")
+	require.EqualValues(t, 4, pool, "the default pool (sandboxinit.DefaultWarmSessions)")
 	readyAt(head())
 	require.Empty(t, sb.ok("list_workspace_sessions", nil)["workspace_sessions"], "the warm session is in no list")
 	require.EqualValues(t, 0, sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"], "it holds no lease")
