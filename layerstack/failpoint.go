@@ -31,6 +31,10 @@ const (
 	// processes killed, its record marked and its lease released; the rest
 	// of its teardown (its workspace's unmount first) not begun.
 	FailDestroyTail = "destroy-tail"
+	// A destroy (sandboxinit, retire): the session's record marked
+	// destroyed, its kill running beside it or done, its lease held, no
+	// answer sent.
+	FailDestroyRecorded = "destroy-recorded"
 	// A warm session's build (sandboxinit): its record written, its
 	// session started and its builder's lease still held, before it joins
 	// the pool.
@@ -81,7 +85,7 @@ func die() {
 	select {} // the signal is on its way
 }
 
-// Hit is hit for a failpoint of the store's owner (FailDestroyTail,
+// Hit is hit for a failpoint of the store's owner (FailDestroyTail, FailDestroyRecorded,
 // FailWarmBuild, FailWarmRehead, FailMoveInPlace).
 func (s *Store) Hit(name string) { s.hit(name) }
 

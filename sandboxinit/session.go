@@ -421,6 +421,9 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 	_, sp := d.span(ctx, "session.record", nil)
 	err := s.save()
 	sp.End(err)
+	if err == nil {
+		d.store.Hit(layerstack.FailDestroyRecorded)
+	}
 	killErr := <-killed
 	if err != nil {
 		s.rec.Destroyed = false

@@ -53,3 +53,30 @@ func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, "force=%v: the session's dir and mounts go", force)
 	}
 }
+
+// TestDestroyKilledOnceRecorded: the daemon killed in a destroy once the
+// session's record says destroyed, with the session's kill running beside
+// that write (failpoint destroy-recorded: no answer sent, the lease still
+// held), comes back with nothing of the session left: none of its processes
+// runs, no list shows it, its lease is released, its dir, mounts and cgroup
+// go; the destroy sent again answers not_found.
+func TestDestroyKilledOnceRecorded(t *testing.T) {
+	sb := startSandboxWith(t, testenv.Images[0], map[string]string{"f.txt": "base\n"}, nil, []string{"--warm-sessions", "0"})
+	running := func(marker string) string {
+		return docker(t, "exec", sb.name, "sh", "-c",
+			`for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -F "`+marker+`" | grep -v grep || true`)
+	}
+	keep := sb.session(nil) // a session the destroy must not touch
+	ws := sb.session(nil)
+	r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4343", "yield_time_ms": 200})
+	require.Equal(t, "running", r["status"], "%v", r)
+	require.NotEmpty(t, running("sleep 4343"))
+	docker(t, "exec", sb.name, "sh", "-c", "echo destroy-recorded > /eos/layerstack/.failpoints")
+	sb.dies("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": true})
+
+	require.Eventually(t, func() bool { return running("sleep 4343") == "" }, 10*time.Second, 50*time.Millisecond,
+		"a process of the destroyed session runs after the restart")
+	onlySessionAndPool(t, sb, keep, 0)
+	sb.fail("destroy_workspace_session", map[string]any{"workspace_session_id": ws}, "not_found")
+	require.Equal(t, "base\n", sb.read(keep, "f.txt"), "the other session works")
+}
