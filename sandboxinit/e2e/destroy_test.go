@@ -23,11 +23,6 @@ func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
 	leases := func() float64 {
 		return sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"].(float64)
 	}
-	// The processes of the sandbox whose command line has marker.
-	running := func(marker string) string {
-		return docker(t, "exec", sb.name, "sh", "-c",
-			`for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -F "`+marker+`" | grep -v grep || true`)
-	}
 	for _, force := range []bool{false, true} {
 		ws := sb.session(nil)
 		sb.exec(ws, "echo x > x.txt")
@@ -35,12 +30,12 @@ func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
 		if force { // a command still running, and one in the background
 			r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4242 & sleep 4243", "yield_time_ms": 200})
 			require.Equal(t, "running", r["status"], "%v", r)
-			require.NotEmpty(t, running(marker), "the session's command runs")
+			require.NotEmpty(t, processesWith(t, sb, marker), "the session's command runs")
 		}
 		held := leases()
 		out := sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": force})
 		require.Equal(t, true, out["destroyed"], "%v", out)
-		require.Empty(t, running(marker), "force=%v: a process of the destroyed session still runs", force)
+		require.Empty(t, processesWith(t, sb, marker), "force=%v: a process of the destroyed session still runs", force)
 		require.Equal(t, held-1, leases(), "force=%v: the session's lease is released when destroy answers", force)
 		for _, s := range sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any) {
 			require.NotEqual(t, ws, s.(map[string]any)["workspace_session_id"])
@@ -59,24 +54,32 @@ func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
 // that write (failpoint destroy-recorded: no answer sent, the lease still
 // held), comes back with nothing of the session left: none of its processes
 // runs, no list shows it, its lease is released, its dir, mounts and cgroup
-// go; the destroy sent again answers not_found.
+// go; the destroy sent again answers not_found. (The kill ends after the
+// write here, measured; the other order, a killed session whose record does
+// not say destroyed, is what a container restart leaves of every session:
+// TestSessionsSurviveRestarts starts them again on their work, and a
+// destroy sent again removes such a one like any other.)
 func TestDestroyKilledOnceRecorded(t *testing.T) {
 	sb := startSandboxWith(t, testenv.Images[0], map[string]string{"f.txt": "base\n"}, nil, []string{"--warm-sessions", "0"})
-	running := func(marker string) string {
-		return docker(t, "exec", sb.name, "sh", "-c",
-			`for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -F "`+marker+`" | grep -v grep || true`)
-	}
 	keep := sb.session(nil) // a session the destroy must not touch
 	ws := sb.session(nil)
 	r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4343", "yield_time_ms": 200})
 	require.Equal(t, "running", r["status"], "%v", r)
-	require.NotEmpty(t, running("sleep 4343"))
+	require.NotEmpty(t, processesWith(t, sb, "sleep 4343"))
 	docker(t, "exec", sb.name, "sh", "-c", "echo destroy-recorded > /eos/layerstack/.failpoints")
 	sb.dies("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": true})
 
-	require.Eventually(t, func() bool { return running("sleep 4343") == "" }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return processesWith(t, sb, "sleep 4343") == "" }, 10*time.Second, 50*time.Millisecond,
 		"a process of the destroyed session runs after the restart")
 	onlySessionAndPool(t, sb, keep, 0)
 	sb.fail("destroy_workspace_session", map[string]any{"workspace_session_id": ws}, "not_found")
 	require.Equal(t, "base\n", sb.read(keep, "f.txt"), "the other session works")
+}
+
+// processesWith lists the command lines of the sandbox's processes (its
+// sessions' included) that hold marker, one a line; "" when none does.
+func processesWith(t *testing.T, sb *sandbox, marker string) string {
+	t.Helper()
+	return docker(t, "exec", sb.name, "sh", "-c",
+		`for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -F "`+marker+`" | grep -v grep || true`)
 }
