@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +76,12 @@ func (sb *liveSandbox) get(ctx context.Context, ws, host string, port int) strin
 // TestSandboxesCannotReachEachOther: each sandbox is alone on a Docker
 // network of its own (on Docker's default bridge they reached each other),
 // so neither a shared nor an isolated session of sandbox A reaches a server
-// in sandbox B, which B itself reaches on the same address.
+// in sandbox B, which B itself reaches on the same address. Docker's rules
+// between networks have a gap (each network it creates deletes and
+// re-inserts its FORWARD jumps, and a connection made then passes), so B
+// itself drops what is new from outside but its daemon port: the host,
+// which Docker's rules never stop, reaches B's daemon on that address and
+// not the server.
 func TestSandboxesCannotReachEachOther(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -96,6 +103,16 @@ func TestSandboxesCannotReachEachOther(t *testing.T) {
 	require.Equal(t, "running", run["status"], "%v", run)
 	require.Eventually(t, func() bool { return b.get(ctx, server, ipB, 8080) == "B" }, 10*time.Second, 200*time.Millisecond,
 		"sandbox B reaches its own server on %s", ipB)
+
+	dial := func(port int) error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(ipB, strconv.Itoa(port)), 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	require.NoError(t, dial(DaemonPort), "the host reaches sandbox B's daemon on its network")
+	require.Error(t, dial(8080), "the host reached a server in a session of sandbox B on B's network")
 
 	shared := a.call(ctx, "create_workspace_session", map[string]any{})["workspace_session_id"].(string)
 	isolated := a.call(ctx, "create_workspace_session", map[string]any{"network_profile": "isolated"})["workspace_session_id"].(string)

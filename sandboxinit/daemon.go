@@ -9,8 +9,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"net"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -59,6 +61,13 @@ type Config struct {
 	SampleBudget    int64         // resource samples on disk, default 1 MiB
 	SampleInterval  time.Duration // default 2 s, while active
 	SampleIdleAfter time.Duration // sampling stops this long after the last request, default 10 s
+
+	// GuardIngress writes the sandbox's ingress table (runtime.GuardIngress):
+	// nothing new from outside the sandbox but connections to the Listen
+	// port. Only inside the sandbox's container (the binary's
+	// --ingress-guard says when): in a host's namespace it would cut the host
+	// off.
+	GuardIngress bool
 }
 
 func (c *Config) defaults() {
@@ -189,6 +198,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		store.Close()
 		return nil, err
 	}
+	if cfg.GuardIngress {
+		guardIngress(cfg.Listen, cfg.Logger)
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, tokenSum: tok, store: store, rt: rt,
 		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now(),
 		lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
@@ -271,4 +283,22 @@ func readToken(name string) ([]byte, error) {
 		return nil, fmt.Errorf("daemon token %s is shorter than 16 bytes", name)
 	}
 	return b, nil
+}
+
+// guardIngress writes the sandbox's ingress table for the port of listen
+// (runtime.GuardIngress). Where it cannot (no NET_ADMIN, no nf_tables in
+// the kernel) the sandbox still runs, isolated by Docker's rules alone,
+// and the log says so.
+func guardIngress(listen string, log *slog.Logger) {
+	_, p, err := net.SplitHostPort(listen)
+	port, perr := strconv.ParseUint(p, 10, 16)
+	if err != nil || perr != nil || port == 0 {
+		log.Warn("no ingress guard: the listen address has no port", "listen", listen)
+		return
+	}
+	if err := runtime.GuardIngress(uint16(port)); err != nil {
+		log.Warn("no ingress guard: only Docker's rules keep other sandboxes out", "err", err)
+		return
+	}
+	log.Info("ingress guard: nothing new enters the sandbox but the daemon's port", "port", port, "table", runtime.IngressTable)
 }

@@ -28,7 +28,10 @@ func Supervise(args []string) int {
 	stopping := false
 	backoff := 100 * time.Millisecond
 	for {
-		cmd := exec.Command(self, append([]string{"serve"}, args...)...)
+		// Process 1 is the container's entrypoint, so the daemon runs in
+		// the sandbox's own network namespace: guard it (an explicit
+		// --ingress-guard among args comes later and wins).
+		cmd := exec.Command(self, append([]string{"serve", "--ingress-guard=on"}, args...)...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		started := time.Now()

@@ -232,3 +232,47 @@ func isolateNetns(ns int) error {
 	}
 	return nil
 }
+
+// IngressTable is the table GuardIngress writes in the sandbox's network
+// namespace.
+const IngressTable = "eos_ingress"
+
+// GuardIngress (re)writes table "eos_ingress" in the calling process's
+// network namespace, the sandbox's, in one batch: input from any interface
+// but loopback and the sessions' veths accepts only what belongs to
+// connections the sandbox opened (ct established,related), ICMP and ICMPv6
+// (echo, and the neighbour discovery an IPv6 network needs), and new TCP
+// connections to port, the daemon's; everything else new from outside is
+// dropped. Docker drops traffic between bridge networks, but each time it
+// creates a network it deletes and re-inserts its FORWARD jumps (20.10),
+// and in that moment another sandbox's packets pass: with this table a
+// server in a shared session is still reached by nobody outside the
+// sandbox (the daemon's token-checked /forward route reaches it from
+// inside). The daemon writes it only inside its container: in a host's
+// namespace it would cut the host off.
+func GuardIngress(port uint16) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoNftables, err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: IngressTable})
+	c.FlushTable(t)
+	accept := nftables.ChainPolicyAccept
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	for _, inside := range [][]expr.Any{
+		ifname(expr.MetaKeyIIFNAME, "lo", true, expr.CmpOpEq),
+		ifname(expr.MetaKeyIIFNAME, sessionPrefix, false, expr.CmpOpEq),
+		ctEstablished(),
+		l4(unix.IPPROTO_ICMP),
+		l4(unix.IPPROTO_ICMPV6),
+		concat(l4(unix.IPPROTO_TCP), dport(port)),
+	} {
+		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(inside, verdict(expr.VerdictAccept))})
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: verdict(expr.VerdictDrop)})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("%w: write table %s: %v", ErrNoNftables, IngressTable, err)
+	}
+	return nil
+}
