@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/stretchr/testify/require"
 
@@ -118,4 +120,40 @@ func TestSandboxesCannotReachEachOther(t *testing.T) {
 	isolated := a.call(ctx, "create_workspace_session", map[string]any{"network_profile": "isolated"})["workspace_session_id"].(string)
 	require.Empty(t, a.get(ctx, shared, ipB, 8080), "a shared session of sandbox A reached sandbox B")
 	require.Empty(t, a.get(ctx, isolated, ipB, 8080), "an isolated session of sandbox A reached sandbox B")
+
+	// Docker's gap, held open: the host forwards between the two bridges
+	// before Docker's rules see the packets. A's sessions now reach B's
+	// daemon port (so the gap is open), and still not its server.
+	openGap(t, ctx, a, b)
+	for _, ws := range []string{shared, isolated} {
+		require.Eventually(t, func() bool { return a.get(ctx, ws, ipB, DaemonPort) != "" }, 10*time.Second, 200*time.Millisecond,
+			"with the gap open, session %s of sandbox A reaches sandbox B's daemon port", ws)
+		require.Empty(t, a.get(ctx, ws, ipB, 8080), "with Docker's rules bypassed, session %s of sandbox A reached sandbox B's server", ws)
+	}
+}
+
+// openGap inserts, until the test ends, host rules that forward between the
+// bridges of sandboxes a and b ahead of Docker's own: what Docker's FORWARD
+// chain lets through for a moment each time it creates a network.
+func openGap(t *testing.T, ctx context.Context, a, b *liveSandbox) {
+	t.Helper()
+	bridge := func(sb *liveSandbox) string {
+		n, err := sb.cli.NetworkInspect(ctx, networkName(sb.spec.SandboxID), network.InspectOptions{})
+		require.NoError(t, err)
+		if name := n.Options["com.docker.network.bridge.name"]; name != "" {
+			return name
+		}
+		return "br-" + n.ID[:12]
+	}
+	ba, bb := bridge(a), bridge(b)
+	for _, dir := range [][2]string{{ba, bb}, {bb, ba}} {
+		rule := []string{"FORWARD", "-i", dir[0], "-o", dir[1], "-j", "ACCEPT"}
+		out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput()
+		require.NoError(t, err, "iptables: %s", out)
+		t.Cleanup(func() {
+			if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
+				t.Errorf("remove the gap's rule %v: %v: %s", rule, err, out)
+			}
+		})
+	}
 }
