@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
@@ -122,8 +123,9 @@ func (d *Daemon) forkSession(ctx context.Context, a api.CreateSessionArgs) (_ *s
 }
 
 // warmLeaseOwner prefixes the owner of a warm session's lease while it
-// starts (createSessionAs).
-const warmLeaseOwner = "warm_session:"
+// starts (createSessionAs) or moves (reheadWarm); the views leave such
+// leases out of their counts.
+const warmLeaseOwner = observe.WarmLeaseOwner
 
 // sweepSessionLeases releases, after the sessions are restored, the leases
 // of workspace sessions that do not exist: a create or fork that crashed

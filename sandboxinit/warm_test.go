@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 )
 
 // TestAdoptWaitsAreCounted: a create that finds no warm session ready while
@@ -46,4 +47,29 @@ func TestAdoptWaitsAreCounted(t *testing.T) {
 
 	require.Nil(t, d.adoptWarm(ctx, api.CreateSessionArgs{}))
 	require.EqualValues(t, 1, stats()["waited"], "no build running: no wait counted")
+}
+
+// TestWarmBuildLeasesAreNotCounted: the lease a warm build holds for its
+// milliseconds is the daemon's own, at moments no caller chooses, so the
+// views' lease counts (layerstack, snapshot) leave it out; a workspace's
+// lease is counted. The seed's suite reads active_lease_count right after
+// a publish, when the pool is being rebuilt on the new head.
+func TestWarmBuildLeasesAreNotCounted(t *testing.T) {
+	d := publishDaemon(t, t.TempDir(), map[string]string{"a.txt": "a\n"})
+	count := func() any {
+		v, err := d.obs.LayerstackView(observe.LayerstackArgs{})
+		require.NoError(t, err)
+		return v["active_lease_count"]
+	}
+	require.EqualValues(t, 0, count())
+	warm, err := d.store.Acquire(warmLeaseOwner + "ws-warm")
+	require.NoError(t, err)
+	require.EqualValues(t, 0, count(), "a warm build's lease is not a workspace's")
+	ws, err := d.store.Acquire("workspace_session:ws-a")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, count(), "a workspace's lease is counted")
+	require.EqualValues(t, 1, d.obs.Snapshot(observe.ScopeArgs{})["stack"].(map[string]any)["active_leases"], "and so in the snapshot")
+	require.NoError(t, d.store.Release(warm.ID))
+	require.NoError(t, d.store.Release(ws.ID))
+	require.EqualValues(t, 0, count())
 }

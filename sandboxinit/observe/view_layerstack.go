@@ -39,9 +39,27 @@ type stackSummary struct {
 	errors                []string // what could not be measured
 }
 
+// WarmLeaseOwner prefixes the owner of the lease a warm session's build
+// holds while it starts or moves the session (sandboxinit's warm pool): a
+// pin of the daemon's own for some milliseconds, at moments no caller
+// chooses, not a workspace's. The views count no such lease.
+const WarmLeaseOwner = "warm_session:"
+
+// activeLeases counts the leases of workspaces and of callers' operations
+// (an export, a squash's plan), leaving out the warm builder's.
+func activeLeases(ls []*layerstack.Lease) int {
+	n := 0
+	for _, l := range ls {
+		if !strings.HasPrefix(l.Owner, WarmLeaseOwner) {
+			n++
+		}
+	}
+	return n
+}
+
 func (o *Observer) stackSummary(man *layerstack.Manifest) stackSummary {
 	store := o.src.Layers()
-	st := stackSummary{ManifestVersion: man.Version, RootHash: man.RootHash(), LayerCount: len(man.Layers), ActiveLeases: len(store.Leases())}
+	st := stackSummary{ManifestVersion: man.Version, RootHash: man.RootHash(), LayerCount: len(man.Layers), ActiveLeases: activeLeases(store.Leases())}
 	for _, l := range man.Layers {
 		u, err := store.LayerUsage(l)
 		if err != nil {

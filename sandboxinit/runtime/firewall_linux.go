@@ -70,24 +70,20 @@ func sessionTable(id string) *nftables.Table {
 // missing, its rules replaced when present, so a restarted daemon never
 // leaves a moment without them.
 func ensureFirewall() error {
-	c, err := nftables.New()
+	c, t, err := rewriteTable(fwTable)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoNftables, err)
+		return err
 	}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: fwTable})
-	c.FlushTable(t)
-	accept := nftables.ChainPolicyAccept
-	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	fwd := filterChain(c, t, "forward", nftables.ChainHookForward)
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: concat(
 		ifname(expr.MetaKeyIIFNAME, sessionPrefix, false, expr.CmpOpEq),
 		ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq),
 		verdict(expr.VerdictDrop))})
-	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	out := filterChain(c, t, "output", nftables.ChainHookOutput)
 	toSession := ifname(expr.MetaKeyOIFNAME, sessionPrefix, false, expr.CmpOpEq)
 	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, ctEstablished(), verdict(expr.VerdictAccept))})
 	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: concat(toSession, verdict(expr.VerdictDrop))})
+	accept := nftables.ChainPolicyAccept
 	nat := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
 	c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: concat(
@@ -149,6 +145,27 @@ func applyEgress(id string, e Egress, gateway netip.Addr) error {
 
 // deleteEgress removes session id's egress table; a missing one is fine.
 func deleteEgress(id string) error { return applyEgress(id, Egress{}, netip.Addr{}) }
+
+// rewriteTable starts a batch that (re)writes inet table name: created when
+// missing, emptied when present; the caller adds its chains and flushes,
+// so the kernel swaps old rules for new at once.
+func rewriteTable(name string, opts ...nftables.ConnOption) (*nftables.Conn, *nftables.Table, error) {
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrNoNftables, err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: name})
+	c.FlushTable(t)
+	return c, t, nil
+}
+
+// filterChain adds base chain name of type filter on hook, at the filter
+// priority, accepting what no rule drops.
+func filterChain(c *nftables.Conn, t *nftables.Table, name string, hook *nftables.ChainHook) *nftables.Chain {
+	accept := nftables.ChainPolicyAccept
+	return c.AddChain(&nftables.Chain{Name: name, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+}
 
 func concat(parts ...[]expr.Any) []expr.Any {
 	var out []expr.Any
@@ -215,15 +232,11 @@ func ctEstablished() []expr.Any {
 // isolateNetns (re)writes table "eos_in" in the network namespace ns (an
 // isolated session's): nothing new is accepted from eth0.
 func isolateNetns(ns int) error {
-	c, err := nftables.New(nftables.WithNetNSFd(ns))
+	c, t, err := rewriteTable("eos_in", nftables.WithNetNSFd(ns))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoNftables, err)
+		return err
 	}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "eos_in"})
-	c.FlushTable(t)
-	accept := nftables.ChainPolicyAccept
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	in := filterChain(c, t, "input", nftables.ChainHookInput)
 	eth0 := ifname(expr.MetaKeyIIFNAME, "eth0", true, expr.CmpOpEq)
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(eth0, ctEstablished(), verdict(expr.VerdictAccept))})
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: concat(eth0, verdict(expr.VerdictDrop))})
@@ -251,15 +264,11 @@ const IngressTable = "eos_ingress"
 // inside). The daemon writes it only inside its container: in a host's
 // namespace it would cut the host off.
 func GuardIngress(port uint16) error {
-	c, err := nftables.New()
+	c, t, err := rewriteTable(IngressTable)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoNftables, err)
+		return err
 	}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: IngressTable})
-	c.FlushTable(t)
-	accept := nftables.ChainPolicyAccept
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	in := filterChain(c, t, "input", nftables.ChainHookInput)
 	for _, inside := range [][]expr.Any{
 		ifname(expr.MetaKeyIIFNAME, "lo", true, expr.CmpOpEq),
 		ifname(expr.MetaKeyIIFNAME, sessionPrefix, false, expr.CmpOpEq),
