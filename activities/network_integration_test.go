@@ -113,6 +113,9 @@ func TestSandboxesCannotReachEachOther(t *testing.T) {
 		}
 		return err
 	}
+	guard := b.call(ctx, "daemon", map[string]any{})["daemon"].(map[string]any)["ingress_guard"].(map[string]any)
+	require.Equal(t, "on", guard["state"], "the daemon view: %v", guard)
+	require.EqualValues(t, DaemonPort, guard["port"])
 	require.NoError(t, dial(DaemonPort), "the host reaches sandbox B's daemon on its network")
 	require.Error(t, dial(8080), "the host reached a server in a session of sandbox B on B's network")
 

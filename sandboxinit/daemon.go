@@ -143,6 +143,7 @@ type Daemon struct {
 	// tokenSum is the SHA-256 of the sandbox token: a presented token is
 	// hashed and compared with it (server.go authorized).
 	tokenSum [sha256.Size]byte
+	ingress  map[string]any // the ingress guard's state, for the daemon view (guardIngress)
 	store    *layerstack.Store
 	rt       *runtime.Runtime
 	cmds     *command.Engine
@@ -198,10 +199,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		store.Close()
 		return nil, err
 	}
+	var ingress map[string]any // nil: not asked for (openObservability says off)
 	if cfg.GuardIngress {
-		guardIngress(cfg.Listen, cfg.Logger)
+		ingress = guardIngress(cfg.Listen, cfg.Logger)
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, tokenSum: tok, store: store, rt: rt,
+	d := &Daemon{cfg: cfg, log: cfg.Logger, tokenSum: tok, store: store, rt: rt, ingress: ingress,
 		cmds: command.New(command.Options{MaxRunning: cfg.MaxRunningCommands, OutputBudget: cfg.OutputBudget}), sessions: map[string]*session{}, started: time.Now(),
 		lane: newLane(cfg.BackgroundLanes, cfg.BackgroundQueueWait, cfg.BackgroundNice, cfg.Logger)}
 	if cfg.BackgroundNice < 0 {
@@ -286,19 +288,21 @@ func readToken(name string) ([]byte, error) {
 }
 
 // guardIngress writes the sandbox's ingress table for the port of listen
-// (runtime.GuardIngress). Where it cannot (no NET_ADMIN, no nf_tables in
-// the kernel) the sandbox still runs, isolated by Docker's rules alone,
-// and the log says so.
-func guardIngress(listen string, log *slog.Logger) {
+// (runtime.GuardIngress) and returns what the daemon view says of it.
+// Where it cannot (no NET_ADMIN, no nf_tables in the kernel) the sandbox
+// still runs, isolated by Docker's rules alone, and the log and the view
+// say so.
+func guardIngress(listen string, log *slog.Logger) map[string]any {
 	_, p, err := net.SplitHostPort(listen)
 	port, perr := strconv.ParseUint(p, 10, 16)
 	if err != nil || perr != nil || port == 0 {
 		log.Warn("no ingress guard: the listen address has no port", "listen", listen)
-		return
+		return map[string]any{"state": "unavailable", "error": fmt.Sprintf("listen address %q has no port", listen)}
 	}
 	if err := runtime.GuardIngress(uint16(port)); err != nil {
 		log.Warn("no ingress guard: only Docker's rules keep other sandboxes out", "err", err)
-		return
+		return map[string]any{"state": "unavailable", "error": err.Error()}
 	}
 	log.Info("ingress guard: nothing new enters the sandbox but the daemon's port", "port", port, "table", runtime.IngressTable)
+	return map[string]any{"state": "on", "port": port, "table": runtime.IngressTable}
 }

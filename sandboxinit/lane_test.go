@@ -269,6 +269,8 @@ func TestInteractiveOpsBypassAFullLane(t *testing.T) {
 	ln := out["daemon"].(map[string]any)["background_lane"].(map[string]any)
 	require.EqualValues(t, 1, ln["running"])
 	require.EqualValues(t, 1, ln["queued"])
+	require.Equal(t, map[string]any{"state": "off"}, out["daemon"].(map[string]any)["ingress_guard"],
+		"a daemon not asked to guard (not its container's supervisor's child) says so")
 	select {
 	case c := <-published:
 		t.Fatalf("the publish got past a full lane (status %d)", c)

@@ -29,7 +29,10 @@ func (c *Config) CheckObservability() error {
 }
 
 func (d *Daemon) openObservability() error {
-	obs, err := observe.Open(observe.Config{StateDir: d.cfg.StateDir, Listen: d.cfg.Listen, SandboxID: d.cfg.SandboxID, Started: d.started,
+	if d.ingress == nil {
+		d.ingress = map[string]any{"state": "off"} // not asked for (New)
+	}
+	obs, err := observe.Open(observe.Config{StateDir: d.cfg.StateDir, Listen: d.cfg.Listen, SandboxID: d.cfg.SandboxID, Started: d.started, IngressGuard: d.ingress,
 		EventBudget: d.cfg.EventBudget, SampleBudget: d.cfg.SampleBudget,
 		SampleInterval: d.cfg.SampleInterval, SampleIdleAfter: d.cfg.SampleIdleAfter}, observed{d})
 	if err != nil {

@@ -51,6 +51,10 @@ type Config struct {
 	Listen    string    // the daemon's RPC address
 	SandboxID string    // names the sandbox when a view's caller does not
 	Started   time.Time // when the daemon started
+	// IngressGuard is what the daemon view says of the sandbox's ingress
+	// table (runtime.GuardIngress): state on, off (not asked for: not in
+	// a sandbox's container) or unavailable (with the error).
+	IngressGuard map[string]any
 
 	EventBudget     int64
 	SampleBudget    int64

@@ -50,8 +50,9 @@ func (o *Observer) DaemonView() map[string]any {
 		warm = ws.WarmStats()
 	}
 	return map[string]any{"view": "daemon", "scope": "sandbox", "daemon": map[string]any{
-		"warm_session": warm,
-		"process":      proc,
+		"warm_session":  warm,
+		"ingress_guard": o.cfg.IngressGuard,
+		"process":       proc,
 		"runtime": map[string]any{"go_version": goruntime.Version(), "goroutines": goruntime.NumGoroutine(), "gomaxprocs": goruntime.GOMAXPROCS(0),
 			"num_cpu": goruntime.NumCPU(), "heap_alloc_bytes": ms.HeapAlloc, "heap_inuse_bytes": ms.HeapInuse, "heap_sys_bytes": ms.HeapSys,
 			"sys_bytes": ms.Sys, "gc_cycles": ms.NumGC},
