@@ -15,3 +15,11 @@ func TestWarmSessionsFlagRange(t *testing.T) {
 	}
 	require.NoDirExists(t, state, "a refused flag changes nothing")
 }
+
+func TestIngressGuardFlagValues(t *testing.T) {
+	state := t.TempDir() + "/state"
+	for _, v := range []string{"", "yes", "ON", "1"} {
+		require.Equal(t, 2, serve([]string{"--ingress-guard=" + v, "--state-dir", state}), v)
+	}
+	require.NoDirExists(t, state, "a refused flag changes nothing")
+}
