@@ -15,7 +15,10 @@ import (
 
 // Every sandbox container is alone on a bridge network of its own, so
 // sandboxes (and the sessions inside them) cannot reach each other: Docker
-// drops traffic between bridge networks. The network is not internal:
+// drops traffic between bridge networks. Not always: each network Docker
+// creates deletes and re-inserts its FORWARD jumps, and a connection made
+// in that moment passes; so the daemon in each sandbox also drops anything
+// new from outside but its own port (runtime.GuardIngress). The network is not internal:
 // Docker (20.10 at least) publishes no ports of a container that is only on
 // an internal network, and the daemon port must be published on
 // 127.0.0.1. Egress to the outside stays as on the default bridge.
