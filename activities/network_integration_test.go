@@ -137,7 +137,10 @@ func TestSandboxesCannotReachEachOther(t *testing.T) {
 
 // openGap inserts, until the test ends, host rules that forward between the
 // bridges of sandboxes a and b ahead of Docker's own: what Docker's FORWARD
-// chain lets through for a moment each time it creates a network.
+// chain lets through for a moment each time it creates a network. They go
+// in DOCKER-USER, the chain Docker keeps first and never rewrites: in
+// FORWARD itself, a network created meanwhile (by a test running beside
+// this one) would put Docker's jumps above them again and close the gap.
 func openGap(t *testing.T, ctx context.Context, a, b *liveSandbox) {
 	t.Helper()
 	bridge := func(sb *liveSandbox) string {
@@ -150,7 +153,7 @@ func openGap(t *testing.T, ctx context.Context, a, b *liveSandbox) {
 	}
 	ba, bb := bridge(a), bridge(b)
 	for _, dir := range [][2]string{{ba, bb}, {bb, ba}} {
-		rule := []string{"FORWARD", "-i", dir[0], "-o", dir[1], "-j", "ACCEPT"}
+		rule := []string{"DOCKER-USER", "-i", dir[0], "-o", dir[1], "-j", "ACCEPT"}
 		out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput()
 		require.NoError(t, err, "iptables: %s", out)
 		t.Cleanup(func() {
