@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/stretchr/testify/require"
@@ -118,6 +119,25 @@ func TestSandboxesCannotReachEachOther(t *testing.T) {
 	require.EqualValues(t, DaemonPort, guard["port"])
 	require.NoError(t, dial(DaemonPort), "the host reaches sandbox B's daemon on its network")
 	require.Error(t, dial(8080), "the host reached a server in a session of sandbox B on B's network")
+
+	// docker restart: a new network namespace, the guard written again
+	// before the sessions come back.
+	require.NoError(t, b.cli.ContainerRestart(ctx, workflows.ContainerName(b.spec.SandboxID), container.StopOptions{}))
+	b.info, err = b.acts.ResolveDaemon(ctx, b.spec.SandboxID)
+	require.NoError(t, err)
+	readyCtx, cancelReady := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelReady()
+	require.NoError(t, b.acts.WaitReady(readyCtx, b.spec.SandboxID, b.info.Daemon))
+	require.Equal(t, "on", b.call(ctx, "daemon", map[string]any{})["daemon"].(map[string]any)["ingress_guard"].(map[string]any)["state"])
+	c, err = b.cli.ContainerInspect(ctx, workflows.ContainerName(b.spec.SandboxID))
+	require.NoError(t, err)
+	ipB = c.NetworkSettings.Networks[networkName(b.spec.SandboxID)].IPAddress // Docker may give it another
+	run = b.call(ctx, "exec_command", map[string]any{"workspace_session_id": server, "yield_time_ms": 300, "cmd": "busybox httpd -f -p 8080 -h www"})
+	require.Equal(t, "running", run["status"], "%v", run)
+	require.Eventually(t, func() bool { return b.get(ctx, server, ipB, 8080) == "B" }, 10*time.Second, 200*time.Millisecond,
+		"after a restart sandbox B reaches its own server on %s", ipB)
+	require.NoError(t, dial(DaemonPort), "after a restart the host reaches sandbox B's daemon")
+	require.Error(t, dial(8080), "after a restart the host reached a server in a session of sandbox B")
 
 	shared := a.call(ctx, "create_workspace_session", map[string]any{})["workspace_session_id"].(string)
 	isolated := a.call(ctx, "create_workspace_session", map[string]any{"network_profile": "isolated"})["workspace_session_id"].(string)
