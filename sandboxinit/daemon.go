@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -294,8 +293,11 @@ func readToken(name string) ([]byte, error) {
 // say so.
 func guardIngress(listen string, log *slog.Logger) map[string]any {
 	_, p, err := net.SplitHostPort(listen)
-	port, perr := strconv.ParseUint(p, 10, 16)
-	if err != nil || perr != nil || port == 0 {
+	port := 0
+	if err == nil {
+		port, err = net.LookupPort("tcp", p) // as net.Listen reads it: "http" is 80
+	}
+	if err != nil || port == 0 {
 		log.Warn("no ingress guard: the listen address has no port", "listen", listen)
 		return map[string]any{"state": "unavailable", "error": fmt.Sprintf("listen address %q has no port", listen)}
 	}

@@ -82,3 +82,23 @@ func TestFirewallRules(t *testing.T) {
 	require.NotContains(t, rules, "eos_s_ws-none")
 	require.NotContains(t, rules, "eos_s_ws-default", "the default policy has no table")
 }
+
+// The sandbox's ingress table as the kernel holds it: written again (a
+// daemon restart) it is replaced, not duplicated; nothing new from outside
+// but the daemon's port, ICMP, loopback and the sessions' veths.
+// (activities' TestSandboxesCannotReachEachOther sends the traffic.)
+func TestIngressGuardRules(t *testing.T) {
+	rules := inNetns(t, func() {
+		for range 2 {
+			require.NoError(t, GuardIngress(7001))
+		}
+	})()
+	t.Log(rules)
+	require.Equal(t, 1, strings.Count(rules, "table inet "+IngressTable))
+	for _, r := range []string{`iifname "lo" accept`, `iifname "eos-*" accept`, `ct state established,related accept`,
+		`meta l4proto icmp accept`, `meta l4proto ipv6-icmp accept`, `tcp dport 7001 accept`} {
+		require.Equal(t, 1, strings.Count(rules, r), r)
+	}
+	require.Equal(t, 1, strings.Count(rules, "\t\tdrop\n"), "then everything else new is dropped")
+	require.Less(t, strings.Index(rules, `tcp dport 7001 accept`), strings.Index(rules, "\t\tdrop\n"), "the drop comes last")
+}
