@@ -115,8 +115,11 @@ func runSessionCreate(ctx context.Context, s *Suite) (Section, error) {
 	var wtDisk int64 = -1
 	var ow, dw, gw time.Duration
 	var dockRounds, gitRounds Rounds
+	local, stopProfile := s.profileTimed(ctx, "session-create", id)
+	defer stopProfile()
 	for r := 0; r < benchRounds; r++ {
 		mark := s.Rec.Len()
+		local.resume()
 		ow += Load(s.Rec, "b", "ours", "create_session", 1, max(3, s.n(40)/benchRounds), func(w, i int) error {
 			t0 := time.Now()
 			ws, err := s.st.Session(ctx, id, "bench")
@@ -137,6 +140,7 @@ func runSessionCreate(ctx context.Context, s *Suite) (Section, error) {
 			idle = append(idle, ws) // kept for the disk measurement
 			return nil
 		})
+		local.pause()
 		// A create right after a publish (the head moved): what an agent
 		// that publishes and goes on in a new session waits for.
 		Load(s.Rec, "b", "ours, after a publish", "create_session", 1, max(3, s.n(15)/benchRounds), func(w, i int) error {
