@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -218,13 +219,32 @@ func runSessionCreate(ctx context.Context, s *Suite) (Section, error) {
 // ensureRepo makes a repository once per suite run.
 func ensureRepo(dir string, n, size int) error {
 	if _, err := os.Stat(filepath.Join(dir, ".git")); err == nil {
-		return nil
+		return pruneRepo(dir)
 	}
 	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	return MakeRepo(dir, n, size)
+}
+
+// pruneRepo drops loose objects a run left in a reused repository (the
+// commits of a git baseline that was interrupted before its worktree was
+// removed): a sandbox of it, and a container + copy of it, would copy them.
+func pruneRepo(dir string) error {
+	out, err := exec.Command("git", "-C", dir, "count-objects").Output()
+	if err != nil {
+		return fmt.Errorf("git count-objects in %s: %w", dir, err)
+	}
+	if strings.HasPrefix(string(out), "0 objects") {
+		return nil
+	}
+	for _, args := range [][]string{{"worktree", "prune"}, {"gc", "-q", "--prune=now"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("git %v in %s: %v: %s", args, dir, err, out)
+		}
+	}
+	return nil
 }
 
 // runFiles: 4 KiB file_read and file_write in a session vs docker exec cat

@@ -103,7 +103,7 @@ func (s *Suite) depthRun(ctx context.Context, run int, mode string) (rows []dept
 	defer s.st.DestroySandbox(id)
 	wt := filepath.Join(s.o.WorkDir, fmt.Sprintf("wt-depth-%d", run))
 	_ = os.RemoveAll(wt)
-	rmWT, err := GitWorktree(root, wt)
+	rmWT, err := CommitWorktree(root, wt)
 	if err != nil {
 		return nil, "", err
 	}

@@ -66,7 +66,7 @@ func runPublishSize(ctx context.Context, s *Suite) (Section, error) {
 			return err
 		})
 		wt := filepath.Join(s.o.WorkDir, fmt.Sprintf("wt-d-%d", i))
-		rm, err := GitWorktree(repo, wt)
+		rm, err := CommitWorktree(repo, wt)
 		if err != nil {
 			return Section{}, err
 		}

@@ -25,7 +25,7 @@ func runSmallPublish(ctx context.Context, s *Suite) (Section, error) {
 	cs := changeSet{1, 4 << 10}
 	rounds, n := s.n(5), s.n(10)
 	wt := filepath.Join(s.o.WorkDir, "wt-p")
-	rm, err := GitWorktree(repo, wt)
+	rm, err := CommitWorktree(repo, wt)
 	if err != nil {
 		return Section{}, err
 	}
