@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,4 +63,64 @@ func TestCommitWorktreeLeavesTheRepositoryAsItWas(t *testing.T) {
 			t.Fatalf("%s: ensureRepo left %s", c.name, got)
 		}
 	}
+}
+
+// A run interrupted inside a git baseline leaves its worktree registered
+// and its commit reachable (even packed, after an automatic gc): the next
+// run's ensureRepo removes both, and the worktree's name is free again.
+func TestEnsureRepoClearsAnInterruptedBaseline(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	if err := ensureRepo(repo, 20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	packKiB := func() string {
+		out, err := exec.Command("git", "-C", repo, "count-objects", "-v").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(l, "size-pack: "); ok {
+				return v
+			}
+		}
+		t.Fatalf("no size-pack in %s", out)
+		return ""
+	}
+	before := packKiB()
+	wt := filepath.Join(dir, "wt-d-0")
+	if _, err := CommitWorktree(repo, wt); err != nil { // its removal never runs
+		t.Fatal(err)
+	}
+	noise := make([]byte, 1<<20)
+	if _, err := rand.Read(noise); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt, "gen.bin"), noise, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"git add -A && git -c user.name=b -c user.email=b@example.invalid commit -qm gen", "git gc -q"} {
+		cmd := exec.Command("sh", "-c", c)
+		cmd.Dir = wt
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", c, err, out)
+		}
+	}
+	if got := packKiB(); got == before {
+		t.Fatalf("the interrupted baseline's commit is not in the pack (%s KiB before and after)", got)
+	}
+	if err := ensureRepo(repo, 20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if got := looseObjects(t, repo); !strings.HasPrefix(got, "0 objects") {
+		t.Fatalf("ensureRepo left %s", got)
+	}
+	if got := packKiB(); got != before {
+		t.Fatalf("pack is %s KiB after ensureRepo, %s KiB as made", got, before)
+	}
+	rm, err := CommitWorktree(repo, wt)
+	if err != nil {
+		t.Fatalf("the leftover worktree's name is still taken: %v", err)
+	}
+	rm()
 }

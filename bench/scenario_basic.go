@@ -228,20 +228,43 @@ func ensureRepo(dir string, n, size int) error {
 	return MakeRepo(dir, n, size)
 }
 
-// pruneRepo drops loose objects a run left in a reused repository (the
-// commits of a git baseline that was interrupted before its worktree was
-// removed): a sandbox of it, and a container + copy of it, would copy them.
+// pruneRepo returns a reused repository to the state MakeRepo left: a run
+// interrupted inside a git baseline leaves its worktree registered (the
+// next run's worktree of that name would fail) and its commits' objects in
+// the store, which a sandbox of the repository and a container + copy of
+// it would both copy. Scenarios run one at a time and remove their
+// worktrees before they end, so any worktree found here is a leftover.
 func pruneRepo(dir string) error {
-	out, err := exec.Command("git", "-C", dir, "count-objects").Output()
-	if err != nil {
-		return fmt.Errorf("git count-objects in %s: %w", dir, err)
+	git := func(args ...string) ([]byte, error) {
+		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("git %v in %s: %v: %s", args, dir, err, out)
+		}
+		return out, nil
 	}
-	if strings.HasPrefix(string(out), "0 objects") {
+	list, err := git("worktree", "list", "--porcelain")
+	if err != nil {
+		return err
+	}
+	left := false
+	for i, l := range strings.Split(string(list), "\n") {
+		if wt, ok := strings.CutPrefix(l, "worktree "); ok && i > 0 { // the first is the repository itself
+			if _, err := git("worktree", "remove", "--force", wt); err != nil {
+				return err
+			}
+			left = true
+		}
+	}
+	out, err := git("count-objects")
+	if err != nil {
+		return err
+	}
+	if !left && strings.HasPrefix(string(out), "0 objects") {
 		return nil
 	}
 	for _, args := range [][]string{{"worktree", "prune"}, {"gc", "-q", "--prune=now"}} {
-		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("git %v in %s: %v: %s", args, dir, err, out)
+		if _, err := git(args...); err != nil {
+			return err
 		}
 	}
 	return nil
