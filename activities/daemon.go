@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
@@ -96,7 +99,7 @@ func (a *Activities) ResolveDaemon(ctx context.Context, sandboxID string) (workf
 
 // WaitReady polls the daemon's /health with the token until it answers
 // 200, heartbeating; it gives up when ctx ends, or early when the container
-// stopped running.
+// stopped running or keeps restarting (its daemon cannot start).
 func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.Endpoint) error {
 	if err := checkSandboxID(sandboxID); err != nil {
 		return err
@@ -110,6 +113,7 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 	delay := 10 * time.Millisecond
 	lastCheck := time.Now()
 	var last error
+	restarts := -1 // the container's restart count at the first check
 	for attempt := 1; ; attempt++ {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, last = a.daemon.Health(hctx, sandboxID, ep)
@@ -132,6 +136,17 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 				return fmt.Errorf("daemon of sandbox %s never became ready: container %s is %s%s",
 					sandboxID, c.Name, stateString(c), a.logTail(ctx, c.ID))
 			}
+			if restarts < 0 {
+				restarts = c.RestartCount
+			}
+			// Docker restarts a container whose daemon exits (the restart
+			// policy): one in its restart back-off, or restarted twice
+			// while this waits, has a daemon that cannot start (a binary
+			// the image cannot run, a bad flag). Waiting out the timeout
+			// would only repeat it; its output says why.
+			if c.State.Restarting || c.RestartCount >= restarts+2 {
+				return a.restartLoop(ctx, sandboxID, c)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -145,6 +160,15 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 		}
 		delay = min(delay*3/2, 500*time.Millisecond)
 	}
+}
+
+// restartLoop is the answer for a sandbox whose container Docker keeps
+// restarting: its daemon cannot start, and the container's output says why.
+func (a *Activities) restartLoop(ctx context.Context, sandboxID string, c container.InspectResponse) error {
+	return apperr.Newf(api.KindOperationFailed, map[string]any{"sandbox_id": sandboxID, "container": strings.TrimPrefix(c.Name, "/"),
+		"exit_code": c.State.ExitCode, "restart_count": c.RestartCount},
+		"daemon of sandbox %s cannot start: its container %s keeps exiting (exit code %d, %d restarts)%s",
+		sandboxID, strings.TrimPrefix(c.Name, "/"), c.State.ExitCode, c.RestartCount, a.logTail(ctx, c.ID))
 }
 
 // Pass does nothing. A sandbox workflow about to continue as new waits

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
@@ -214,6 +215,57 @@ func TestWaitReady(t *testing.T) {
 	defer cancel()
 	err = acts.WaitReady(tctx, "sbx1", api.Endpoint{Host: "127.0.0.1", Port: port})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// A container Docker keeps restarting (its daemon exits at once: a binary
+// the image cannot run, a bad flag) ends the wait with the reason, not
+// after the activity's timeout; so does one restarted twice meanwhile.
+func TestWaitReadyGivesUpOnARestartLoop(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	nobody := api.Endpoint{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
+	require.NoError(t, l.Close())
+	for _, tc := range []struct {
+		name string
+		set  func(c *container.InspectResponse, checks int)
+	}{
+		{"in its restart back-off", func(c *container.InspectResponse, _ int) {
+			c.State.Restarting, c.State.ExitCode, c.RestartCount = true, 127, 3
+		}},
+		{"restarted between two checks", func(c *container.InspectResponse, checks int) {
+			c.State.ExitCode, c.RestartCount = 2, 5+2*checks
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newFakeDocker()
+			acts := newTestActivities(t, d)
+			ctx := context.Background()
+			_, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+			require.NoError(t, err)
+			_, err = acts.StartContainer(ctx, "sbx1")
+			require.NoError(t, err)
+			d.onInspect = func(c *container.InspectResponse, checks int) { tc.set(c, checks) }
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			err = acts.WaitReady(tctx, "sbx1", nobody)
+			e := requireAppError(t, err, api.KindOperationFailed, true)
+			require.Contains(t, e.Error(), "keeps exiting")
+			require.NoError(t, tctx.Err(), "it did not wait for the deadline")
+		})
+	}
+	// A container that restarted before the wait (an adopted sandbox) and
+	// runs on is waited for as usual.
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	_, err = acts.StartContainer(ctx, "sbx1")
+	require.NoError(t, err)
+	d.onInspect = func(c *container.InspectResponse, _ int) { c.RestartCount = 7 }
+	tctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, acts.WaitReady(tctx, "sbx1", nobody), context.DeadlineExceeded)
 }
 
 // retryable reports whether err is not a non-retryable ApplicationError.

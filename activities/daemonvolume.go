@@ -95,6 +95,9 @@ func (a *Activities) readDaemonFiles() (*daemonFiles, error) {
 		if i > 0 {
 			name = filepath.Base(SessinitPath)
 		}
+		if err := checkStaticExecutable(p, data); err != nil {
+			return nil, invalidArgument("%v", err)
+		}
 		b.files[name] = data
 		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
 		h.Write(data)

@@ -30,7 +30,7 @@ func TestDaemonVolumePerBuild(t *testing.T) {
 	_, err := acts.CreateContainer(ctx, testSpec("old"))
 	require.NoError(t, err)
 	oldVol := daemonVolumeOf(t, d, "old")
-	require.Equal(t, "#!daemon binary", string(d.volData[oldVol]["sandbox-daemon"]))
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[oldVol]["sandbox-daemon"]))
 
 	// The same build again: the same volume, not filled again.
 	fills := len(d.copies)
@@ -44,21 +44,21 @@ func TestDaemonVolumePerBuild(t *testing.T) {
 	require.NoError(t, d.VolumeRemove(ctx, oldVol, true))
 	_, err = acts.CreateContainer(ctx, testSpec("again"))
 	require.NoError(t, err)
-	require.Equal(t, "#!daemon binary", string(d.volData[oldVol]["sandbox-daemon"]))
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[oldVol]["sandbox-daemon"]))
 	require.NoError(t, acts.RemoveSandbox(ctx, "again"))
 
 	// Upgrade: new contents (and a session init next to it).
 	later := time.Now().Add(time.Minute)
-	require.NoError(t, os.WriteFile(acts.cfg.DaemonBinary, []byte("#!daemon v2"), 0o755))
+	require.NoError(t, os.WriteFile(acts.cfg.DaemonBinary, fakeBuild("#!daemon v2"), 0o755))
 	require.NoError(t, os.Chtimes(acts.cfg.DaemonBinary, later, later))
-	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(acts.cfg.DaemonBinary), "sandbox-sessinit"), []byte("#!sessinit"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(acts.cfg.DaemonBinary), "sandbox-sessinit"), fakeBuild("#!sessinit"), 0o755))
 	_, err = acts.CreateContainer(ctx, testSpec("new"))
 	require.NoError(t, err)
 	newVol := daemonVolumeOf(t, d, "new")
 	require.NotEqual(t, oldVol, newVol)
-	require.Equal(t, "#!daemon v2", string(d.volData[newVol]["sandbox-daemon"]))
-	require.Equal(t, "#!sessinit", string(d.volData[newVol]["sandbox-sessinit"]))
-	require.Equal(t, "#!daemon binary", string(d.volData[oldVol]["sandbox-daemon"]), "the old build is untouched")
+	require.Equal(t, string(fakeBuild("#!daemon v2")), string(d.volData[newVol]["sandbox-daemon"]))
+	require.Equal(t, string(fakeBuild("#!sessinit")), string(d.volData[newVol]["sandbox-sessinit"]))
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[oldVol]["sandbox-daemon"]), "the old build is untouched")
 
 	require.NoError(t, acts.RemoveSandbox(ctx, "old"))
 	require.Contains(t, d.volumes, oldVol, "still used by sandbox same")
@@ -85,7 +85,7 @@ func TestDaemonVolumeRefilledOrRefused(t *testing.T) {
 	d.volData[name] = map[string][]byte{"sandbox-daemon": []byte("#!daem")} // cut short
 	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
 	require.NoError(t, err)
-	require.Equal(t, "#!daemon binary", string(d.volData[name]["sandbox-daemon"]))
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
 
 	d2 := newFakeDocker()
 	acts2 := newTestActivities(t, d2)
@@ -115,6 +115,6 @@ func TestAdoptedContainerWithoutDaemonVolume(t *testing.T) {
 	require.Len(t, copies, 1)
 	entries, _, err := readTar(copies[0].data)
 	require.NoError(t, err)
-	require.Equal(t, "#!daemon binary", string(entries[strings.TrimPrefix(DaemonPath, "/")].data))
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(entries[strings.TrimPrefix(DaemonPath, "/")].data))
 	require.Contains(t, entries, "eos/secret/daemon.token")
 }

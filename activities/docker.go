@@ -394,6 +394,9 @@ func (a *Activities) StartContainer(ctx context.Context, sandboxID string) (work
 	if c.State == nil || !c.State.Running {
 		return info, fmt.Errorf("container %s is not running after start (%s)%s", name, stateString(c), a.logTail(ctx, c.ID))
 	}
+	if c.State.Restarting { // its daemon exited at once, and Docker restarts it (no port meanwhile)
+		return info, a.restartLoop(ctx, sandboxID, c)
+	}
 	if info.Daemon.Port == 0 {
 		return info, fmt.Errorf("container %s runs but has no host port published for %s", name, daemonPort)
 	}

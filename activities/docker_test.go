@@ -39,7 +39,7 @@ const testSeccomp = `{
 func newTestActivities(t *testing.T, d Docker) *Activities {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sandbox-daemon")
-	require.NoError(t, os.WriteFile(bin, []byte("#!daemon binary"), 0o755))
+	require.NoError(t, os.WriteFile(bin, fakeBuild("#!daemon binary"), 0o755))
 	return New(Config{DaemonBinary: bin, SeccompProfile: testSeccomp, Secret: testSecret, WorkerID: "w1", HostPaths: testHostPaths(t)}, d)
 }
 
@@ -147,7 +147,7 @@ func TestCreateContainerFresh(t *testing.T) {
 
 	// The daemon binary is in the daemon volume (filled through a helper
 	// container that is gone), not copied into the container.
-	require.Equal(t, "#!daemon binary", string(d.volData[dvol][filepath.Base(DaemonPath)]))
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[dvol][filepath.Base(DaemonPath)]))
 	require.Equal(t, roleDaemon, d.volumes[dvol].Labels[LabelRole])
 	require.Contains(t, d.removed, "container/"+daemonFillPrefix+strings.TrimPrefix(dvol, daemonVolumePref))
 	// Nothing is copied into the container before start.

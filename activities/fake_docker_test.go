@@ -40,6 +40,10 @@ type fakeDocker struct {
 	// mounting it (volume -> file name -> contents); CopyFromContainer of
 	// "<mount>/." serves it.
 	volData map[string]map[string][]byte
+	// onInspect, when set, changes a container before ContainerInspect
+	// answers with it; checks counts the inspects so far.
+	onInspect func(c *container.InspectResponse, checks int)
+	inspects  int
 }
 
 type fakeCopy struct {
@@ -246,6 +250,10 @@ func (f *fakeDocker) ContainerInspect(ctx context.Context, ref string) (containe
 	_, c := f.lookup(ref)
 	if c == nil {
 		return container.InspectResponse{}, errNotFound("No such container: " + ref)
+	}
+	if f.onInspect != nil {
+		f.onInspect(c, f.inspects)
+		f.inspects++
 	}
 	return *c, nil
 }

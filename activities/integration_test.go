@@ -107,12 +107,19 @@ func randHex(n int) string {
 // sandbox, labelled eos.test=activities, removed when the test ends.
 func newDockerActivities(t *testing.T) (*Activities, *client.Client, workflows.SandboxSpec) {
 	t.Helper()
+	return newDockerActivitiesWith(t, testDaemonBinary(t))
+}
+
+// newDockerActivitiesWith is newDockerActivities with daemonBin as the
+// daemon build.
+func newDockerActivitiesWith(t *testing.T, daemonBin string) (*Activities, *client.Client, workflows.SandboxSpec) {
+	t.Helper()
 	cli := requireDockerEngine(t)
 	seccomp, err := os.ReadFile(filepath.Join("..", "sandboxinit", "runtime", "seccomp.json"))
 	require.NoError(t, err)
 	id := "acttest-" + randHex(4)
 	acts := New(Config{
-		DaemonBinary:   testDaemonBinary(t),
+		DaemonBinary:   daemonBin,
 		SeccompProfile: string(seccomp),
 		Secret:         []byte(randHex(32)),
 		WorkerID:       "acttest-worker-" + id, // ListLeftovers sees only this test's objects
@@ -337,4 +344,51 @@ func TestActivitiesRegisterWithTemporal(t *testing.T) {
 	require.True(t, ok, "%v", err)
 	require.Equal(t, "unknown_op", de.Kind)
 	require.Equal(t, "no_such_op", de.Details["op"])
+}
+
+// A daemon build the container cannot keep running (here a static
+// program that exits at once, as a binary the image cannot execute does)
+// puts the container in Docker's restart loop: WaitReady says so, with the
+// program's own words, long before its deadline (or StartContainer does,
+// when it finds the container between two restarts).
+func TestWaitReadyReportsADaemonThatCannotStart(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	fmt.Println("not a daemon: exiting")
+	os.Exit(3)
+}
+`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module notadaemon\n\ngo 1.21\n"), 0o644))
+	bin := filepath.Join(dir, "sandbox-daemon")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	acts, _, spec := newDockerActivitiesWith(t, bin)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err = acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+	// The start itself may already find the container between two of
+	// Docker's restarts; otherwise the wait for the daemon does.
+	info, err := acts.StartContainer(ctx, spec.SandboxID)
+	if err == nil {
+		err = acts.WaitReady(ctx, spec.SandboxID, info.Daemon)
+	}
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
+	require.Equal(t, api.KindOperationFailed, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Contains(t, appErr.Error(), "keeps exiting (exit code 3")
+	require.Contains(t, appErr.Error(), "not a daemon: exiting")
+	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
 }

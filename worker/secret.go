@@ -53,7 +53,18 @@ func readSecret(path string) (string, error) {
 // FindDaemonBinary locates the static sandbox-daemon: the given path, next
 // to this executable, or bin/ of the working directory.
 func FindDaemonBinary(given string) (string, error) {
-	cands := []string{given}
+	if given != "" {
+		// A path asked for is that file or an error, never another build.
+		fi, err := os.Stat(given)
+		if err != nil {
+			return "", fmt.Errorf("--daemon-binary %s: %w", given, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("--daemon-binary %s is not a regular file", given)
+		}
+		return filepath.Abs(given)
+	}
+	var cands []string
 	if exe, err := os.Executable(); err == nil {
 		cands = append(cands, filepath.Join(filepath.Dir(exe), "sandbox-daemon"))
 	}
@@ -66,7 +77,7 @@ func FindDaemonBinary(given string) (string, error) {
 			return filepath.Abs(c)
 		}
 	}
-	return "", fmt.Errorf("sandbox-daemon binary not found (looked at %s): build it with `make daemon` or pass --daemon-binary", strings.Join(cands[1:], ", "))
+	return "", fmt.Errorf("sandbox-daemon binary not found (looked at %s): build it with `make daemon` or pass --daemon-binary", strings.Join(cands, ", "))
 }
 
 // BuildActivities assembles the activities of a worker process: the static
@@ -96,5 +107,9 @@ func BuildActivities(secret []byte, daemonBin, seccomp string, hostPaths *hostpa
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	return activities.New(activities.Config{DaemonBinary: bin, SeccompProfile: string(profile), Secret: secret, WorkerID: host, HostPaths: hostPaths, Logger: log}, dc), nil
+	acts := activities.New(activities.Config{DaemonBinary: bin, SeccompProfile: string(profile), Secret: secret, WorkerID: host, HostPaths: hostPaths, Logger: log}, dc)
+	if err := acts.CheckDaemonFiles(); err != nil {
+		return nil, err
+	}
+	return acts, nil
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,4 +38,23 @@ func TestLoadOrCreateSecret(t *testing.T) {
 			require.ErrorContains(t, err, tc.err)
 		})
 	}
+}
+
+// A --daemon-binary that names no file, or a file no sandbox container can
+// run, stops the worker process at start with the reason; another build is
+// never picked in its place.
+func TestBuildActivitiesRefusesADaemonItCannotUse(t *testing.T) {
+	dir := t.TempDir()
+	seccomp := filepath.Join(dir, "seccomp.json")
+	require.NoError(t, os.WriteFile(seccomp, []byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`), 0o644))
+
+	_, err := BuildActivities([]byte("secret"), filepath.Join(dir, "missing"), seccomp, nil, nil)
+	require.ErrorContains(t, err, "--daemon-binary "+filepath.Join(dir, "missing"))
+	require.ErrorIs(t, err, fs.ErrNotExist)
+
+	script := filepath.Join(dir, "sandbox-daemon")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nexec true\n"), 0o755))
+	_, err = BuildActivities([]byte("secret"), script, seccomp, nil, nil)
+	require.ErrorContains(t, err, script+" is not an ELF executable")
+	require.ErrorContains(t, err, "make binaries")
 }
