@@ -180,14 +180,22 @@ func TestCallDaemonRejectsBadCalls(t *testing.T) {
 	}
 }
 
-func TestWaitReady(t *testing.T) {
+// startedSandbox is fake Docker with sandbox sbx1's container created and
+// started, and activities over it.
+func startedSandbox(t *testing.T) (*fakeDocker, *Activities) {
+	t.Helper()
 	d := newFakeDocker()
 	acts := newTestActivities(t, d)
+	_, err := acts.CreateContainer(context.Background(), testSpec("sbx1"))
+	require.NoError(t, err)
+	_, err = acts.StartContainer(context.Background(), "sbx1")
+	require.NoError(t, err)
+	return d, acts
+}
+
+func TestWaitReady(t *testing.T) {
+	_, acts := startedSandbox(t)
 	ctx := context.Background()
-	_, err := acts.CreateContainer(ctx, testSpec("sbx1"))
-	require.NoError(t, err)
-	_, err = acts.StartContainer(ctx, "sbx1")
-	require.NoError(t, err)
 
 	var n atomic.Int64
 	fd := newFakeDaemon(t, "sbx1", func(w http.ResponseWriter, r *http.Request) {
@@ -203,7 +211,7 @@ func TestWaitReady(t *testing.T) {
 
 	// A daemon that refuses the token is not waited for.
 	wrong := newFakeDaemon(t, "other", func(w http.ResponseWriter, r *http.Request) {})
-	err = acts.WaitReady(ctx, "sbx1", wrong.endpoint(t))
+	err := acts.WaitReady(ctx, "sbx1", wrong.endpoint(t))
 	requireAppError(t, err, api.KindUnauthorized, true)
 
 	// Nothing answers: give up with the context.
@@ -237,13 +245,8 @@ func TestWaitReadyGivesUpOnARestartLoop(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := newFakeDocker()
-			acts := newTestActivities(t, d)
+			d, acts := startedSandbox(t)
 			ctx := context.Background()
-			_, err := acts.CreateContainer(ctx, testSpec("sbx1"))
-			require.NoError(t, err)
-			_, err = acts.StartContainer(ctx, "sbx1")
-			require.NoError(t, err)
 			d.onInspect = func(c *container.InspectResponse, checks int) { tc.set(c, checks) }
 			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
@@ -255,13 +258,8 @@ func TestWaitReadyGivesUpOnARestartLoop(t *testing.T) {
 	}
 	// A container that restarted before the wait (an adopted sandbox) and
 	// runs on is waited for as usual.
-	d := newFakeDocker()
-	acts := newTestActivities(t, d)
+	d, acts := startedSandbox(t)
 	ctx := context.Background()
-	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
-	require.NoError(t, err)
-	_, err = acts.StartContainer(ctx, "sbx1")
-	require.NoError(t, err)
 	d.onInspect = func(c *container.InspectResponse, _ int) { c.RestartCount = 7 }
 	tctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
 	defer cancel()
