@@ -1,14 +1,18 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
@@ -99,7 +103,8 @@ func (a *Activities) ResolveDaemon(ctx context.Context, sandboxID string) (workf
 
 // WaitReady polls the daemon's /health with the token until it answers
 // 200, heartbeating; it gives up when ctx ends, or early when the container
-// stopped running or keeps restarting (its daemon cannot start).
+// stopped running, or Docker or the container's supervisor keeps
+// restarting what cannot start.
 func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.Endpoint) error {
 	if err := checkSandboxID(sandboxID); err != nil {
 		return err
@@ -114,6 +119,7 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 	lastCheck := time.Now()
 	var last error
 	restarts := -1 // the container's restart count at the first check
+	began := time.Now()
 	for attempt := 1; ; attempt++ {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, last = a.daemon.Health(hctx, sandboxID, ep)
@@ -147,6 +153,16 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 			if c.State.Restarting || c.RestartCount >= restarts+2 {
 				return a.restartLoop(ctx, sandboxID, c)
 			}
+			// Inside a running container the daemon's supervisor (PID 1)
+			// restarts a daemon that exits, and says so in the output:
+			// three times since this wait began is a daemon that cannot
+			// start either (a state it cannot read, a bad flag).
+			if n, said := a.supervisorRestarts(ctx, c.ID, began); n >= supervisorRestartsFatal {
+				return apperr.Newf(api.KindOperationFailed, map[string]any{"sandbox_id": sandboxID, "container": strings.TrimPrefix(c.Name, "/"),
+					"daemon_restarts": n},
+					"daemon of sandbox %s cannot start: it exited %d times since the wait began, restarted each time by its container's supervisor; its last run said:\n%s",
+					sandboxID, n, said)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -160,6 +176,44 @@ func (a *Activities) WaitReady(ctx context.Context, sandboxID string, ep api.End
 		}
 		delay = min(delay*3/2, 500*time.Millisecond)
 	}
+}
+
+// supervisorRestartsFatal is how many daemon restarts by the supervisor
+// during WaitReady end it (its back-off is 100, 200, 400 ms: about a
+// second).
+const supervisorRestartsFatal = 3
+
+// supervisorRestarts counts the supervisor's restart lines in the
+// container's output since since, and returns the first lines the daemon's
+// last run wrote before it exited (where an error usually is: a Go panic,
+// a refused flag before its usage text). 0 when the output cannot be read:
+// the wait goes on as before.
+func (a *Activities) supervisorRestarts(ctx context.Context, containerID string, since time.Time) (int, string) {
+	rc, err := a.docker.ContainerLogs(ctx, containerID, container.LogsOptions{ShowStdout: true, ShowStderr: true,
+		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10)})
+	if err != nil {
+		return 0, ""
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 1<<20)); err != nil && out.Len() == 0 {
+		return 0, ""
+	}
+	const keep = 12
+	n := 0
+	var run, last []string
+	for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+		if strings.Contains(line, `"msg":"`+api.DaemonRestartLog+`"`) && strings.Contains(line, `"component":"pid1"`) {
+			n++
+			run, last = nil, append(run, line)
+			continue
+		}
+		run = append(run, line)
+	}
+	if len(last) > keep+1 {
+		last = append(append(last[:keep:keep], "…"), last[len(last)-1])
+	}
+	return n, strings.Join(last, "\n")
 }
 
 // restartLoop is the answer for a sandbox whose container Docker keeps

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,6 +264,34 @@ func TestWaitReadyGivesUpOnARestartLoop(t *testing.T) {
 	d.onInspect = func(c *container.InspectResponse, _ int) { c.RestartCount = 7 }
 	tctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
 	defer cancel()
+	require.ErrorIs(t, acts.WaitReady(tctx, "sbx1", nobody), context.DeadlineExceeded)
+}
+
+// A daemon that exits at once inside a running container is restarted by
+// the container's supervisor, not by Docker: three of its restart lines
+// since the wait began end the wait with the output; two do not.
+func TestWaitReadyGivesUpOnADaemonItsSupervisorKeepsRestarting(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	nobody := api.Endpoint{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
+	require.NoError(t, l.Close())
+	restart := `{"time":"2026-12-06T10:00:00Z","level":"ERROR","msg":"` + api.DaemonRestartLog + `","component":"pid1","exit_code":2,"ran":"3ms"}` + "\n"
+	failed := "flag provided but not defined: -no-such-flag\n"
+
+	d, acts := startedSandbox(t)
+	d.logs = strings.Repeat(failed+restart, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = acts.WaitReady(ctx, "sbx1", nobody)
+	e := requireAppError(t, err, api.KindOperationFailed, true)
+	require.Contains(t, e.Error(), "exited 3 times")
+	require.Contains(t, e.Error(), "no-such-flag")
+	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
+
+	d, acts = startedSandbox(t)
+	d.logs = strings.Repeat(failed+restart, 2) + strings.ReplaceAll(restart, `"pid1"`, `"daemon"`)
+	tctx, tcancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer tcancel()
 	require.ErrorIs(t, acts.WaitReady(tctx, "sbx1", nobody), context.DeadlineExceeded)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -44,6 +45,8 @@ type fakeDocker struct {
 	// answers with it; checks counts the inspects so far.
 	onInspect func(c *container.InspectResponse, checks int)
 	inspects  int
+	// logs is every container's output (stdout), as ContainerLogs frames it.
+	logs string
 }
 
 type fakeCopy struct {
@@ -318,7 +321,13 @@ func (f *fakeDocker) ServerVersion(ctx context.Context) (types.Version, error) {
 }
 
 func (f *fakeDocker) ContainerLogs(ctx context.Context, ref string, _ container.LogsOptions) (io.ReadCloser, error) {
-	return io.NopCloser(strings.NewReader("")), nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b bytes.Buffer
+	if f.logs != "" {
+		_, _ = stdcopy.NewStdWriter(&b, stdcopy.Stdout).Write([]byte(f.logs))
+	}
+	return io.NopCloser(&b), nil
 }
 
 func (f *fakeDocker) CopyToContainer(ctx context.Context, ref, dst string, content io.Reader, _ container.CopyToContainerOptions) error {

@@ -392,3 +392,26 @@ func main() {
 	require.Contains(t, appErr.Error(), "not a daemon: exiting")
 	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
 }
+
+// A daemon that exits at once inside its container (here a flag it does
+// not know) is restarted by the container's supervisor, so Docker sees a
+// running container: WaitReady counts the supervisor's restarts and ends
+// with the daemon's own words, long before its deadline.
+func TestWaitReadyReportsADaemonItsSupervisorKeepsRestarting(t *testing.T) {
+	acts, _, spec := newDockerActivities(t)
+	SetDaemonArgs(acts, []string{"--no-such-flag"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+	info, err := acts.StartContainer(ctx, spec.SandboxID)
+	require.NoError(t, err)
+	err = acts.WaitReady(ctx, spec.SandboxID, info.Daemon)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
+	require.Equal(t, api.KindOperationFailed, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Contains(t, appErr.Error(), "restarted each time by its container's supervisor")
+	require.Contains(t, appErr.Error(), "no-such-flag")
+	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
+}

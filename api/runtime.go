@@ -218,6 +218,12 @@ type InitBaseArgs struct {
 	BaseID string `json:"base_id,omitempty"`
 }
 
+// DaemonRestartLog is the message the sandbox container's PID 1 (the
+// daemon's supervisor) logs each time the daemon exits and it starts
+// another: the gateway counts these in the container's output to tell a
+// daemon that cannot start from one still starting.
+const DaemonRestartLog = "daemon exited; restarting it"
+
 // ImportBasePath is the daemon route a workspace tar is streamed to
 // (POST, the body is the tar; ?all=true takes gitignored files too): the
 // daemon imports it as the base in one pass and answers InitBaseResult.

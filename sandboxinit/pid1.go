@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 // Supervise is PID 1 of the sandbox container. It starts the daemon as its
@@ -55,7 +57,7 @@ func Supervise(args []string) int {
 			syscall.Sync()
 			return code
 		}
-		log.Error("daemon exited; restarting it", "exit_code", code, "ran", time.Since(started).String())
+		log.Error(api.DaemonRestartLog, "exit_code", code, "ran", time.Since(started).String())
 		if time.Since(started) > 30*time.Second {
 			backoff = 100 * time.Millisecond
 		}
