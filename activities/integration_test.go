@@ -374,9 +374,18 @@ func main() {
 	require.NoError(t, err, "%s", out)
 
 	acts, _, spec := newDockerActivitiesWith(t, bin)
+	requireDaemonCannotStart(t, acts, spec, "keeps exiting (exit code 3", "not a daemon: exiting")
+}
+
+// requireDaemonCannotStart creates and starts spec's container and
+// requires the start, or the wait for its daemon, to fail as a daemon that
+// cannot start (operation_failed, not retried) saying each of wants,
+// before the 3-minute deadline.
+func requireDaemonCannotStart(t *testing.T, acts *Activities, spec workflows.SandboxSpec, wants ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, err = acts.CreateContainer(ctx, spec)
+	_, err := acts.CreateContainer(ctx, spec)
 	require.NoError(t, err)
 	// The start itself may already find the container between two of
 	// Docker's restarts; otherwise the wait for the daemon does.
@@ -388,8 +397,9 @@ func main() {
 	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
 	require.Equal(t, api.KindOperationFailed, appErr.Type())
 	require.True(t, appErr.NonRetryable())
-	require.Contains(t, appErr.Error(), "keeps exiting (exit code 3")
-	require.Contains(t, appErr.Error(), "not a daemon: exiting")
+	for _, w := range wants {
+		require.Contains(t, appErr.Error(), w)
+	}
 	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
 }
 
@@ -400,18 +410,5 @@ func main() {
 func TestWaitReadyReportsADaemonItsSupervisorKeepsRestarting(t *testing.T) {
 	acts, _, spec := newDockerActivities(t)
 	SetDaemonArgs(acts, []string{"--no-such-flag"})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	_, err := acts.CreateContainer(ctx, spec)
-	require.NoError(t, err)
-	info, err := acts.StartContainer(ctx, spec.SandboxID)
-	require.NoError(t, err)
-	err = acts.WaitReady(ctx, spec.SandboxID, info.Daemon)
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(err, &appErr), "%T: %v", err, err)
-	require.Equal(t, api.KindOperationFailed, appErr.Type())
-	require.True(t, appErr.NonRetryable())
-	require.Contains(t, appErr.Error(), "restarted each time by its container's supervisor")
-	require.Contains(t, appErr.Error(), "no-such-flag")
-	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
+	requireDaemonCannotStart(t, acts, spec, "restarted each time by its container's supervisor", "no-such-flag")
 }
