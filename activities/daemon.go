@@ -203,7 +203,10 @@ func (a *Activities) supervisorRestarts(ctx context.Context, containerID string,
 	n := 0
 	var run, last []string
 	for _, line := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
-		if strings.Contains(line, `"msg":"`+api.DaemonRestartLog+`"`) && strings.Contains(line, `"component":"pid1"`) {
+		// The supervisor's own JSON line, read as JSON: text that merely
+		// quotes it (a logged path, a command) is escaped inside a string.
+		var rec struct{ Msg, Component string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == api.DaemonRestartLog && rec.Component == "pid1" {
 			n++
 			run, last = nil, append(run, line)
 			continue

@@ -288,8 +288,12 @@ func TestWaitReadyGivesUpOnADaemonItsSupervisorKeepsRestarting(t *testing.T) {
 	require.Contains(t, e.Error(), "no-such-flag")
 	require.NoError(t, ctx.Err(), "it did not wait for the deadline")
 
+	// Two, and lines that only quote the supervisor's (a path or command
+	// the daemon logged) or come from another component, do not.
+	quoted, _ := json.Marshal(map[string]string{"msg": "file_read", "component": "daemon", "path": restart})
 	d, acts = startedSandbox(t)
-	d.logs = strings.Repeat(failed+restart, 2) + strings.ReplaceAll(restart, `"pid1"`, `"daemon"`)
+	d.logs = strings.Repeat(failed+restart, 2) + strings.ReplaceAll(restart, `"pid1"`, `"daemon"`) + string(quoted) + "\n" +
+		"panic: " + restart
 	tctx, tcancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer tcancel()
 	require.ErrorIs(t, acts.WaitReady(tctx, "sbx1", nobody), context.DeadlineExceeded)

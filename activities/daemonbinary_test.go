@@ -55,6 +55,13 @@ func testELF(typ elf.Type, m elf.Machine, interp string) []byte {
 	return b
 }
 
+// hugeInterp is a dynamic executable whose PT_INTERP header claims 1 TiB.
+func hugeInterp() []byte {
+	b := testELF(elf.ET_EXEC, elfMachines[runtime.GOARCH], "/lib/ld.so")
+	binary.LittleEndian.PutUint64(b[64+56+32:], 1<<40) // the second program header's p_filesz
+	return b
+}
+
 // staticTestELF is a file checkStaticExecutable accepts on this machine.
 func staticTestELF() []byte { return testELF(elf.ET_EXEC, elfMachines[runtime.GOARCH], "") }
 
@@ -83,6 +90,7 @@ func TestCheckStaticExecutable(t *testing.T) {
 		{"a script", "is not an ELF executable", []byte("#!/bin/sh\nexec true\n")},
 		{"empty", "is not an ELF executable", nil},
 		{"truncated", "is not an ELF executable", staticTestELF()[:40]},
+		{"an interpreter header claiming 1 TiB", "linked dynamically (it needs /lib/ld.so)", hugeInterp()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkStaticExecutable("/x/sandbox-daemon", tc.data)
