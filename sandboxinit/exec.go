@@ -67,10 +67,23 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 		return nil, api.Errorf(api.KindOperationFailed, det, "workspace session %s is %s", s.rec.ID, s.state)
 	}
 	rs := s.rt
+	noShell := func(program string) error {
+		return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "program": program},
+			"workspace session %s has no %s, which runs every command (%s -c CMD): the sandbox's image has no shell; use an image with one",
+			s.rec.ID, program, program)
+	}
 	starter := func(ctx context.Context, spec command.Spec) (command.Process, error) {
+		// A TTY command's helper starts whatever the program: look first.
+		// Other commands fail to start without it, and are looked at then.
+		if spec.TTY && len(spec.Args) > 0 && missingInSession(rs, spec.Args[0]) {
+			return nil, noShell(spec.Args[0])
+		}
 		p, err := rs.Exec(ctx, runtime.ProcSpec{Args: spec.Args, Env: append([]string{"GIT_OPTIONAL_LOCKS=0"}, spec.Env...), Cwd: cwd,
 			Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, TTY: spec.TTY, Rows: spec.Rows, Cols: spec.Cols, ViaInit: !spec.TTY})
 		if err != nil {
+			if len(spec.Args) > 0 && missingInSession(rs, spec.Args[0]) {
+				return nil, noShell(spec.Args[0])
+			}
 			return nil, err
 		}
 		return p, nil
