@@ -41,6 +41,7 @@ type DevServer struct {
 	// UILogin is the URL that logs a browser in to the UI ("" when off).
 	UILogin   string
 	Namespace string
+	unlock    func() // the state dir's lock (lockStateDir)
 }
 
 // StartDevServer starts Temporal's dev server in this process: SQLite in
@@ -65,6 +66,16 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("temporal state dir: %w", err)
 	}
+	unlock, err := lockStateDir(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			unlock()
+		}
+	}()
 	host, port, err := hostPort(o.Address)
 	if err != nil {
 		return nil, fmt.Errorf("temporal address %q: %w", o.Address, err)
@@ -98,7 +109,7 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 	}
 	opts.FrontendHTTPPort = devserver.MustGetFreePort(host)
 	ds := &DevServer{Address: net.JoinHostPort(host, strconv.Itoa(port)), Namespace: o.Namespace,
-		HTTPAddress: net.JoinHostPort(host, strconv.Itoa(opts.FrontendHTTPPort))}
+		HTTPAddress: net.JoinHostPort(host, strconv.Itoa(opts.FrontendHTTPPort)), unlock: unlock}
 	tlsConf, err := internodeTLS()
 	if err != nil {
 		return nil, fmt.Errorf("embedded temporal: %w", err)
@@ -120,6 +131,7 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 		ds.ui, ds.UIAddress = ui, ui.Addr
 		ds.UILogin = "http://" + ui.Addr + "/?login=" + UIToken(o.Secret)
 	}
+	started = true
 	return ds, nil
 }
 
@@ -129,6 +141,7 @@ func (d *DevServer) Stop() {
 		d.ui.Stop()
 	}
 	d.srv.Stop()
+	d.unlock()
 }
 
 func hostPort(addr string) (string, int, error) {
