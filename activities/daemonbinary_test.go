@@ -116,7 +116,7 @@ func TestCreateRefusesADaemonThatCannotRun(t *testing.T) {
 			err := acts.CheckDaemonFiles()
 			require.ErrorContains(t, err, "linked dynamically (it needs /lib/ld-musl-x86_64.so.1)")
 			_, err = acts.CreateContainer(t.Context(), testSpec("sbx1"))
-			requireAppError(t, err, api.KindInvalidRequest, true)
+			requireAppError(t, err, api.KindOperationFailed, true) // the deployment's fault, not the caller's
 			require.ErrorContains(t, err, file)
 			require.Empty(t, d.containers, "nothing was created")
 		})

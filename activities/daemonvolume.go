@@ -23,6 +23,9 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
 
 // The daemon binary (and the session init beside it) reach every sandbox
@@ -71,7 +74,7 @@ func (a *Activities) readDaemonFiles() (*daemonFiles, error) {
 			continue // no session init: the daemon runs sessions' inits itself
 		}
 		if err != nil {
-			return nil, invalidArgument("read daemon binary: %v", err)
+			return nil, badDaemonBuild(p, fmt.Errorf("read daemon binary: %w", err))
 		}
 		fmt.Fprintf(&stamp, "%s:%d:%d;", p, fi.Size(), fi.ModTime().UnixNano())
 	}
@@ -89,14 +92,14 @@ func (a *Activities) readDaemonFiles() (*daemonFiles, error) {
 			continue
 		}
 		if err != nil {
-			return nil, invalidArgument("read daemon binary: %v", err)
+			return nil, badDaemonBuild(p, fmt.Errorf("read daemon binary: %w", err))
 		}
 		name := filepath.Base(DaemonPath)
 		if i > 0 {
 			name = filepath.Base(SessinitPath)
 		}
 		if err := checkStaticExecutable(p, data); err != nil {
-			return nil, invalidArgument("%v", err)
+			return nil, badDaemonBuild(p, err)
 		}
 		b.files[name] = data
 		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
@@ -105,6 +108,14 @@ func (a *Activities) readDaemonFiles() (*daemonFiles, error) {
 	b.sha = hex.EncodeToString(h.Sum(nil))
 	dv.stamp, dv.build = stamp.String(), b
 	return b, nil
+}
+
+// badDaemonBuild is a create's answer when this deployment's daemon build
+// cannot be used: not the caller's request but the deployment is wrong
+// (operation_failed, not retried: the operator has to replace the build).
+func badDaemonBuild(path string, err error) error {
+	return apperr.Newf(api.KindOperationFailed, map[string]any{"daemon_binary": path},
+		"this deployment's sandbox daemon cannot be used: %v", err)
 }
 
 func daemonVolumeName(sha string) string { return daemonVolumePref + sha[:16] }
