@@ -45,6 +45,10 @@ const (
 	daemonFillPrefix  = "eos-daemon-fill-"  // the helper container's name prefix
 	daemonFillRole    = "daemon-fill"       // LabelRole of the helper container
 	daemonFileMode    = 0o755
+	// daemonVolumeGCGrace: the sweep of other builds' unused volumes
+	// leaves one this young (its worker is likely between making it and
+	// mounting it; the sandbox create checks for the rest).
+	daemonVolumeGCGrace = 10 * time.Minute
 )
 
 // daemonFiles are the files of one daemon build, read once per content.
@@ -138,12 +142,28 @@ func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (stri
 	v, err := a.docker.VolumeInspect(ctx, name)
 	switch {
 	case cerrdefs.IsNotFound(err):
-		if v, err = a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name,
-			Labels: map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: b.sha}}); err != nil {
-			return "", fmt.Errorf("create daemon volume %s: %w", name, err)
+		if v, err = a.createDaemonVolume(ctx, name, b); err != nil {
+			return "", err
 		}
 	case err != nil:
 		return "", fmt.Errorf("inspect daemon volume %s: %w", name, err)
+	case len(v.Labels) == 0:
+		// Docker makes a volume a container mounts by a name that does not
+		// exist, empty and without labels: a container was created while
+		// this build's volume was missing (another build's worker removed
+		// it unused). Nobody else names a volume after this build's hash:
+		// it is replaced, unless a container still holds it.
+		if err := a.docker.VolumeRemove(ctx, name, false); err != nil {
+			if cerrdefs.IsConflict(err) {
+				return "", apperr.Newf(api.KindOperationFailed, map[string]any{"volume": name},
+					"daemon volume %s was made empty by Docker (a container mounted it while it was missing) and a container still uses it; remove that container", name)
+			}
+			return "", fmt.Errorf("remove unlabelled daemon volume %s: %w", name, err)
+		}
+		a.log.Warn("unlabelled daemon volume replaced", "volume", name)
+		if v, err = a.createDaemonVolume(ctx, name, b); err != nil {
+			return "", err
+		}
 	case v.Labels[LabelRole] != roleDaemon || v.Labels[LabelDaemonSHA256] != b.sha:
 		return "", conflict("volume %s exists but is not this daemon build's volume (labels %v); remove it", name, v.Labels)
 	}
@@ -162,6 +182,34 @@ func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (stri
 		a.removeUnusedDaemonVolumes(ctx, name)
 	}
 	return name, nil
+}
+
+func (a *Activities) createDaemonVolume(ctx context.Context, name string, b *daemonFiles) (volume.Volume, error) {
+	v, err := a.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name,
+		Labels: map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: b.sha}})
+	if err != nil {
+		return v, fmt.Errorf("create daemon volume %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// daemonVolumeStillVerified says whether name is still the volume this
+// process found complete. A container created since mounts it, so Docker
+// will not remove it now; but between the check and that create another
+// build's worker may have removed it, and Docker then made an empty one.
+func (a *Activities) daemonVolumeStillVerified(ctx context.Context, name string) (bool, error) {
+	v, err := a.docker.VolumeInspect(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("inspect daemon volume %s: %w", name, err)
+	}
+	dv := &a.dvol
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if seen, ok := dv.verified[name]; ok && seen == v.CreatedAt && v.Labels[LabelRole] == roleDaemon {
+		return true, nil
+	}
+	delete(dv.verified, name)
+	return false, nil
 }
 
 // fillDaemonVolume checks the volume's files against the build (read back
@@ -257,6 +305,9 @@ func (a *Activities) removeUnusedDaemonVolumes(ctx context.Context, keep string)
 	for _, v := range vs.Volumes {
 		if v == nil || v.Name == keep || !strings.HasPrefix(v.Name, daemonVolumePref) || v.Labels[LabelRole] != roleDaemon {
 			continue
+		}
+		if created, err := time.Parse(time.RFC3339Nano, v.CreatedAt); err == nil && time.Since(created) < daemonVolumeGCGrace {
+			continue // another build's worker may be about to mount it
 		}
 		a.removeDaemonVolumeIfUnused(ctx, v.Name, keep)
 	}

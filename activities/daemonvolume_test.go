@@ -103,6 +103,8 @@ func TestAdoptedContainerWithoutDaemonVolume(t *testing.T) {
 	acts := newTestActivities(t, d)
 	ctx := context.Background()
 	spec := testSpec("sbx1")
+	_, err := acts.CreateVolume(ctx, spec)
+	require.NoError(t, err)
 	cfg, hc := acts.containerConfig(spec, "{}", "")
 	hc.Mounts = hc.Mounts[:1] // the state volume only, as before
 	delete(cfg.Labels, LabelDaemonVolume)
@@ -117,4 +119,79 @@ func TestAdoptedContainerWithoutDaemonVolume(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(fakeBuild("#!daemon binary")), string(entries[strings.TrimPrefix(DaemonPath, "/")].data))
 	require.Contains(t, entries, "eos/secret/daemon.token")
+}
+
+// Another build's worker may remove this build's volume, unused, between
+// the create's check and its container create; Docker then makes the
+// mounted name again, empty and without labels. The create sees it, makes
+// and fills the volume again, and its container mounts the full one.
+func TestDaemonVolumeRemovedUnderTheCreate(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	b, err := acts.readDaemonFiles()
+	require.NoError(t, err)
+	name := daemonVolumeName(b.sha)
+	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.NoError(t, acts.RemoveSandbox(ctx, "sbx1"))
+
+	removed := 0
+	d.beforeCreate = func(container string) {
+		if container == "eos-sbx-sbx2" && removed == 0 {
+			removed++
+			require.NoError(t, d.VolumeRemove(ctx, name, false), "unused: another build's sweep may remove it")
+		}
+	}
+	_, err = acts.CreateContainer(ctx, testSpec("sbx2"))
+	require.NoError(t, err)
+	require.Equal(t, 1, removed)
+	v := d.volumes[name]
+	require.Equal(t, roleDaemon, v.Labels[LabelRole], "the volume is ours again, not Docker's empty one")
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
+	require.Equal(t, name, daemonVolumeOf(t, d, "sbx2"))
+}
+
+// A volume of this build's name without labels is Docker's empty one: it
+// is replaced and filled, unless a container still holds it (refused,
+// naming the volume, the deployment's matter).
+func TestUnlabelledDaemonVolumeReplaced(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	b, err := acts.readDaemonFiles()
+	require.NoError(t, err)
+	name := daemonVolumeName(b.sha)
+	_, err = d.VolumeCreate(ctx, volume.CreateOptions{Name: name})
+	require.NoError(t, err)
+	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.Equal(t, roleDaemon, d.volumes[name].Labels[LabelRole])
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
+
+	d2 := newFakeDocker()
+	acts2 := newTestActivities(t, d2)
+	cfg, hc := acts2.containerConfig(testSpec("other"), "{}", name) // makes it, as Docker does
+	_, err = d2.ContainerCreate(ctx, cfg, hc, nil, nil, "someone-else")
+	require.NoError(t, err)
+	_, err = acts2.CreateContainer(ctx, testSpec("sbx1"))
+	requireAppError(t, err, "operation_failed", true)
+	require.Contains(t, err.Error(), name)
+	require.Empty(t, d2.volumes[name].Labels, "left as it is")
+}
+
+// The sweep of other builds' unused volumes leaves a young one: its
+// worker may be about to mount it.
+func TestDaemonVolumeSweepSparesYoungVolumes(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	labels := func(sha string) map[string]string { return map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: sha} }
+	young, old := daemonVolumePref+"aaaaaaaaaaaaaaaa", daemonVolumePref+"bbbbbbbbbbbbbbbb"
+	d.volumes[young] = volume.Volume{Name: young, Labels: labels("aa"), CreatedAt: time.Now().Add(-time.Minute).Format(time.RFC3339)}
+	d.volumes[old] = volume.Volume{Name: old, Labels: labels("bb"), CreatedAt: time.Now().Add(-time.Hour).Format(time.RFC3339)}
+	_, err := acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.Contains(t, d.volumes, young)
+	require.NotContains(t, d.volumes, old)
 }

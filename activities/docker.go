@@ -272,6 +272,25 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 		if err != nil {
 			return workflows.ContainerInfo{}, fmt.Errorf("create container %s: %w", name, err)
 		}
+		if ok, err := a.daemonVolumeStillVerified(ctx, dvol); !ok {
+			// Removed since it was checked, and made again empty by this
+			// very create: the container goes, the volume is made and
+			// filled again, and the create tries once more.
+			if rerr := a.removeContainer(ctx, created.ID); rerr != nil {
+				return workflows.ContainerInfo{}, rerr
+			}
+			if err == nil && attempt < 3 {
+				a.log.Warn("daemon volume changed under the create; filling it again", "sandbox_id", spec.SandboxID, "volume", dvol)
+				if dvol, err = a.ensureDaemonVolume(ctx, spec.Image); err != nil {
+					return workflows.ContainerInfo{}, err
+				}
+				continue
+			}
+			if err == nil {
+				err = fmt.Errorf("daemon volume %s keeps changing under the create", dvol)
+			}
+			return workflows.ContainerInfo{}, err
+		}
 		// Its token is the argument --token-sha256 (containerConfig): no
 		// copy into the container (Docker's copy into a created container
 		// costs ~60 ms, a sixth of a 1k-file create).

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
@@ -47,6 +48,8 @@ type fakeDocker struct {
 	inspects  int
 	// logs is every container's output (stdout), as ContainerLogs frames it.
 	logs string
+	// beforeCreate, when set, runs (unlocked) before each ContainerCreate.
+	beforeCreate func(name string)
 }
 
 type fakeCopy struct {
@@ -208,6 +211,9 @@ func matchLabels(labels map[string]string, want []string) bool {
 }
 
 func (f *fakeDocker) ContainerCreate(ctx context.Context, cfg *container.Config, hc *container.HostConfig, _ *network.NetworkingConfig, _ *ocispec.Platform, name string) (container.CreateResponse, error) {
+	if f.beforeCreate != nil {
+		f.beforeCreate(name)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.containers[name]; ok {
@@ -221,6 +227,12 @@ func (f *fakeDocker) ContainerCreate(ctx context.Context, cfg *container.Config,
 	cid := fmt.Sprintf("c%03d", f.nextID)
 	var mounts []container.MountPoint
 	for _, m := range hc.Mounts {
+		if _, ok := f.volumes[m.Source]; m.Type == mount.TypeVolume && !ok {
+			// As Docker does: a missing named volume is made, empty and
+			// without labels.
+			f.nextID++
+			f.volumes[m.Source] = volume.Volume{Name: m.Source, Driver: "local", CreatedAt: fmt.Sprintf("t%03d", f.nextID)}
+		}
 		mounts = append(mounts, container.MountPoint{Type: m.Type, Name: m.Source, Destination: m.Target, RW: !m.ReadOnly})
 	}
 	f.containers[name] = &container.InspectResponse{
