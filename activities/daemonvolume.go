@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -217,8 +218,11 @@ func (a *Activities) daemonVolumeStillVerified(ctx context.Context, name string)
 // them in when they differ. A helper container mounts the volume for the
 // Engine's archive calls; it is never started and is removed after.
 func (a *Activities) fillDaemonVolume(ctx context.Context, name, image string, b *daemonFiles) error {
-	helper := daemonFillPrefix + strings.TrimPrefix(name, daemonVolumePref)
-	_ = a.removeContainer(ctx, helper) // one a crash left behind
+	// A name of its own: another worker process (of the same build, on
+	// the same Docker host) may be filling the volume right now, with its
+	// own helper. Helpers a crash left behind go once they are old.
+	a.removeStaleFillHelpers(ctx, name)
+	helper := daemonFillPrefix + strings.TrimPrefix(name, daemonVolumePref) + "-" + randHex(4)
 	created, err := a.docker.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/nonexistent"},
 		Labels: map[string]string{LabelRole: daemonFillRole, LabelDaemonVolume: name}},
 		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: daemonFillMount,
@@ -257,6 +261,29 @@ func (a *Activities) fillDaemonVolume(ctx context.Context, name, image string, b
 	}
 	a.log.Info("daemon volume filled", "volume", name, "sha256", b.sha)
 	return nil
+}
+
+// randHex is n random bytes in hex.
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// removeStaleFillHelpers removes the helper containers of volume name made
+// over daemonVolumeGCGrace ago (a crash left them; a live fill takes
+// seconds).
+func (a *Activities) removeStaleFillHelpers(ctx context.Context, name string) {
+	cs, err := a.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelRole+"="+daemonFillRole), filters.Arg("label", LabelDaemonVolume+"="+name))})
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		if time.Since(time.Unix(c.Created, 0)) > daemonVolumeGCGrace {
+			_ = a.removeContainer(ctx, c.ID)
+		}
+	}
 }
 
 // daemonVolumeMatches reads the volume's files back and compares them with

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/stretchr/testify/require"
 )
@@ -194,4 +195,30 @@ func TestDaemonVolumeSweepSparesYoungVolumes(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, d.volumes, young)
 	require.NotContains(t, d.volumes, old)
+}
+
+// Two worker processes of one build on one Docker host may fill its
+// volume at once: each fills through a helper of its own name, and a
+// helper is removed by another only once it is old (a crash left it).
+func TestDaemonVolumeFillHelpersOfOthersStay(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	b, err := acts.readDaemonFiles()
+	require.NoError(t, err)
+	name := daemonVolumeName(b.sha)
+	base := daemonFillPrefix + strings.TrimPrefix(name, daemonVolumePref)
+	helper := func(name string) {
+		_, err := d.ContainerCreate(ctx, &container.Config{Image: "img:1", Labels: map[string]string{LabelRole: daemonFillRole, LabelDaemonVolume: daemonVolumeName(b.sha)}},
+			&container.HostConfig{}, nil, nil, name)
+		require.NoError(t, err)
+	}
+	helper(base)            // another process's fill, under way (the name an older build gave every helper)
+	helper(base + "-crash") // a crash's, an hour old
+	d.containers[base+"-crash"].Created = time.Now().Add(-time.Hour).Format(time.RFC3339Nano)
+	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
+	require.NoError(t, err)
+	require.Contains(t, d.containers, base, "another process's fill is left alone")
+	require.NotContains(t, d.containers, base+"-crash", "a crash's leftover goes")
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
@@ -236,7 +237,7 @@ func (f *fakeDocker) ContainerCreate(ctx context.Context, cfg *container.Config,
 		mounts = append(mounts, container.MountPoint{Type: m.Type, Name: m.Source, Destination: m.Target, RW: !m.ReadOnly})
 	}
 	f.containers[name] = &container.InspectResponse{
-		ContainerJSONBase: &container.ContainerJSONBase{ID: cid, Name: "/" + name, Image: id,
+		ContainerJSONBase: &container.ContainerJSONBase{ID: cid, Name: "/" + name, Image: id, Created: time.Now().Format(time.RFC3339Nano),
 			State: &container.State{Status: "created"}, HostConfig: hc},
 		Config:          cfg,
 		NetworkSettings: &container.NetworkSettings{},
@@ -279,7 +280,8 @@ func (f *fakeDocker) ContainerList(ctx context.Context, o container.ListOptions)
 	var out []container.Summary
 	for name, c := range f.containers {
 		if matchLabels(c.Config.Labels, o.Filters.Get("label")) {
-			out = append(out, container.Summary{ID: c.ID, Names: []string{"/" + name}, Labels: c.Config.Labels})
+			created, _ := time.Parse(time.RFC3339Nano, c.Created)
+			out = append(out, container.Summary{ID: c.ID, Names: []string{"/" + name}, Labels: c.Config.Labels, Created: created.Unix()})
 		}
 	}
 	return out, nil

@@ -2,8 +2,6 @@ package activities
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,12 +93,6 @@ func requireDockerEngine(t *testing.T) *client.Client {
 		t.Fatalf("inspect image %s: %v", testImage, err)
 	}
 	return cli
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // newDockerActivities builds activities over the real engine for one test
@@ -411,4 +403,49 @@ func TestWaitReadyReportsADaemonItsSupervisorKeepsRestarting(t *testing.T) {
 	acts, _, spec := newDockerActivities(t)
 	SetDaemonArgs(acts, []string{"--no-such-flag"})
 	requireDaemonCannotStart(t, acts, spec, "restarted each time by its container's supervisor", "no-such-flag")
+}
+
+// Two worker processes of one build on one Docker host fill a new build's
+// volume at the same time (CI's first test packages on a fresh machine do):
+// each through a helper of its own, so neither removes the other's mid-fill,
+// and both sandboxes start on the full binary.
+func TestDaemonVolumeFilledByTwoWorkersAtOnce(t *testing.T) {
+	src, err := os.ReadFile(testDaemonBinary(t))
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "sandbox-daemon")
+	// A build of its own: the same program with bytes after its end.
+	require.NoError(t, os.WriteFile(bin, append(src, []byte("\x00eos-test-"+randHex(8))...), 0o755))
+	cli := requireDockerEngine(t)
+	var vol string
+	t.Cleanup(func() { // after both sandboxes are gone (cleanups run last first)
+		if vol != "" {
+			_ = cli.VolumeRemove(context.Background(), vol, false)
+		}
+	})
+	a1, _, s1 := newDockerActivitiesWith(t, bin)
+	a2, _, s2 := newDockerActivitiesWith(t, bin)
+	vol = a1.currentDaemonVolume()
+	require.NotEmpty(t, vol)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, w := range []struct {
+		acts *Activities
+		spec workflows.SandboxSpec
+	}{{a1, s1}, {a2, s2}} {
+		go func() { _, err := w.acts.CreateContainer(ctx, w.spec); errs <- err }()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	for _, w := range []struct {
+		acts *Activities
+		id   string
+	}{{a1, s1.SandboxID}, {a2, s2.SandboxID}} {
+		started, err := w.acts.StartContainer(ctx, w.id)
+		require.NoError(t, err)
+		require.NoError(t, w.acts.WaitReady(ctx, w.id, started.Daemon), "sandbox %s starts on the full binary", w.id)
+	}
+	v, err := cli.VolumeInspect(ctx, vol)
+	require.NoError(t, err)
+	require.Equal(t, roleDaemon, v.Labels[LabelRole])
 }
