@@ -187,7 +187,9 @@ func TestDaemonVolumeSweepSparesYoungVolumes(t *testing.T) {
 	d := newFakeDocker()
 	acts := newTestActivities(t, d)
 	ctx := context.Background()
-	labels := func(sha string) map[string]string { return map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: sha} }
+	labels := func(sha string) map[string]string {
+		return map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: sha}
+	}
 	young, old := daemonVolumePref+"aaaaaaaaaaaaaaaa", daemonVolumePref+"bbbbbbbbbbbbbbbb"
 	d.volumes[young] = volume.Volume{Name: young, Labels: labels("aa"), CreatedAt: time.Now().Add(-time.Minute).Format(time.RFC3339)}
 	d.volumes[old] = volume.Volume{Name: old, Labels: labels("bb"), CreatedAt: time.Now().Add(-time.Hour).Format(time.RFC3339)}
