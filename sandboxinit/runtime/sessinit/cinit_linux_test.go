@@ -304,32 +304,7 @@ func TestCInitLoadsTheHandedFilter(t *testing.T) {
 		{"wrong count", append(allowAll.Encode(), 0), "error: compiled seccomp filter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mf, err := os.CreateTemp(t.TempDir(), "filter")
-			require.NoError(t, err)
-			_, err = mf.Write(tc.data)
-			require.NoError(t, err)
-			rd, wr, err := os.Pipe()
-			require.NoError(t, err)
-			// fds 3 (socket), 4 (filter), 5 (ready).
-			bin := cinitBinary(t)
-			dir := t.TempDir()
-			sock := filepath.Join(dir, "exec.sock")
-			ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-			require.NoError(t, err)
-			ln.SetUnlinkOnClose(false)
-			lf, _ := ln.File()
-			ln.Close()
-			cmd := exec.Command(bin)
-			cmd.Env = []string{"EOS_EXEC_FD=3", "EOS_SECCOMP_FD=4", "EOS_READY_FD=5", "PATH=/usr/bin:/bin"}
-			cmd.ExtraFiles = []*os.File{lf, mf, wr}
-			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
-			require.NoError(t, cmd.Start())
-			lf.Close()
-			mf.Close()
-			wr.Close()
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+			cmd, sock, rd, done := startInitWithFilter(t, tc.data)
 			msg := make([]byte, 256)
 			_ = rd.SetReadDeadline(time.Now().Add(20 * time.Second))
 			n, _ := rd.Read(msg)
@@ -355,6 +330,88 @@ func TestCInitLoadsTheHandedFilter(t *testing.T) {
 			f, err := sessinit.SeccompFilters(pid)
 			require.NoError(t, err)
 			require.Equal(t, 1, f, "the init itself runs under the filter")
+		})
+	}
+}
+
+// startInitWithFilter starts the C init with data as its seccomp filter
+// (fd 4), its exec socket (at sock) on fd 3 and its ready fd 5, which rd
+// reads.
+func startInitWithFilter(t *testing.T, data []byte) (cmd *exec.Cmd, sock string, rd *os.File, done chan error) {
+	t.Helper()
+	mf, err := os.CreateTemp(t.TempDir(), "filter")
+	require.NoError(t, err)
+	_, err = mf.Write(data)
+	require.NoError(t, err)
+	rd, wr, err := os.Pipe()
+	require.NoError(t, err)
+	bin := cinitBinary(t)
+	sock = filepath.Join(t.TempDir(), "exec.sock")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	require.NoError(t, err)
+	ln.SetUnlinkOnClose(false)
+	lf, _ := ln.File()
+	ln.Close()
+	cmd = exec.Command(bin)
+	cmd.Env = []string{"EOS_EXEC_FD=3", "EOS_SECCOMP_FD=4", "EOS_READY_FD=5", "PATH=/usr/bin:/bin"}
+	cmd.ExtraFiles = []*os.File{lf, mf, wr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	require.NoError(t, cmd.Start())
+	lf.Close()
+	mf.Close()
+	wr.Close()
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	return cmd, sock, rd, done
+}
+
+// The init starts each command in its own memory until execve (CLONE_VM |
+// CLONE_VFORK, as posix_spawn), and falls back to fork where clone refuses
+// that (an old kernel, a stricter filter): under a filter that refuses a
+// plain fork, commands still run (the first way is taken); under one that
+// refuses CLONE_VFORK, they run too (the fallback), and a child's failure
+// before execve is reported either way.
+func TestCInitStartsCommandsWithoutCopyingItself(t *testing.T) {
+	// clone with the flag bit (in the low word of args[0]) set, or not
+	// set: EPERM; everything else allowed.
+	refuseClone := func(bit uint32, whenSet bool) []byte {
+		jt, jf := uint8(0), uint8(1) // when set: to EPERM
+		if !whenSet {
+			jt, jf = 1, 0
+		}
+		return (&sessinit.Filter{Prog: []unix.SockFilter{
+			{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+			{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.SYS_CLONE, Jt: 0, Jf: 3},
+			{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 16},
+			{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, K: bit, Jt: jt, Jf: jf},
+			{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+			{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+		}}).Encode()
+	}
+	for _, tc := range []struct {
+		name   string
+		filter []byte
+	}{
+		{"fork refused", refuseClone(unix.CLONE_VM, false)},
+		{"CLONE_VFORK refused", refuseClone(unix.CLONE_VFORK, true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, sock, rd, done := startInitWithFilter(t, tc.filter)
+			msg := make([]byte, 64)
+			_ = rd.SetReadDeadline(time.Now().Add(20 * time.Second))
+			n, _ := rd.Read(msg)
+			require.Equal(t, "ok\n", string(msg[:n]))
+			p := &initProc{cmd: cmd, sock: sock, done: done}
+			for i := 0; i < 3; i++ {
+				code, out := p.run(t, request([]string{"sh", "-c", "echo ran; exit 3"}, nil, "/tmp"))
+				require.Equal(t, 3, code)
+				require.Equal(t, "ran\n", out)
+			}
+			c, _ := p.send(t, request([]string{"true"}, nil, "/nonexistent/dir"), 3)
+			r, fds := readReply(t, c)
+			require.Empty(t, fds)
+			require.Contains(t, r.Error, "start true: no such file or directory")
 		})
 	}
 }
