@@ -129,7 +129,11 @@ func daemonVolumeName(sha string) string { return daemonVolumePref + sha[:16] }
 // creating and filling it when this worker process has not seen it
 // complete. image is one present on the host (the sandbox's): the helper
 // container that fills the volume is created from it, never started.
-func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (string, error) {
+//
+// own is the container the create is for: one left by a worker that
+// crashed right after creating it on Docker's empty volume (below) holds
+// that volume, could never start, and is removed with it.
+func (a *Activities) ensureDaemonVolume(ctx context.Context, image, own string) (string, error) {
 	b, err := a.readDaemonFiles()
 	if err != nil {
 		return "", err
@@ -154,7 +158,11 @@ func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (stri
 		// this build's volume was missing (another build's worker removed
 		// it unused). Nobody else names a volume after this build's hash:
 		// it is replaced, unless a container still holds it.
-		if err := a.docker.VolumeRemove(ctx, name, false); err != nil {
+		err := a.docker.VolumeRemove(ctx, name, false)
+		if cerrdefs.IsConflict(err) && a.removeIfStuckOn(ctx, own, name) {
+			err = a.docker.VolumeRemove(ctx, name, false)
+		}
+		if err != nil {
 			if cerrdefs.IsConflict(err) {
 				return "", apperr.Newf(api.KindOperationFailed, map[string]any{"volume": name},
 					"daemon volume %s was made empty by Docker (a container mounted it while it was missing) and a container still uses it; remove that container", name)
@@ -183,6 +191,25 @@ func (a *Activities) ensureDaemonVolume(ctx context.Context, image string) (stri
 		a.removeUnusedDaemonVolumes(ctx, name)
 	}
 	return name, nil
+}
+
+// removeIfStuckOn removes the container named own if it is not running and
+// mounts the daemon volume vol, and says whether it did.
+func (a *Activities) removeIfStuckOn(ctx context.Context, own, vol string) bool {
+	if own == "" {
+		return false
+	}
+	c, err := a.docker.ContainerInspect(ctx, own)
+	if err != nil || (c.State != nil && (c.State.Running || c.State.Restarting)) {
+		return false
+	}
+	for _, m := range c.Mounts {
+		if m.Destination == DaemonDir && m.Name == vol {
+			a.log.Warn("removing a container made on an empty daemon volume", "container", own, "volume", vol)
+			return a.removeContainer(ctx, c.ID) == nil
+		}
+	}
+	return false
 }
 
 func (a *Activities) createDaemonVolume(ctx context.Context, name string, b *daemonFiles) (volume.Volume, error) {

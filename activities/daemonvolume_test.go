@@ -224,3 +224,32 @@ func TestDaemonVolumeFillHelpersOfOthersStay(t *testing.T) {
 	require.NotContains(t, d.containers, base+"-crash", "a crash's leftover goes")
 	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
 }
+
+// A worker killed right after it created a sandbox's container on Docker's
+// empty daemon volume (the volume removed under the create, the check
+// after it never run) leaves a container that can never start and holds
+// that volume: the retried create removes both, makes and fills the
+// volume, and creates the container again.
+func TestCreateRetriedAfterAContainerOnAnEmptyDaemonVolume(t *testing.T) {
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	ctx := context.Background()
+	b, err := acts.readDaemonFiles()
+	require.NoError(t, err)
+	name := daemonVolumeName(b.sha)
+	spec := testSpec("sbx1")
+	_, err = acts.CreateVolume(ctx, spec)
+	require.NoError(t, err)
+	cfg, hc := acts.containerConfig(spec, "{}", name) // Docker makes the volume, empty
+	left, err := d.ContainerCreate(ctx, cfg, hc, nil, nil, "eos-sbx-sbx1")
+	require.NoError(t, err)
+	require.Empty(t, d.volumes[name].Labels)
+
+	info, err := acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+	require.False(t, info.Adopted, "the stuck container is not adopted")
+	require.NotEqual(t, left.ID, info.ContainerID)
+	require.Equal(t, roleDaemon, d.volumes[name].Labels[LabelRole])
+	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
+	require.Equal(t, name, daemonVolumeOf(t, d, "sbx1"))
+}

@@ -227,14 +227,14 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 			return workflows.ContainerInfo{}, err
 		}
 	}
-	dvol, err := a.ensureDaemonVolume(ctx, spec.Image)
+	name := workflows.ContainerName(spec.SandboxID)
+	dvol, err := a.ensureDaemonVolume(ctx, spec.Image, name)
 	if err != nil {
 		return workflows.ContainerInfo{}, err
 	}
 	if err := waitNetwork(); err != nil {
 		return workflows.ContainerInfo{}, err
 	}
-	name := workflows.ContainerName(spec.SandboxID)
 	info := workflows.ContainerInfo{Name: name, Volume: workflows.VolumeName(spec.SandboxID)}
 	for attempt := 0; ; attempt++ {
 		existing, err := a.docker.ContainerInspect(ctx, name)
@@ -281,7 +281,7 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 			}
 			if err == nil && attempt < 3 {
 				a.log.Warn("daemon volume changed under the create; filling it again", "sandbox_id", spec.SandboxID, "volume", dvol)
-				if dvol, err = a.ensureDaemonVolume(ctx, spec.Image); err != nil {
+				if dvol, err = a.ensureDaemonVolume(ctx, spec.Image, name); err != nil {
 					return workflows.ContainerInfo{}, err
 				}
 				continue
