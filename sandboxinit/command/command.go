@@ -53,7 +53,7 @@ func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
 		exited: make(chan struct{}), finalized: make(chan struct{})}
 	c.out.lines.max = e.opts.MaxBytes
 	var err error
-	if c.stdinR, c.stdin, err = os.Pipe(); err != nil {
+	if c.stdinR, c.stdin, err = pipe(true); err != nil {
 		return nil, err
 	}
 	streams := 2
@@ -61,7 +61,7 @@ func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
 		streams = 1
 	}
 	for range streams {
-		r, w, err := os.Pipe()
+		r, w, err := pipe(false)
 		if err != nil {
 			c.closePipes()
 			return nil, err
@@ -69,6 +69,30 @@ func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
 		c.outR, c.outW = append(c.outR, r), append(c.outW, w)
 	}
 	return c, nil
+}
+
+// pipe is os.Pipe with the end the process gets (the read end when
+// childReads, else the write end) left blocking and out of the runtime's
+// poller: it is only handed over, never read or written here, and a
+// starter takes its descriptor (Fd, which makes it blocking anyway). That
+// saves an exec three epoll registrations and their removal, a tenth of
+// the daemon's CPU per short command (measured). The daemon's end is
+// non-blocking and pollable, as os.Pipe makes it.
+func pipe(childReads bool) (r, w *os.File, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	ours := p[1]
+	if !childReads {
+		ours = p[0]
+	}
+	if err := syscall.SetNonblock(ours, true); err != nil {
+		_ = syscall.Close(p[0])
+		_ = syscall.Close(p[1])
+		return nil, nil, os.NewSyscallError("setnonblock", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 func (c *command) spec(args api.ExecCommandArgs, env []string) Spec {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +136,27 @@ func TestShortPath(t *testing.T) {
 		require.True(t, strings.HasPrefix(p, "/proc/self/fd/"))
 		return nil
 	}))
+}
+
+// pidfdPid answers the pid in our namespace while the process lives, and
+// a pid below 1 once it is reaped, through the ioctl and through fdinfo
+// alike.
+func TestPidfdPid(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	for _, get := range []func(int) (int, error){pidfdPid, pidfdPidFdinfo} {
+		pid, err := get(fd)
+		require.NoError(t, err)
+		require.Equal(t, cmd.Process.Pid, pid)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	for _, get := range []func(int) (int, error){pidfdPid, pidfdPidFdinfo} {
+		pid, err := get(fd)
+		require.NoError(t, err)
+		require.Less(t, pid, 1, "reaped")
+	}
 }
