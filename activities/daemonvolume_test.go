@@ -75,12 +75,8 @@ func TestDaemonVolumePerBuild(t *testing.T) {
 // A volume of the right name whose files are wrong (a crash while filling,
 // a power loss) is refilled; one of that name that is not ours is refused.
 func TestDaemonVolumeRefilledOrRefused(t *testing.T) {
-	d := newFakeDocker()
-	acts := newTestActivities(t, d)
-	ctx := context.Background()
-	b, err := acts.readDaemonFiles()
-	require.NoError(t, err)
-	name := daemonVolumeName(b.sha)
+	d, acts, ctx, b, name := daemonVolumeFixture(t)
+	var err error
 	_, err = d.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{LabelRole: roleDaemon, LabelDaemonSHA256: b.sha}})
 	require.NoError(t, err)
 	d.volData[name] = map[string][]byte{"sandbox-daemon": []byte("#!daem")} // cut short
@@ -127,12 +123,8 @@ func TestAdoptedContainerWithoutDaemonVolume(t *testing.T) {
 // mounted name again, empty and without labels. The create sees it, makes
 // and fills the volume again, and its container mounts the full one.
 func TestDaemonVolumeRemovedUnderTheCreate(t *testing.T) {
-	d := newFakeDocker()
-	acts := newTestActivities(t, d)
-	ctx := context.Background()
-	b, err := acts.readDaemonFiles()
-	require.NoError(t, err)
-	name := daemonVolumeName(b.sha)
+	d, acts, ctx, _, name := daemonVolumeFixture(t)
+	var err error
 	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
 	require.NoError(t, err)
 	require.NoError(t, acts.RemoveSandbox(ctx, "sbx1"))
@@ -157,12 +149,8 @@ func TestDaemonVolumeRemovedUnderTheCreate(t *testing.T) {
 // is replaced and filled, unless a container still holds it (refused,
 // naming the volume, the deployment's matter).
 func TestUnlabelledDaemonVolumeReplaced(t *testing.T) {
-	d := newFakeDocker()
-	acts := newTestActivities(t, d)
-	ctx := context.Background()
-	b, err := acts.readDaemonFiles()
-	require.NoError(t, err)
-	name := daemonVolumeName(b.sha)
+	d, acts, ctx, _, name := daemonVolumeFixture(t)
+	var err error
 	_, err = d.VolumeCreate(ctx, volume.CreateOptions{Name: name})
 	require.NoError(t, err)
 	_, err = acts.CreateContainer(ctx, testSpec("sbx1"))
@@ -203,12 +191,8 @@ func TestDaemonVolumeSweepSparesYoungVolumes(t *testing.T) {
 // volume at once: each fills through a helper of its own name, and a
 // helper is removed by another only once it is old (a crash left it).
 func TestDaemonVolumeFillHelpersOfOthersStay(t *testing.T) {
-	d := newFakeDocker()
-	acts := newTestActivities(t, d)
-	ctx := context.Background()
-	b, err := acts.readDaemonFiles()
-	require.NoError(t, err)
-	name := daemonVolumeName(b.sha)
+	d, acts, ctx, b, name := daemonVolumeFixture(t)
+	var err error
 	base := daemonFillPrefix + strings.TrimPrefix(name, daemonVolumePref)
 	helper := func(name string) {
 		_, err := d.ContainerCreate(ctx, &container.Config{Image: "img:1", Labels: map[string]string{LabelRole: daemonFillRole, LabelDaemonVolume: daemonVolumeName(b.sha)}},
@@ -231,12 +215,8 @@ func TestDaemonVolumeFillHelpersOfOthersStay(t *testing.T) {
 // that volume: the retried create removes both, makes and fills the
 // volume, and creates the container again.
 func TestCreateRetriedAfterAContainerOnAnEmptyDaemonVolume(t *testing.T) {
-	d := newFakeDocker()
-	acts := newTestActivities(t, d)
-	ctx := context.Background()
-	b, err := acts.readDaemonFiles()
-	require.NoError(t, err)
-	name := daemonVolumeName(b.sha)
+	d, acts, ctx, _, name := daemonVolumeFixture(t)
+	var err error
 	spec := testSpec("sbx1")
 	_, err = acts.CreateVolume(ctx, spec)
 	require.NoError(t, err)
@@ -252,4 +232,15 @@ func TestCreateRetriedAfterAContainerOnAnEmptyDaemonVolume(t *testing.T) {
 	require.Equal(t, roleDaemon, d.volumes[name].Labels[LabelRole])
 	require.Equal(t, string(fakeBuild("#!daemon binary")), string(d.volData[name]["sandbox-daemon"]))
 	require.Equal(t, name, daemonVolumeOf(t, d, "sbx1"))
+}
+
+// daemonVolumeFixture is a fake engine, activities on it, and the
+// configured daemon build with its volume's name.
+func daemonVolumeFixture(t *testing.T) (*fakeDocker, *Activities, context.Context, *daemonFiles, string) {
+	t.Helper()
+	d := newFakeDocker()
+	acts := newTestActivities(t, d)
+	b, err := acts.readDaemonFiles()
+	require.NoError(t, err)
+	return d, acts, context.Background(), b, daemonVolumeName(b.sha)
 }
