@@ -52,8 +52,15 @@ func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
 	c := &command{e: e, id: id, tty: tty, meta: meta, status: api.StatusRunning,
 		exited: make(chan struct{}), finalized: make(chan struct{})}
 	c.out.lines.max = e.opts.MaxBytes
+	newPipe := handOverPipe
+	if tty {
+		// The runtime copies a TTY command's stdin and output between these
+		// ends and the pty itself: they stay pollable (a copy blocked in
+		// read must not hold a thread, and must end when the pipe closes).
+		newPipe = func(bool) (*os.File, *os.File, error) { return os.Pipe() }
+	}
 	var err error
-	if c.stdinR, c.stdin, err = pipe(true); err != nil {
+	if c.stdinR, c.stdin, err = newPipe(true); err != nil {
 		return nil, err
 	}
 	streams := 2
@@ -61,7 +68,7 @@ func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
 		streams = 1
 	}
 	for range streams {
-		r, w, err := pipe(false)
+		r, w, err := newPipe(false)
 		if err != nil {
 			c.closePipes()
 			return nil, err
@@ -71,14 +78,14 @@ func newCommand(e *Engine, id string, tty bool, meta Meta) (*command, error) {
 	return c, nil
 }
 
-// pipe is os.Pipe with the end the process gets (the read end when
-// childReads, else the write end) left blocking and out of the runtime's
-// poller: it is only handed over, never read or written here, and a
-// starter takes its descriptor (Fd, which makes it blocking anyway). That
-// saves an exec three epoll registrations and their removal, a tenth of
-// the daemon's CPU per short command (measured). The daemon's end is
-// non-blocking and pollable, as os.Pipe makes it.
-func pipe(childReads bool) (r, w *os.File, err error) {
+// handOverPipe is os.Pipe for a command that is not a TTY's, with the end
+// the process gets (the read end when childReads, else the write end) left
+// blocking and out of the Go poller: the starter only hands it over (by
+// Fd, which makes it blocking anyway), nothing here reads or writes it.
+// That saves an exec three epoll registrations and their removal, about a
+// tenth of the daemon's CPU per short command (measured). The daemon's end
+// is non-blocking and pollable, as os.Pipe makes it.
+func handOverPipe(childReads bool) (r, w *os.File, err error) {
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
 		return nil, nil, os.NewSyscallError("pipe2", err)
