@@ -109,6 +109,7 @@ func TestCommitLeavesNoPendingFiles(t *testing.T) {
 		_, err := publishOn(t, s, mustLease(t, s, sess1), sess1, cs)
 		require.NoError(t, err)
 	}
+	s.tidy.Wait() // a committed publish's staging goes after its answer
 	ents, err := os.ReadDir(filepath.Join(s.Root(), dirStaging))
 	require.NoError(t, err)
 	require.Empty(t, ents)
@@ -120,5 +121,56 @@ func TestCommitLeavesNoPendingFiles(t *testing.T) {
 	m, _ := s.Manifest()
 	require.Equal(t, int64(3), m.Version)
 	require.Equal(t, "v1\n", headFile(t, s, "a"))
+	requireHealthy(t, s)
+}
+
+// A caller's record (CommitRecord) is written by a commit and by nothing
+// else: a rejected publish, a no-op and a replay leave none, and a record
+// that cannot be written does not fail the commit (Written says so).
+func TestCommitRecord(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	dir := t.TempDir()
+	rec := func(name string) *CommitRecord {
+		return &CommitRecord{Path: filepath.Join(dir, name, "record.json"), Data: []byte(name)}
+	}
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	r1 := rec("one")
+	_, err := s.Publish(context.Background(), PublishRequest{TxID: "t1", LeaseID: l1.ID, Changes: writes("a", "one\n"), Owner: sess1, Record: r1})
+	require.NoError(t, err)
+	require.True(t, r1.Written)
+	b, err := os.ReadFile(r1.Path)
+	require.NoError(t, err)
+	require.Equal(t, "one", string(b))
+
+	r2 := rec("two") // a conflict with t1 on the same line
+	_, err = s.Publish(context.Background(), PublishRequest{TxID: "t2", LeaseID: l2.ID, Changes: writes("a", "two\n"), Owner: sess2, Record: r2})
+	var ce *ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.False(t, r2.Written)
+	_, err = os.Stat(r2.Path)
+	require.True(t, os.IsNotExist(err), "a rejected publish writes no record: %v", err)
+
+	r3 := rec("replay")
+	res, err := s.Publish(context.Background(), PublishRequest{TxID: "t1", LeaseID: l1.ID, Changes: writes("a", "one\n"), Owner: sess1, Record: r3})
+	require.NoError(t, err)
+	require.True(t, res.Replayed)
+	require.False(t, r3.Written)
+
+	r4 := rec("noop")
+	res, err = s.Publish(context.Background(), PublishRequest{TxID: "t4", LeaseID: mustLease(t, s, sess1).ID, Changes: &ChangeSet{}, Owner: sess1, Record: r4})
+	require.NoError(t, err)
+	require.True(t, res.NoOp)
+	require.False(t, r4.Written)
+
+	blocked := filepath.Join(dir, "blocked")
+	require.NoError(t, os.WriteFile(blocked, nil, 0o600)) // no directory can be made under it
+	r5 := &CommitRecord{Path: filepath.Join(blocked, "txns", "record.json"), Data: []byte("x")}
+	res, err = s.Publish(context.Background(), PublishRequest{TxID: "t5", LeaseID: mustLease(t, s, sess1).ID, Changes: writes("b", "b\n"), Owner: sess1, Record: r5})
+	require.NoError(t, err, "the commit stands without the caller's record")
+	require.False(t, res.NoOp)
+	require.False(t, r5.Written)
+	c, err := s.Committed("t5")
+	require.NoError(t, err)
+	require.True(t, c)
 	requireHealthy(t, s)
 }

@@ -20,7 +20,15 @@ const (
 	crashRootEnv  = "LAYERSTACK_CRASH_ROOT"
 	crashLeaseEnv = "LAYERSTACK_CRASH_LEASE"
 	crashTxID     = "crash-tx"
+	crashRecord   = `{"caller":"record"}`
 )
+
+// crashRecordPath is where the child's publish asks its commit to write the
+// caller's record (CommitRecord): beside the store, in a directory the
+// commit makes.
+func crashRecordPath(root string) string {
+	return filepath.Join(filepath.Dir(root), "caller", "txns", "tx", "record.json")
+}
 
 func crashChanges() *ChangeSet {
 	return &ChangeSet{Changes: []Change{
@@ -39,7 +47,7 @@ func TestCrashChild(t *testing.T) {
 	s, err := Open(root, Options{})
 	require.NoError(t, err)
 	_, err = s.Publish(context.Background(), PublishRequest{TxID: crashTxID, LeaseID: os.Getenv(crashLeaseEnv),
-		Changes: crashChanges(), Owner: sess1})
+		Changes: crashChanges(), Owner: sess1, Record: &CommitRecord{Path: crashRecordPath(root), Data: []byte(crashRecord)}})
 	require.NoError(t, err)
 	os.Exit(0)
 }
@@ -78,6 +86,19 @@ func TestCrashConsistencyAtEveryFailpoint(t *testing.T) {
 			}
 			require.Equal(t, committed, fp != FailAfterStaging && fp != FailAfterRename && fp != FailAfterMeta && fp != FailAfterSync,
 				"the manifest rename is the commit point")
+			// The caller's record is written with the flush: on disk
+			// whenever the commit is, and left behind by a crash between
+			// the flush and the commit point, where Committed says void.
+			rec, rerr := os.ReadFile(crashRecordPath(root))
+			if committed || fp == FailAfterSync {
+				require.NoError(t, rerr, "the record is on disk at %s", fp)
+				require.Equal(t, crashRecord, string(rec))
+			} else {
+				require.True(t, os.IsNotExist(rerr), "no record before the flush (%s): %v", fp, rerr)
+			}
+			c, err := s2.Committed(crashTxID)
+			require.NoError(t, err)
+			require.Equal(t, committed, c)
 			problems, err := s2.Verify(context.Background())
 			require.NoError(t, err)
 			require.Empty(t, problems)
@@ -107,6 +128,7 @@ func TestCrashConsistencyAtEveryFailpoint(t *testing.T) {
 			problems, err = s2.Verify(context.Background())
 			require.NoError(t, err)
 			require.Empty(t, problems)
+			s2.tidy.Wait() // a committed publish's staging goes after its answer
 			ents, _ := os.ReadDir(filepath.Join(root, dirStaging))
 			require.Empty(t, ents)
 		})

@@ -38,6 +38,45 @@ type PublishRequest struct {
 	// tree it verified); another head fails with *HeadMovedError and
 	// nothing is written.
 	ExpectVersion int64
+	// Record, when set, is the caller's own record of the publish, made
+	// durable by the commit's flush (see CommitRecord).
+	Record *CommitRecord
+}
+
+// CommitRecord is a caller's record written with a commit: a new file at
+// Path holding Data, created (its directory too) just before the commit's
+// flush and flushed with the layer, so it is on disk whenever the commit
+// is, without a flush of its own after the commit. It is removed when the
+// commit fails before its commit point; a crash there leaves it behind, so
+// its reader must hold it void unless Committed(txid) says otherwise.
+// Written reports whether the commit wrote it: a record that could not be
+// written (a full volume) does not fail the commit, and the caller records
+// the publish its own way.
+type CommitRecord struct {
+	Path    string
+	Data    []byte
+	Written bool
+}
+
+// write creates the record (and its directory) and puts it and the
+// directory entries that name it into the commit's flush.
+func (r *CommitRecord) write(sb *syncBatch) error {
+	dir := filepath.Dir(r.Path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := createUnsynced(r.Path, r.Data, 0o600)
+	if err != nil {
+		return err
+	}
+	sb.addFile(f)
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := sb.add(d); err != nil {
+			return err
+		}
+	}
+	r.Written = true
+	return nil
 }
 
 // HeadMovedError: the head is no longer the version a publish expected.
@@ -128,7 +167,20 @@ func (s *Store) Publish(ctx context.Context, req PublishRequest) (*PublishResult
 	if err != nil {
 		return nil, err
 	}
-	defer tx.cleanup()
+	defer func() {
+		if !tx.committed {
+			tx.cleanup()
+			return
+		}
+		// What is left of a committed publish's staging (its frozen
+		// copies, now also linked into the layer) goes after the answer:
+		// a crash before that leaves it to Open's sweep of staging/. The
+		// commit counted it in s.tidy (publishOnce).
+		go func() {
+			defer s.tidy.Done()
+			tx.cleanup()
+		}()
+	}()
 	for attempt := 0; ; attempt++ {
 		locked := attempt >= maxOptimistic
 		if locked {
@@ -245,6 +297,9 @@ type txn struct {
 	changes []Change
 	ours    map[string]string // path -> sha256 of the frozen content
 	layerN  int
+	// committed: a commit of this transaction succeeded (and counted its
+	// staging's removal in s.tidy).
+	committed bool
 	// rewriteBelowHead: an identical write is a change unless the head's
 	// version is in its newest layer (commitOnHead).
 	rewriteBelowHead bool
@@ -459,7 +514,14 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	if _, err := s.readTx(tx.req.TxID); err == nil {
 		return nil, errStale // committed by an overlapping attempt: Publish replays it
 	}
-	return res, s.commit(stage, head, meta, syncPaths, res, tx.req)
+	if err := s.commit(stage, head, meta, syncPaths, res, tx.req); err != nil {
+		return res, err
+	}
+	// Counted under commitMu, as Verify and Close wait for it: the
+	// staging dir Publish removes after answering.
+	s.tidy.Add(1)
+	tx.committed = true
+	return res, nil
 }
 
 // buildLayer writes the plan as a layer in stage and returns its metadata
@@ -504,6 +566,7 @@ func (s *Store) buildLayer(ctx context.Context, stage string, head *Manifest, pl
 // commit. A power cut before the flush completes leaves the old manifest;
 // after it, the new manifest can only name what is already on disk.
 func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths []string, res *PublishResult, req PublishRequest) error {
+	committed := false // past the commit point: the manifest names the layer
 	sb := &syncBatch{syncfs: len(syncPaths) > commitSyncfsAbove}
 	defer sb.close()
 	for _, p := range syncPaths {
@@ -544,6 +607,22 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths 
 		return fmt.Errorf("commit manifest: %w", err)
 	}
 	sb.addFile(pf)
+	if rec := req.Record; rec != nil {
+		if err := rec.write(sb); err != nil {
+			s.log.Warn("the publish's own record could not be written with its commit", "txid", req.TxID, "path", rec.Path, "err", err)
+			if rec.Written {
+				_ = os.Remove(rec.Path)
+				rec.Written = false
+			}
+		} else {
+			defer func() {
+				if !committed {
+					_ = os.Remove(rec.Path)
+					rec.Written = false
+				}
+			}()
+		}
+	}
 	if err := sb.flush(s.root); err != nil {
 		return fmt.Errorf("commit layer %s: %w", meta.ID, err)
 	}
@@ -551,6 +630,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths 
 	if err := os.Rename(pending, filepath.Join(s.root, "manifest.json")); err != nil {
 		return fmt.Errorf("commit manifest: %w", err)
 	}
+	committed = true
 	// The manifest on disk names the layer now: the in-memory head must
 	// too, or a later commit would build on the old head and drop it.
 	s.head.Store(next)

@@ -66,6 +66,11 @@ type Store struct {
 	indexes map[string]*layerIndex // by layer id; layers are immutable
 
 	usage usageCache // disk use per layer id, for the observability views
+
+	// tidy counts the staging dirs of committed publishes still being
+	// removed after their answer (added under commitMu; Verify and Close
+	// wait for them under it).
+	tidy sync.WaitGroup
 }
 
 // Store directory layout.
@@ -173,6 +178,7 @@ func (s *Store) Close() error {
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	s.tidy.Wait()
 	return s.lockF.Close()
 }
 

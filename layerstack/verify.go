@@ -18,6 +18,7 @@ func (s *Store) Verify(ctx context.Context) ([]string, error) {
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	s.tidy.Wait() // staging that committed publishes are still removing is no problem
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
 	var problems []string

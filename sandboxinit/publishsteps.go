@@ -46,6 +46,11 @@ type preparedPublish struct {
 	// Answer is an exactly-once publish's answer when it ended without a
 	// commit (a verification that failed): a retry gets it again.
 	Answer *api.PublishTxResult `json:"answer,omitempty"`
+	// Committing marks an exactly-once publish's record written with its
+	// commit (layerstack.CommitRecord), before the commit point: without
+	// a Result it stands only if the store committed the txid, and is
+	// void otherwise (voidUncommitted).
+	Committing bool `json:"committing,omitempty"`
 
 	conflict *layerstack.ConflictError // the dry run's rejection, for the publish history
 }
@@ -434,6 +439,15 @@ func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID, by string) (*
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": txid, "workspace_session_id": p.SessionID, "committed": true},
 			"publish %s is committed: finalize it", txid)
 	}
+	if p.Committing {
+		// Written with a commit that did not happen: void, not aborted (a
+		// retry of the txid publishes the session as if it never began).
+		if err := d.voidUncommitted(p); err != nil {
+			return nil, err
+		}
+		d.event(ctx, "workspace_session.publish.aborted", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID, "uncommitted": true})
+		return &api.PublishAbortResult{TxID: txid, WorkspaceSessionID: p.SessionID, Aborted: true}, nil
+	}
 	if s, err := d.lockLive(p.SessionID); err == nil {
 		if s.state == StatePublishing {
 			s.setState(StateActive)
@@ -448,6 +462,19 @@ func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID, by string) (*
 	}
 	d.event(ctx, "workspace_session.publish.aborted", map[string]any{"workspace_session_id": p.SessionID, "txid": p.TxID})
 	return &api.PublishAbortResult{TxID: txid, WorkspaceSessionID: p.SessionID, Aborted: true}, nil
+}
+
+// voidUncommitted drops the record of an exactly-once publish that did not
+// commit (a daemon that died between writing it and the commit point) and
+// gives its session back to its agent.
+func (d *Daemon) voidUncommitted(p *preparedPublish) error {
+	if s, err := d.lockLive(p.SessionID); err == nil {
+		if s.state == StatePublishing {
+			s.setState(StateActive)
+		}
+		s.gate.Unlock()
+	}
+	return os.RemoveAll(d.txDir(p.TxID))
 }
 
 // recordCommit fills in the result of a transaction the store committed

@@ -2,8 +2,10 @@ package sandboxinit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
@@ -15,8 +17,12 @@ import (
 // Exactly once by the transaction id: the store commits a txid once (a
 // retry replays its result), and the commit is recorded under txns/
 // before the answer, so a retry after the session was closed answers from
-// the record. Nothing is recorded before the commit: a daemon that dies
-// before it leaves the session active with its changes, and the retry
+// the record. The record is written by the commit itself and made durable
+// by its flush (layerstack.CommitRecord: no write and fsync of its own
+// after the commit, about a millisecond of the answer); a daemon that dies
+// before the commit point may leave it behind, and it is void then
+// (Committing without a store commit): the boot reconcile or the retry
+// removes it, the session is active with its changes, and the retry
 // publishes it.
 //
 // A session that is not kept is closed after the answer (the commit is
@@ -54,8 +60,14 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 		}
 	}()
 	if p, err := d.loadPrepared(a.TxID); err == nil {
-		sp.Set("replayed", true)
-		return d.replayTx(ctx, p, a)
+		replay, err := d.settleCommitting(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if replay {
+			sp.Set("replayed", true)
+			return d.replayTx(ctx, p, a)
+		}
 	}
 	if a.Verify != nil {
 		return d.publishVerified(ctx, a)
@@ -96,10 +108,17 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 	out := publishOutcome{TxID: a.TxID, SessionID: s.rec.ID, Agent: s.rec.Agent, Owner: s.owner(), Message: a.Message,
 		Source: sourceOf(s), Changes: cs}
 	lease := s.rec.LeaseID
+	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: lease, Owner: s.owner(), Agent: s.rec.Agent,
+		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Committing: true}
+	rec, err := d.commitRecord(p)
+	if err != nil {
+		return nil, err
+	}
 	pctx, psp := d.span(ctx, "layerstack.publish", map[string]any{"txid": a.TxID, "changes": len(cs.Changes)})
 	res, err := d.store.Publish(pctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: lease, Changes: cs,
 		Owner: s.owner(), Agent: s.rec.Agent, Message: a.Message, Keep: a.Keep, AllowDrops: s.rec.Implicit,
-		SourcesRead: release}) // thawed once the content is staged
+		SourcesRead: release, // thawed once the content is staged
+		Record:      rec})
 	if res != nil {
 		psp.Set("layer_id", res.LayerID)
 		psp.Set("no_op", res.NoOp)
@@ -121,13 +140,18 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 	out.Result = res
 	d.recordPublish(ctx, out)
 	d.event(ctx, "workspace_session.published", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "layer_id": res.LayerID, "no_op": res.NoOp})
-	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: lease, Owner: s.owner(), Agent: s.rec.Agent,
-		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Result: res}
+	p.Result = res
 	// The record before the answer: a retry after the session is gone
-	// answers from it, and the boot reconcile finalizes it.
-	err = os.MkdirAll(d.txDir(p.TxID), 0o700)
-	if err == nil {
-		err = d.savePrepared(p)
+	// answers from it, and the boot reconcile finalizes it. The commit
+	// wrote it (without the result, which the store keeps by the txid);
+	// a kept session's finalize reads the result from it, so that one is
+	// written again here, as is a record the commit could not write.
+	err = nil
+	if a.Keep || !rec.Written {
+		err = os.MkdirAll(d.txDir(p.TxID), 0o700)
+		if err == nil {
+			err = d.savePrepared(p)
+		}
 	}
 	if err != nil {
 		// Committed, not recorded (a full volume): the session is closed
@@ -164,6 +188,35 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 	d.bg.Add(1)
 	go d.closeAfterPublish(context.WithoutCancel(ctx), s, p, fin, unlockTx)
 	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// commitRecord is the record of exactly-once publish p for its commit to
+// write (see preparedPublish.Committing). A stale record of the txid was
+// settled before (settleCommitting).
+func (d *Daemon) commitRecord(p *preparedPublish) (*layerstack.CommitRecord, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return &layerstack.CommitRecord{Path: filepath.Join(d.txDir(p.TxID), "prepared.json"), Data: b}, nil
+}
+
+// settleCommitting decides what a retried exactly-once publish does with
+// the record it found: a record written with a commit the store did not
+// make is void (removed: the publish starts over); one whose commit the
+// store made gets its result and is replayed, as is every other record.
+func (d *Daemon) settleCommitting(ctx context.Context, p *preparedPublish) (replay bool, err error) {
+	if !p.Committing || p.Result != nil || p.Aborted || p.Finalized != nil {
+		return true, nil
+	}
+	committed, err := d.store.Committed(p.TxID)
+	if err != nil {
+		return false, err
+	}
+	if !committed {
+		return false, d.voidUncommitted(p)
+	}
+	return true, d.recordCommit(ctx, p)
 }
 
 // closeAfterPublish tears down session s, whose publish p committed and

@@ -173,6 +173,78 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		require.NoError(t, os.Remove(txns))
 		require.NoError(t, os.MkdirAll(txns, 0o700))
 	})
+	// The record the commit writes (commitRecord) before its commit
+	// point, as a daemon killed between the commit's flush and its
+	// manifest rename leaves it.
+	intent := func(t *testing.T, d *Daemon, s *session, txid string) *layerstack.CommitRecord {
+		t.Helper()
+		rec, err := d.commitRecord(&preparedPublish{TxID: txid, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Committing: true})
+		require.NoError(t, err)
+		return rec
+	}
+	t.Run("recorded with a commit that did not happen", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		rec := intent(t, d, s, "tx-a")
+		require.NoError(t, os.MkdirAll(filepath.Dir(rec.Path), 0o700))
+		require.NoError(t, os.WriteFile(rec.Path, rec.Data, 0o600))
+		h := layers(t, d)
+
+		d = restart(t, d)
+		require.Equal(t, StateActive, stateOf(t, d, "ws-a"), "void: the session is back with its work, not publishing")
+		_, err := d.loadPrepared("tx-a")
+		requireKind(t, err, api.KindNotFound)
+		require.Empty(t, d.unfinishedPublishes(""))
+		require.Equal(t, h, layers(t, d))
+		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err, "the retry publishes it")
+		require.True(t, res.Clean)
+		require.True(t, res.Destroyed)
+		require.Equal(t, h+1, layers(t, d))
+		require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	})
+	t.Run("a void record found by the retry", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		rec := intent(t, d, s, "tx-a")
+		require.NoError(t, os.MkdirAll(filepath.Dir(rec.Path), 0o700))
+		require.NoError(t, os.WriteFile(rec.Path, rec.Data, 0o600))
+		h := layers(t, d)
+		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.True(t, res.Clean)
+		require.Equal(t, h+1, layers(t, d), "committed once, not answered from the void record")
+		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.Equal(t, res.Publish.LayerID, again.Publish.LayerID)
+		require.Equal(t, h+1, layers(t, d))
+	})
+	t.Run("recorded with its commit, not closed", func(t *testing.T) {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+		cs, release, err := d.capture(ctx, s)
+		require.NoError(t, err)
+		rec := intent(t, d, s, "tx-a")
+		res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: "tx-a", LeaseID: s.rec.LeaseID, Changes: cs, Owner: s.owner(), SourcesRead: release, Record: rec})
+		release()
+		require.NoError(t, err)
+		require.True(t, rec.Written)
+		h := layers(t, d)
+
+		d = restart(t, d)
+		_, err = d.session("ws-a")
+		requireKind(t, err, api.KindNotFound) // the boot reconcile closed it
+		p, err := d.loadPrepared("tx-a")
+		require.NoError(t, err)
+		require.NotNil(t, p.Finalized)
+		require.Equal(t, res.LayerID, p.Result.LayerID)
+		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.True(t, again.Clean)
+		require.True(t, again.Destroyed)
+		require.Equal(t, res.LayerID, again.Publish.LayerID)
+		require.Equal(t, h, layers(t, d))
+	})
 	t.Run("not committed", func(t *testing.T) {
 		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
 		workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
@@ -185,3 +257,4 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		require.Equal(t, h+1, layers(t, d))
 	})
 }
+

@@ -328,7 +328,9 @@ func ptr[T any](v T) *T { return &v }
 // TestDaemonCrashMidCommit kills the daemon inside the layer store's commit
 // (through the store's failpoint file), once letting the supervisor restart
 // the daemon and once restarting the whole container (which also moves the
-// daemon to a new host port): the publish completes exactly once.
+// daemon to a new host port): the publish completes exactly once. At
+// after-sync the daemon's own record of the publish, written with the
+// commit, is on disk and the commit is not: the boot finds it void.
 func TestDaemonCrashMidCommit(t *testing.T) {
 	s := startStack(t)
 	ws := t.TempDir()
@@ -338,7 +340,7 @@ func TestDaemonCrashMidCommit(t *testing.T) {
 	for i, tc := range []struct {
 		fp               string
 		restartContainer bool
-	}{{"after-rename", false}, {"after-manifest", false}, {"after-manifest", true}} {
+	}{{"after-rename", false}, {"after-sync", false}, {"after-manifest", false}, {"after-manifest", true}} {
 		t.Run(fmt.Sprintf("%s/container-restart=%v", tc.fp, tc.restartContainer), func(t *testing.T) {
 			s.t = t
 			ep := s.endpoint(id, st)
