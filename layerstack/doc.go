@@ -23,6 +23,13 @@
 //     exactly when the manifest names it. A publish writes the next manifest
 //     in staging and flushes it in one batch with the layer, its rename
 //     into layers/ and its metadata, so the rename names only durable data.
+//     A caller's own record of the publish (CommitRecord) joins that batch:
+//     it is on disk whenever the commit is, and one a crash left before the
+//     rename is void unless Committed says the txid committed.
+//   - What a committed publish leaves in staging (its frozen copies, also
+//     linked into the layer) is removed after Publish returns; Verify and
+//     Close wait for that, and the open's clearing of staging finishes it
+//     after a crash.
 //   - A transaction record is written after the commit without an fsync: it
 //     is derivable from the committed layer's metadata (the boot sweep
 //     rewrites a lost or torn one), and a squash makes the records of the
