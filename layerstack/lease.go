@@ -56,10 +56,26 @@ func (s *Store) Acquire(owner string) (*Lease, error) {
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	return s.acquireLocked(owner)
+	return s.acquireLocked(owner, nil)
 }
 
-func (s *Store) acquireLocked(owner string) (*Lease, error) {
+// AcquireWith is Acquire with the caller's own file that names the lease
+// (record returns it, given the lease; nil: none) made durable together
+// with the lease: both written and flushed side by side
+// (atomicfile.WriteFiles), the lease renamed into place first. A process
+// that dies in between leaves the lease without the record, as with two
+// calls; after a power cut the record may be on disk without the lease,
+// and its reader must handle a lease it names that is not held.
+func (s *Store) AcquireWith(owner string, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.acquireLocked(owner, record)
+}
+
+func (s *Store) acquireLocked(owner string, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
 	m := s.head.Load()
 	if m == nil {
 		return nil, ErrNoManifest
@@ -70,7 +86,20 @@ func (s *Store) acquireLocked(owner string) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(s.leasePath(l.ID), b, 0o644); err != nil {
+	files := []atomicfile.File{{Name: s.leasePath(l.ID), Data: b, Perm: 0o644}}
+	if record != nil {
+		f, err := record(l.clone())
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			files = append(files, *f)
+		}
+	}
+	if err := atomicfile.WriteFiles(files...); err != nil {
+		// Renamed into place before a record that failed, the lease goes
+		// too (nobody holds it; a restart's open would otherwise load it).
+		_ = os.Remove(s.leasePath(l.ID))
 		return nil, fmt.Errorf("persist lease: %w", err)
 	}
 	s.mu.Lock()

@@ -484,7 +484,7 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 		res := &PublishResult{TxID: tx.req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
 		if tx.req.Keep {
 			// commitMu is held here either way: Acquire would deadlock.
-			l, err := s.acquireLocked(tx.req.Owner)
+			l, err := s.acquireLocked(tx.req.Owner, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -641,7 +641,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths 
 	s.appendAudit(meta)
 	s.hit(FailAfterAudit)
 	if req.Keep {
-		l, err := s.acquireLocked(req.Owner)
+		l, err := s.acquireLocked(req.Owner, nil)
 		if err != nil {
 			return fmt.Errorf("committed %s, but re-leasing failed: %w", meta.ID, err)
 		}

@@ -113,7 +113,7 @@ func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest,
 	if err := b.sync(); err != nil {
 		return nil, err
 	}
-	l, err := s.acquireLocked(lease.Owner)
+	l, err := s.acquireLocked(lease.Owner, nil)
 	if err != nil {
 		return nil, err
 	}

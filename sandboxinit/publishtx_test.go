@@ -258,3 +258,29 @@ func TestPublishTxCrashPoints(t *testing.T) {
 	})
 }
 
+// A session whose lease is gone (a power cut after an adopted warm
+// session's record reached the disk and before its lease did) starts on the
+// head under a new lease when its upper dir is empty; one holding work is
+// not restored.
+func TestLeaseEmptySession(t *testing.T) {
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	empty := workSession(t, d, "ws-empty", nil)
+	work := workSession(t, d, "ws-work", map[string]string{"new.txt": "work\n"})
+	for _, s := range []*session{empty, work} {
+		require.NoError(t, d.store.Release(s.rec.LeaseID))
+	}
+	_, lost := d.store.Lease(empty.rec.LeaseID)
+	require.Error(t, lost)
+	lease, err := d.leaseEmptySession(empty, lost)
+	require.NoError(t, err)
+	require.NotEqual(t, empty.rec.LeaseID, lease.ID)
+	head, err := d.store.Manifest()
+	require.NoError(t, err)
+	require.Equal(t, head.Version, lease.ManifestVersion)
+	require.Equal(t, empty.owner(), lease.Owner)
+
+	_, lost = d.store.Lease(work.rec.LeaseID)
+	_, err = d.leaseEmptySession(work, lost)
+	require.ErrorIs(t, err, layerstack.ErrUnknownLease)
+	require.Contains(t, err.Error(), work.rec.LeaseID)
+}

@@ -563,7 +563,13 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 		// A crash between re-leasing (keep, refresh) and saving the record:
 		// the session's newest lease is the one to use.
 		if lease = d.newestLease(s.owner()); lease == nil {
-			return fmt.Errorf("lease %s: %w", s.rec.LeaseID, err)
+			// A power cut after an adopted warm session's record reached
+			// the disk and before its lease did (they are flushed side by
+			// side, AcquireWith): nothing was written in it (nothing was
+			// answered), so it starts on the head under a new lease.
+			if lease, err = d.leaseEmptySession(s, err); err != nil {
+				return err
+			}
 		}
 		s.setUpperLease(s.rec.Upper, lease.ID)
 		if err := s.save(); err != nil {
@@ -591,6 +597,23 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 		return err
 	}
 	return d.start(ctx, s, lease)
+}
+
+// leaseEmptySession takes a new lease on the head for a session whose
+// lease is gone (why: the lookup's error) if its upper dir is empty: it
+// holds no work a new base could change. Otherwise the session cannot be
+// restored.
+func (d *Daemon) leaseEmptySession(s *session, why error) (*layerstack.Lease, error) {
+	ents, err := os.ReadDir(s.upper())
+	if err != nil || len(ents) > 0 {
+		return nil, fmt.Errorf("lease %s: %w", s.rec.LeaseID, why)
+	}
+	lease, err := d.store.Acquire(s.owner())
+	if err != nil {
+		return nil, err
+	}
+	d.log.Warn("a session's lease was lost; its upper dir is empty, so it starts on the head", "workspace_session_id", s.rec.ID, "lost_lease_id", s.rec.LeaseID, "lease_id", lease.ID, "manifest_version", lease.ManifestVersion)
+	return lease, nil
 }
 
 func (d *Daemon) newestLease(owner string) *layerstack.Lease {

@@ -1,9 +1,12 @@
 package atomicfile
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/google/renameio/v2"
 )
@@ -64,4 +67,75 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// File is one file of WriteFiles: its name, content and mode.
+type File struct {
+	Name string
+	Data []byte
+	Perm fs.FileMode
+}
+
+// WriteFiles replaces each of files as WriteFile does, with the disk waits
+// of all of them side by side: every temp file is written, then all are
+// fsynced at once, renamed into place in the order given, and their
+// directories fsynced at once. A process that dies leaves each file old or
+// new, whole; it left the ones before it renamed new. After a power cut
+// too each file is old or new, but which of them are new is not ordered:
+// a caller that needs one durable before another calls WriteFile twice.
+// On an error nothing was renamed, or the error says which rename failed
+// (those before it stand).
+func WriteFiles(files ...File) error {
+	temps := make([]*renameio.PendingFile, len(files))
+	defer func() {
+		for _, t := range temps {
+			if t != nil {
+				_ = t.Cleanup()
+			}
+		}
+	}()
+	for i, f := range files {
+		t, err := renameio.NewPendingFile(f.Name, renameio.WithTempDir(filepath.Dir(f.Name)), renameio.WithStaticPermissions(f.Perm))
+		if err != nil {
+			return err
+		}
+		temps[i] = t
+		if _, err := t.Write(f.Data); err != nil {
+			return err
+		}
+	}
+	if err := each(len(temps), func(i int) error { return temps[i].Sync() }); err != nil {
+		return err
+	}
+	dirs := []string{}
+	for i, t := range temps {
+		// Synced above: the second sync CloseAtomicallyReplace makes
+		// finds nothing to write.
+		if err := t.CloseAtomicallyReplace(); err != nil {
+			return err
+		}
+		temps[i] = nil
+		if d := filepath.Dir(files[i].Name); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return each(len(dirs), func(i int) error { return SyncDir(dirs[i]) })
+}
+
+// each runs f(0..n-1) side by side and joins their errors.
+func each(n int, f func(i int) error) error {
+	if n == 1 {
+		return f(0)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -255,3 +255,33 @@ func TestCreateRace(t *testing.T) {
 		require.Equal(t, []string{"token"}, entries(t, dir))
 	}
 }
+
+// TestWriteFiles: files in different directories replaced together, none
+// of their temp files left; a file that cannot be written leaves every
+// target as it was.
+func TestWriteFiles(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	require.NoError(t, WriteFile(filepath.Join(a, "lease.json"), []byte("old"), 0o644))
+	require.NoError(t, WriteFiles(
+		File{Name: filepath.Join(a, "lease.json"), Data: []byte("lease"), Perm: 0o644},
+		File{Name: filepath.Join(b, "session.json"), Data: []byte("session"), Perm: 0o600}))
+	for name, want := range map[string]string{filepath.Join(a, "lease.json"): "lease", filepath.Join(b, "session.json"): "session"} {
+		got, err := os.ReadFile(name)
+		require.NoError(t, err)
+		require.Equal(t, want, string(got))
+	}
+	fi, err := os.Stat(filepath.Join(b, "session.json"))
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o600), fi.Mode().Perm())
+	require.Equal(t, []string{"lease.json"}, entries(t, a))
+	require.Equal(t, []string{"session.json"}, entries(t, b))
+
+	err = WriteFiles(
+		File{Name: filepath.Join(a, "lease.json"), Data: []byte("newer"), Perm: 0o644},
+		File{Name: filepath.Join(b, "missing", "session.json"), Data: []byte("x"), Perm: 0o600})
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	got, err := os.ReadFile(filepath.Join(a, "lease.json"))
+	require.NoError(t, err)
+	require.Equal(t, "lease", string(got), "nothing is renamed when one file cannot be written")
+	require.Equal(t, []string{"lease.json"}, entries(t, a), "no temp file is left")
+}
