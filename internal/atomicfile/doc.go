@@ -17,4 +17,7 @@
 //   - Create never replaces: it links the finished temp file to the name,
 //     so of two concurrent creators exactly one wins and the other sees
 //     the winner's file whole (fs.ErrExist).
+//   - WriteFiles keeps each file's guarantees with the disk waits of all of
+//     them side by side; it promises no order between them after a power
+//     cut (only that each is old or new, whole).
 package atomicfile
