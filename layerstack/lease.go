@@ -50,17 +50,10 @@ func (s *Store) loadLeases() error {
 }
 
 // Acquire pins the current head for owner.
-func (s *Store) Acquire(owner string) (*Lease, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	return s.acquireLocked(owner, nil)
-}
+func (s *Store) Acquire(owner string) (*Lease, error) { return s.AcquireWith(owner, nil) }
 
 // AcquireWith is Acquire with the caller's own file that names the lease
-// (record returns it, given the lease; nil: none) made durable together
+// (record returns it, given the lease; a nil record or file: none) made durable together
 // with the lease: both written and flushed side by side
 // (atomicfile.WriteFiles), the lease renamed into place first. A process
 // that dies in between leaves the lease without the record, as with two

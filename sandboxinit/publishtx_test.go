@@ -110,6 +110,23 @@ func TestPublishTxRefusals(t *testing.T) {
 // closed by the boot reconcile or the retry, which answers clean).
 func TestPublishTxCrashPoints(t *testing.T) {
 	ctx := context.Background()
+	// closedAtBoot restarts d, whose publish tx-a of ws-a committed layer:
+	// the boot reconcile closes ws-a, and a retry answers from the record
+	// and commits nothing.
+	closedAtBoot := func(t *testing.T, d *Daemon, layer string) *Daemon {
+		t.Helper()
+		h := layers(t, d)
+		d = restart(t, d)
+		_, err := d.session("ws-a")
+		requireKind(t, err, api.KindNotFound)
+		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+		require.NoError(t, err)
+		require.True(t, again.Clean)
+		require.True(t, again.Destroyed)
+		require.Equal(t, layer, again.Publish.LayerID)
+		require.Equal(t, h, layers(t, d))
+		return d
+	}
 	t.Run("committed in the store, not recorded", func(t *testing.T) {
 		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
 		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
@@ -140,17 +157,7 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.MkdirAll(d.txDir("tx-a"), 0o700))
 		require.NoError(t, d.savePrepared(&preparedPublish{TxID: "tx-a", SessionID: "ws-a", LeaseID: s.rec.LeaseID, Owner: s.owner(), Result: res}))
-		h := layers(t, d)
-
-		d = restart(t, d)
-		_, err = d.session("ws-a")
-		requireKind(t, err, api.KindNotFound) // the boot reconcile closed it
-		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
-		require.NoError(t, err)
-		require.True(t, again.Clean)
-		require.True(t, again.Destroyed)
-		require.Equal(t, res.LayerID, again.Publish.LayerID)
-		require.Equal(t, h, layers(t, d))
+		d = closedAtBoot(t, d, res.LayerID)
 		require.Equal(t, "published\n", headFile(t, d, "new.txt"))
 	})
 	t.Run("the record cannot be written", func(t *testing.T) {
@@ -182,12 +189,17 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		require.NoError(t, err)
 		return rec
 	}
-	t.Run("recorded with a commit that did not happen", func(t *testing.T) {
+	// A daemon with session ws-a and the record its publish tx-a wrote
+	// with a commit that never reached its commit point.
+	voidRecordLeft := func(t *testing.T) *Daemon {
 		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
-		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
-		rec := intent(t, d, s, "tx-a")
+		rec := intent(t, d, workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"}), "tx-a")
 		require.NoError(t, os.MkdirAll(filepath.Dir(rec.Path), 0o700))
 		require.NoError(t, os.WriteFile(rec.Path, rec.Data, 0o600))
+		return d
+	}
+	t.Run("recorded with a commit that did not happen", func(t *testing.T) {
+		d := voidRecordLeft(t)
 		h := layers(t, d)
 
 		d = restart(t, d)
@@ -204,11 +216,7 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		require.Equal(t, "published\n", headFile(t, d, "new.txt"))
 	})
 	t.Run("a void record found by the retry", func(t *testing.T) {
-		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
-		s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
-		rec := intent(t, d, s, "tx-a")
-		require.NoError(t, os.MkdirAll(filepath.Dir(rec.Path), 0o700))
-		require.NoError(t, os.WriteFile(rec.Path, rec.Data, 0o600))
+		d := voidRecordLeft(t)
 		h := layers(t, d)
 		res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
 		require.NoError(t, err)
@@ -229,21 +237,11 @@ func TestPublishTxCrashPoints(t *testing.T) {
 		release()
 		require.NoError(t, err)
 		require.True(t, rec.Written)
-		h := layers(t, d)
-
-		d = restart(t, d)
-		_, err = d.session("ws-a")
-		requireKind(t, err, api.KindNotFound) // the boot reconcile closed it
+		d = closedAtBoot(t, d, res.LayerID)
 		p, err := d.loadPrepared("tx-a")
 		require.NoError(t, err)
-		require.NotNil(t, p.Finalized)
+		require.NotNil(t, p.Finalized, "the boot finalized it from the record the commit wrote")
 		require.Equal(t, res.LayerID, p.Result.LayerID)
-		again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
-		require.NoError(t, err)
-		require.True(t, again.Clean)
-		require.True(t, again.Destroyed)
-		require.Equal(t, res.LayerID, again.Publish.LayerID)
-		require.Equal(t, h, layers(t, d))
 	})
 	t.Run("not committed", func(t *testing.T) {
 		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
