@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -52,6 +53,35 @@ func TestLostTxRecordIsRebuiltAtBoot(t *testing.T) {
 			m, _ := s2.Manifest()
 			require.Len(t, m.Layers, 2, "committed once")
 			requireHealthy(t, s2)
+		})
+	}
+}
+
+// The same record lost while the store runs (a write error the commit only
+// logs): Committed finds the txid in the head and rewrites the record, and
+// a retry replays it instead of committing again.
+func TestLostTxRecordIsRebuiltByCommitted(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		t.Run(fmt.Sprintf("removed=%v", remove), func(t *testing.T) {
+			s := newTestStore(t, tree{"a": "a\n"})
+			l := mustLease(t, s, sess1)
+			req := PublishRequest{TxID: "tx-lost", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1}
+			first, err := s.Publish(context.Background(), req)
+			require.NoError(t, err)
+			tearTxRecord(t, s, "tx-lost", remove)
+			ok, err := s.Committed("tx-lost")
+			require.NoError(t, err)
+			require.True(t, ok, "the head's layer carries the txid")
+			again, err := s.Publish(context.Background(), req)
+			require.NoError(t, err)
+			require.True(t, again.Replayed)
+			require.Equal(t, first.LayerID, again.LayerID)
+			ok, err = s.Committed("tx-never")
+			require.NoError(t, err)
+			require.False(t, ok)
+			m, _ := s.Manifest()
+			require.Len(t, m.Layers, 2, "committed once")
+			requireHealthy(t, s)
 		})
 	}
 }
@@ -173,4 +203,61 @@ func TestCommitRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c)
 	requireHealthy(t, s)
+}
+
+// Verify and Close hold the commit lock while they wait for committed
+// publishes' staging to go; a publish with keep releases its old lease
+// (which takes that lock) after its commit. Side by side they must not
+// wait for each other.
+func TestVerifyBesideKeepPublishes(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	done := make(chan struct{})
+	verified := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-done:
+				verified <- nil
+				return
+			default:
+			}
+			if _, err := s.Verify(context.Background()); err != nil {
+				verified <- err
+				return
+			}
+		}
+	}()
+	finished := make(chan error, 1)
+	go func() {
+		l := mustLease(t, s, sess1)
+		for i := 0; i < 40; i++ {
+			r, err := s.Publish(context.Background(), PublishRequest{TxID: fmt.Sprintf("keep-%d", i), LeaseID: l.ID,
+				Changes: writes(fmt.Sprintf("f%d", i), "x\n"), Owner: sess1, Keep: true})
+			if err != nil {
+				finished <- err
+				return
+			}
+			if l, err = s.Lease(r.LeaseID); err != nil {
+				finished <- err
+				return
+			}
+		}
+		finished <- nil
+	}()
+	select {
+	case err := <-finished:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("keep publishes beside Verify did not finish: they wait for each other")
+	}
+	close(done)
+	require.NoError(t, <-verified)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return")
+	}
 }

@@ -46,7 +46,8 @@ type PublishRequest struct {
 // CommitRecord is a caller's record written with a commit: a new file at
 // Path holding Data, created (its directory too) just before the commit's
 // flush and flushed with the layer, so it is on disk whenever the commit
-// is, without a flush of its own after the commit. It is removed when the
+// is, without a flush of its own after the commit. Path must be on the
+// store's file system (a large commit flushes with one syncfs of it). It is removed when the
 // commit fails before its commit point; a crash there leaves it behind, so
 // its reader must hold it void unless Committed(txid) says otherwise.
 // Written reports whether the commit wrote it: a record that could not be
@@ -168,18 +169,9 @@ func (s *Store) Publish(ctx context.Context, req PublishRequest) (*PublishResult
 		return nil, err
 	}
 	defer func() {
-		if !tx.committed {
+		if !tx.committed { // else being removed already (publishOnce)
 			tx.cleanup()
-			return
 		}
-		// What is left of a committed publish's staging (its frozen
-		// copies, now also linked into the layer) goes after the answer:
-		// a crash before that leaves it to Open's sweep of staging/. The
-		// commit counted it in s.tidy (publishOnce).
-		go func() {
-			defer s.tidy.Done()
-			tx.cleanup()
-		}()
 	}()
 	for attempt := 0; ; attempt++ {
 		locked := attempt >= maxOptimistic
@@ -517,10 +509,17 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	if err := s.commit(stage, head, meta, syncPaths, res, tx.req); err != nil {
 		return res, err
 	}
-	// Counted under commitMu, as Verify and Close wait for it: the
-	// staging dir Publish removes after answering.
+	// What is left of a committed publish's staging (its frozen copies,
+	// now also linked into the layer) goes beside the answer; a crash
+	// before that leaves it to Open's sweep of staging/. Counted and
+	// started under commitMu, which Verify and Close hold while they wait
+	// for it (nothing it does needs a lock).
 	s.tidy.Add(1)
 	tx.committed = true
+	go func() {
+		defer s.tidy.Done()
+		tx.cleanup()
+	}()
 	return res, nil
 }
 

@@ -1,16 +1,43 @@
 package layerstack
 
-// Committed reports whether transaction txid committed, without writing
-// anything: the daemon asks before it aborts a publish whose commit it has
-// no record of (a crash between the store's commit and the daemon's own
-// record). Publish with the same TxID then returns the recorded result.
+// Committed reports whether transaction txid committed: the daemon asks
+// before it aborts, or holds void, a publish whose commit its own record
+// does not show (a crash between the store's commit and the daemon's
+// record, or a record written with a commit that never reached its commit
+// point). The store's record of the txid answers; a committed layer of the
+// head that carries the txid answers too, and rewrites a record that was
+// lost (written without a flush, or skipped by a commit that failed after
+// its commit point) from the layer's metadata, as the boot sweep does.
+// Publish with the same TxID then returns the recorded result.
 func (s *Store) Committed(txid string) (bool, error) {
 	if txid == "" {
 		return false, nil
 	}
-	_, err := s.readTx(txid)
-	if isNotExist(err) {
+	_, rerr := s.readTx(txid)
+	if rerr == nil {
+		return true, nil
+	}
+	m := s.head.Load()
+	if m == nil {
 		return false, nil
 	}
-	return err == nil, err
+	for _, l := range m.Layers {
+		if l.TxID != txid {
+			continue
+		}
+		meta, err := s.meta(l.ID)
+		if err != nil {
+			return true, err
+		}
+		if meta.Result != nil {
+			if err := s.writeTx(meta.Result); err != nil {
+				return true, err
+			}
+		}
+		return true, nil
+	}
+	if isNotExist(rerr) {
+		return false, nil
+	}
+	return false, rerr // torn, and not in the head (a squash folded it, or it never committed)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -158,6 +159,14 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 		// now, before the answer, and a retry answers from the store's
 		// record of the txid.
 		d.log.Warn("publish committed but its record could not be written; closing the session before answering", "txid", p.TxID, "err", err)
+		if rec.Written {
+			// The commit's record (no result) must not outlive this: a
+			// later boot or recover would finalize the session again,
+			// from a lease it may have left since.
+			if rerr := os.RemoveAll(d.txDir(p.TxID)); rerr != nil {
+				return nil, d.stepFailed(s, "publish", fmt.Errorf("committed, but its record can be neither completed (%v) nor removed: %w", err, rerr))
+			}
+		}
 		fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)
 		if err != nil {
 			return nil, err

@@ -558,6 +558,7 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 }
 
 func (d *Daemon) restore(ctx context.Context, s *session) error {
+	relinked := false // on a new lease: a runtime still attached runs on the old one
 	lease, err := d.store.Lease(s.rec.LeaseID)
 	if err != nil {
 		// A crash between re-leasing (keep, refresh) and saving the record:
@@ -570,6 +571,7 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 			if lease, err = d.leaseEmptySession(s, err); err != nil {
 				return err
 			}
+			relinked = true
 		}
 		s.setUpperLease(s.rec.Upper, lease.ID)
 		if err := s.save(); err != nil {
@@ -580,7 +582,7 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 	// container restart it is gone: Load clears its leftovers (container
 	// state, cgroup, root mount) and the session starts again below.
 	rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s))
-	if err == nil && workspaceMounted(s.merged()) {
+	if err == nil && workspaceMounted(s.merged()) && !relinked {
 		s.setRuntime(rs)
 		return nil
 	}
