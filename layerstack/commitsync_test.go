@@ -27,62 +27,43 @@ func tearTxRecord(t *testing.T, s *Store, txid string, remove bool) {
 	require.Error(t, err)
 }
 
-func TestLostTxRecordIsRebuiltAtBoot(t *testing.T) {
-	for _, remove := range []bool{false, true} {
-		t.Run(fmt.Sprintf("removed=%v", remove), func(t *testing.T) {
-			s := newTestStore(t, tree{"a": "a\n"})
-			l := mustLease(t, s, sess1)
-			req := PublishRequest{TxID: "tx-lost", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1}
-			first, err := s.Publish(context.Background(), req)
-			require.NoError(t, err)
-			tearTxRecord(t, s, "tx-lost", remove)
-			root := s.Root()
-			require.NoError(t, s.Close())
-
-			s2, err := Open(root, Options{})
-			require.NoError(t, err)
-			defer s2.Close()
-			ok, err := s2.Committed("tx-lost")
-			require.NoError(t, err)
-			require.True(t, ok, "the boot sweep rewrote the record from the layer's metadata")
-			again, err := s2.Publish(context.Background(), req)
-			require.NoError(t, err)
-			require.True(t, again.Replayed)
-			require.Equal(t, first.LayerID, again.LayerID)
-			require.Equal(t, first.Revision, again.Revision)
-			m, _ := s2.Manifest()
-			require.Len(t, m.Layers, 2, "committed once")
-			requireHealthy(t, s2)
-		})
-	}
-}
-
-// The same record lost while the store runs (a write error the commit only
-// logs): Committed finds the txid in the head and rewrites the record, and
-// a retry replays it instead of committing again.
-func TestLostTxRecordIsRebuiltByCommitted(t *testing.T) {
-	for _, remove := range []bool{false, true} {
-		t.Run(fmt.Sprintf("removed=%v", remove), func(t *testing.T) {
-			s := newTestStore(t, tree{"a": "a\n"})
-			l := mustLease(t, s, sess1)
-			req := PublishRequest{TxID: "tx-lost", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1}
-			first, err := s.Publish(context.Background(), req)
-			require.NoError(t, err)
-			tearTxRecord(t, s, "tx-lost", remove)
-			ok, err := s.Committed("tx-lost")
-			require.NoError(t, err)
-			require.True(t, ok, "the head's layer carries the txid")
-			again, err := s.Publish(context.Background(), req)
-			require.NoError(t, err)
-			require.True(t, again.Replayed)
-			require.Equal(t, first.LayerID, again.LayerID)
-			ok, err = s.Committed("tx-never")
-			require.NoError(t, err)
-			require.False(t, ok)
-			m, _ := s.Manifest()
-			require.Len(t, m.Layers, 2, "committed once")
-			requireHealthy(t, s)
-		})
+// Lost at boot (a power cut) or while the store runs (a write error the
+// commit only logs): the boot sweep, or Committed finding the txid in the
+// head, rewrites the record from the layer's metadata, and a retry replays
+// it instead of committing again.
+func TestLostTxRecordIsRebuilt(t *testing.T) {
+	for _, atBoot := range []bool{true, false} {
+		for _, remove := range []bool{false, true} {
+			t.Run(fmt.Sprintf("at-boot=%v/removed=%v", atBoot, remove), func(t *testing.T) {
+				s := newTestStore(t, tree{"a": "a\n"})
+				l := mustLease(t, s, sess1)
+				req := PublishRequest{TxID: "tx-lost", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1}
+				first, err := s.Publish(context.Background(), req)
+				require.NoError(t, err)
+				tearTxRecord(t, s, "tx-lost", remove)
+				if atBoot {
+					root := s.Root()
+					require.NoError(t, s.Close())
+					s, err = Open(root, Options{})
+					require.NoError(t, err)
+					defer s.Close()
+				}
+				ok, err := s.Committed("tx-lost")
+				require.NoError(t, err)
+				require.True(t, ok, "rewritten from the layer's metadata")
+				again, err := s.Publish(context.Background(), req)
+				require.NoError(t, err)
+				require.True(t, again.Replayed)
+				require.Equal(t, first.LayerID, again.LayerID)
+				require.Equal(t, first.Revision, again.Revision)
+				ok, err = s.Committed("tx-never")
+				require.NoError(t, err)
+				require.False(t, ok)
+				m, _ := s.Manifest()
+				require.Len(t, m.Layers, 2, "committed once")
+				requireHealthy(t, s)
+			})
+		}
 	}
 }
 
