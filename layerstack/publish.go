@@ -47,9 +47,10 @@ type PublishRequest struct {
 // Path holding Data, created (its directory too) just before the commit's
 // flush and flushed with the layer, so it is on disk whenever the commit
 // is, without a flush of its own after the commit. Path must be on the
-// store's file system (a large commit flushes with one syncfs of it). It is removed when the
-// commit fails before its commit point; a crash there leaves it behind, so
-// its reader must hold it void unless Committed(txid) says otherwise.
+// store's file system (a large commit flushes with one syncfs of it). It
+// is removed when the commit fails before its commit point; a crash there
+// leaves it behind, so its reader must hold it void unless
+// Committed(txid) says otherwise.
 // Written reports whether the commit wrote it: a record that could not be
 // written (a full volume) does not fail the commit, and the caller records
 // the publish its own way.
@@ -70,13 +71,13 @@ func (r *CommitRecord) write(sb *syncBatch) error {
 	if err != nil {
 		return err
 	}
+	r.Written = true // from here a failure removes it (commit)
 	sb.addFile(f)
 	for _, d := range []string{dir, filepath.Dir(dir)} {
 		if err := sb.add(d); err != nil {
 			return err
 		}
 	}
-	r.Written = true
 	return nil
 }
 

@@ -25,6 +25,14 @@ func (s *Store) Committed(txid string) (bool, error) {
 		if l.TxID != txid {
 			continue
 		}
+		// Under commitMu: a commit of this txid still between its
+		// manifest and its own record (which may add a keep's lease)
+		// writes that record first, and is not overwritten.
+		s.commitMu.Lock()
+		defer s.commitMu.Unlock()
+		if _, err := s.readTx(txid); err == nil {
+			return true, nil
+		}
 		meta, err := s.meta(l.ID)
 		if err != nil {
 			return true, err

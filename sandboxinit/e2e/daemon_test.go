@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -266,4 +267,41 @@ func TestIsolatedSessionsShareAPort(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "forwards need the token too")
+}
+
+// TestLostLeaseAtRestart: the state a power cut can leave after a create
+// (the session's record on disk, its lease not: they are flushed side by
+// side), made here by removing the lease files, then a container restart.
+// A session with nothing written starts on the head under a new lease and
+// runs; one holding work is not restored, and its work stays on disk.
+func TestLostLeaseAtRestart(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	empty := sb.session(nil)
+	work := sb.session(nil)
+	sb.exec(work, "echo unpublished > wip.txt")
+	leaseOf := func(ws string) string {
+		var rec struct {
+			LeaseID string `json:"lease_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(docker(t, "exec", sb.name, "cat", "/eos/sessions/"+ws+"/session.json")), &rec))
+		require.NotEmpty(t, rec.LeaseID)
+		return rec.LeaseID
+	}
+	lost := leaseOf(empty)
+	docker(t, "exec", sb.name, "rm", "/eos/layerstack/leases/"+lost+".json", "/eos/layerstack/leases/"+leaseOf(work)+".json")
+
+	docker(t, "restart", "-t", "5", sb.name)
+	sb.connect()
+	require.NotEqual(t, lost, leaseOf(empty), "a new lease")
+	out := sb.exec(empty, "cat f.txt && echo ran")
+	require.Equal(t, "ok", out["status"], "%v", out)
+	require.Contains(t, out["output"], "ran")
+	states := map[string]string{}
+	for _, s := range sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any) {
+		m := s.(map[string]any)
+		states[m["workspace_session_id"].(string)] = m["finalization_state"].(string)
+	}
+	require.Equal(t, "active", states[empty])
+	require.Equal(t, "finalize_failed", states[work], "not restored onto a base its work was not made on")
+	require.Contains(t, docker(t, "exec", sb.name, "sh", "-c", "cat /eos/sessions/"+work+"/upper*/wip.txt"), "unpublished")
 }
