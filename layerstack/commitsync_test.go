@@ -183,7 +183,39 @@ func TestCommitRecord(t *testing.T) {
 	c, err := s.Committed("t5")
 	require.NoError(t, err)
 	require.True(t, c)
+
+	// The same through the error failpoint an end-to-end test arms.
+	require.NoError(t, os.WriteFile(filepath.Join(s.Root(), FailpointFile), []byte(errorArm(FailCommitRecord)+"\n"), 0o600))
+	r6 := rec("six")
+	res, err = s.Publish(context.Background(), PublishRequest{TxID: "t6", LeaseID: mustLease(t, s, sess1).ID, Changes: writes("c", "c\n"), Owner: sess1, Record: r6})
+	require.NoError(t, err, "the commit stands without the caller's record")
+	require.False(t, res.NoOp)
+	require.False(t, r6.Written)
+	_, err = os.Stat(r6.Path)
+	require.True(t, os.IsNotExist(err), "no record: %v", err)
+	_, err = os.Stat(filepath.Join(s.Root(), FailpointFile))
+	require.True(t, os.IsNotExist(err), "the failpoint fired once: %v", err)
 	requireHealthy(t, s)
+}
+
+// An error failpoint fires once from the failpoint file (which it then
+// deletes), every time from the environment, and never for another name.
+func TestInjected(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	file := filepath.Join(s.Root(), FailpointFile)
+	require.NoError(t, os.WriteFile(file, []byte(FailAfterSync+"\n"+errorArm(FailPublishRecord)+"\n"), 0o600))
+	require.NoError(t, s.Injected(FailCommitRecord))
+	err := s.Injected(FailPublishRecord)
+	require.ErrorIs(t, err, ErrInjected)
+	require.NoError(t, s.Injected(FailPublishRecord), "once")
+	_, err = os.Stat(file)
+	require.True(t, os.IsNotExist(err), "%v", err)
+
+	t.Setenv(FailpointEnv, errorArm(FailPublishRecord))
+	env := newTestStore(t, tree{"a": "a\n"})
+	require.ErrorIs(t, env.Injected(FailPublishRecord), ErrInjected)
+	require.ErrorIs(t, env.Injected(FailPublishRecord), ErrInjected)
+	require.NoError(t, env.Injected(FailCommitRecord))
 }
 
 // Verify and Close hold the commit lock while they wait for committed

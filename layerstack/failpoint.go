@@ -1,6 +1,8 @@
 package layerstack
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -49,6 +51,25 @@ const (
 	FailMoveInPlace = "move-in-place"
 )
 
+// Error failpoints: armed as "error:<name>" (in FailpointEnv or the
+// failpoint file), the write they stand for fails once with ErrInjected,
+// as it would on a full volume, and the process goes on.
+const (
+	// A publish's own record written with its commit (CommitRecord):
+	// the commit goes on without it.
+	FailCommitRecord = "commit-record"
+	// An exactly-once publish's record completed after its commit
+	// (sandboxinit: a publish with keep, or one whose commit could not
+	// write the record).
+	FailPublishRecord = "publish-record"
+)
+
+// ErrInjected is the error of an armed error failpoint.
+var ErrInjected = errors.New("injected failure (an error failpoint)")
+
+// errorArm is how an error failpoint is named where it is armed.
+func errorArm(name string) string { return "error:" + name }
+
 // CommitFailpoints lists the commit path's failpoints in order.
 var CommitFailpoints = []string{FailAfterStaging, FailAfterRename, FailAfterMeta, FailAfterSync, FailAfterManifest, FailAfterAudit, FailAfterTx}
 
@@ -85,6 +106,17 @@ func die() {
 	select {} // the signal is on its way
 }
 
+// Injected returns ErrInjected if the error failpoint name is armed (once,
+// for the failpoint file, which it then deletes), and nil otherwise: the
+// store's owner calls it where a write stands that a test must make fail
+// (FailPublishRecord).
+func (s *Store) Injected(name string) error {
+	if s.fail[errorArm(name)] || s.takeArmed(errorArm(name)) {
+		return fmt.Errorf("%s: %w", name, ErrInjected)
+	}
+	return nil
+}
+
 // Hit is hit for a failpoint of the store's owner (FailDestroyTail, FailDestroyRecorded,
 // FailWarmBuild, FailWarmRehead, FailMoveInPlace).
 func (s *Store) Hit(name string) { s.hit(name) }
@@ -92,16 +124,25 @@ func (s *Store) Hit(name string) { s.hit(name) }
 // hit checks the environment's failpoints and the store's failpoint file.
 func (s *Store) hit(name string) {
 	s.fail.hit(name)
+	if s.takeArmed(name) {
+		die()
+	}
+}
+
+// takeArmed reports whether the store's failpoint file names arm, deleting
+// the file if so (a failpoint of the file fires once).
+func (s *Store) takeArmed(arm string) bool {
 	file := s.root + "/" + FailpointFile
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return
+		return false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == name {
+		if strings.TrimSpace(l) == arm {
 			_ = os.Remove(file)
 			_ = atomicfile.SyncDir(s.root)
-			die()
+			return true
 		}
 	}
+	return false
 }

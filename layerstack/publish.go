@@ -109,7 +109,12 @@ type PublishResult struct {
 	MergedPaths  []string     `json:"merged_paths,omitempty"`
 	Paths        int          `json:"changed_paths"`
 	// LeaseID is the session's new lease after a publish with Keep.
-	LeaseID  string `json:"lease_id,omitempty"`
+	LeaseID string `json:"lease_id,omitempty"`
+	// Owner and Keep are the committed request's (records from before
+	// they were kept have neither): a retry of the txid is checked
+	// against them.
+	Owner    string `json:"owner,omitempty"`
+	Keep     bool   `json:"keep,omitempty"`
 	Replayed bool   `json:"replayed,omitempty"`
 	DryRun   bool   `json:"dry_run,omitempty"`
 }
@@ -434,7 +439,8 @@ func (t *txn) plan(base []ManifestLayer, head *Manifest) ([]planned, RouteSummar
 }
 
 func (t *txn) result(plan []planned, head *Manifest, layerID string) *PublishResult {
-	res := &PublishResult{TxID: t.req.TxID, Revision: head.Revision(), Paths: len(plan), NoOp: len(plan) == 0, LayerID: layerID}
+	res := &PublishResult{TxID: t.req.TxID, Revision: head.Revision(), Paths: len(plan), NoOp: len(plan) == 0, LayerID: layerID,
+		Owner: t.req.Owner, Keep: t.req.Keep}
 	for _, pl := range plan {
 		if pl.outcome == OutcomeMerged {
 			res.MergedPaths = append(res.MergedPaths, pl.ch.Path)
@@ -608,7 +614,11 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths 
 	}
 	sb.addFile(pf)
 	if rec := req.Record; rec != nil {
-		if err := rec.write(sb); err != nil {
+		err := s.Injected(FailCommitRecord)
+		if err == nil {
+			err = rec.write(sb)
+		}
+		if err != nil {
 			s.log.Warn("the publish's own record could not be written with its commit", "txid", req.TxID, "path", rec.Path, "err", err)
 			if rec.Written {
 				_ = os.Remove(rec.Path)

@@ -1,5 +1,10 @@
 package layerstack
 
+import (
+	"fmt"
+	"io/fs"
+)
+
 // Committed reports whether transaction txid committed: the daemon asks
 // before it aborts, or holds void, a publish whose commit its own record
 // does not show (a crash between the store's commit and the daemon's
@@ -48,4 +53,23 @@ func (s *Store) Committed(txid string) (bool, error) {
 		return false, nil
 	}
 	return false, rerr // torn, and not in the head (a squash folded it, or it never committed)
+}
+
+// TxRecord returns the store's record of committed transaction txid as a
+// replay would answer it, with none of a replay's lease changes; an error
+// wrapping fs.ErrNotExist when the store did not commit txid.
+func (s *Store) TxRecord(txid string) (*PublishResult, error) {
+	ok, err := s.Committed(txid) // rebuilds a lost record from the head
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("transaction %q: %w", txid, fs.ErrNotExist)
+	}
+	r, err := s.readTx(txid)
+	if err != nil {
+		return nil, err
+	}
+	r.Replayed = true
+	return r, nil
 }

@@ -136,13 +136,13 @@ func (d *Daemon) sweepSessionLeases(ctx context.Context) {
 	d.mu.Lock()
 	live := make(map[string]bool, len(d.sessions))
 	for id := range d.sessions {
-		live["workspace_session:"+id] = true
+		live[sessionOwner(id)] = true
 	}
 	d.mu.Unlock()
 	// An archived session keeps its lease so that a restore finds its base.
 	for _, a := range d.listArchived() {
 		if a.Restorable {
-			live["workspace_session:"+a.ID] = true
+			live[sessionOwner(a.ID)] = true
 		}
 	}
 	for _, l := range d.store.Leases() {

@@ -149,7 +149,10 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 	// written again here, as is a record the commit could not write.
 	err = nil
 	if a.Keep || !rec.Written {
-		err = os.MkdirAll(d.txDir(p.TxID), 0o700)
+		err = d.store.Injected(layerstack.FailPublishRecord)
+		if err == nil {
+			err = os.MkdirAll(d.txDir(p.TxID), 0o700)
+		}
 		if err == nil {
 			err = d.savePrepared(p)
 		}
@@ -284,20 +287,45 @@ func (d *Daemon) replayTx(ctx context.Context, p *preparedPublish, a api.Publish
 }
 
 // replayCommit answers a retried publish the store committed and the
-// daemon did not record: the session, when it is still there, is closed
-// (or with keep moved onto the new head) now.
+// daemon did not record: the session, when it is still there and still
+// where the publish found it, is closed (or with keep moved onto the new
+// head) now. A retry is checked against the store's record of the txid
+// first: the txid of another session's publish, or of one with the other
+// keep, is refused with nothing changed; a kept session already on the
+// commit's head or past it (moved before the answer, then published or
+// refreshed again) is answered as it is, its work untouched.
 func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.PublishTxResult, error) {
+	rec, err := d.store.TxRecord(a.TxID)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Owner != "" && rec.Owner != sessionOwner(a.WorkspaceSessionID) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID},
+			"txid %s belongs to a publish of %s", a.TxID, rec.Owner)
+	}
+	if rec.Owner != "" && rec.Keep != a.Keep {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "arg": "keep"},
+			"txid %s was a publish with keep=%v", a.TxID, rec.Keep)
+	}
+	answer := func(res *layerstack.PublishResult) *api.PublishTxResult {
+		return &api.PublishTxResult{Clean: true, PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: a.WorkspaceSessionID,
+			Publish: publishJSON(res), Destroyed: !a.Keep, Kept: a.Keep}}
+	}
 	s, err := d.lockLive(a.WorkspaceSessionID)
 	if err != nil {
 		// Closed already: the store's record of the txid is the answer.
-		res, rerr := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID})
-		if rerr != nil {
-			return nil, rerr
-		}
-		return &api.PublishTxResult{Clean: true, PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: a.WorkspaceSessionID,
-			Publish: publishJSON(res), Destroyed: !a.Keep, Kept: a.Keep}}, nil
+		return answer(rec), nil
 	}
 	defer s.gate.Unlock()
+	if l, err := d.store.Lease(s.rec.LeaseID); err == nil && l.ManifestVersion >= rec.Revision.ManifestVersion {
+		// On the commit's head or past it: not where the publish found
+		// it (a publish's session holds a lease from before its commit).
+		if !a.Keep {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID},
+				"txid %s is a publish committed before workspace session %s's head; it is not this session's", a.TxID, s.rec.ID)
+		}
+		return answer(rec), nil
+	}
 	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Keep: a.Keep})
 	if err != nil {
 		return nil, d.stepFailed(s, "publish", err)

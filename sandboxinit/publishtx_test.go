@@ -82,6 +82,57 @@ func TestPublishTxRejectionKeepsSession(t *testing.T) {
 	requireKind(t, err, api.KindNotFound)
 }
 
+// A publish whose record can be written neither with its commit nor after
+// it (a full volume, by two error failpoints) stands: the session is closed
+// before the answer, nothing of the record is left for a boot to act on,
+// and a retry of the txid answers from the store without committing again.
+func TestPublishTxRecordUnwritable(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(layerstack.FailpointEnv, "error:"+layerstack.FailCommitRecord+",error:"+layerstack.FailPublishRecord)
+	dir := t.TempDir()
+	d := publishDaemon(t, dir, map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+	b := workSession(t, d, "ws-b", map[string]string{"b.txt": "b\n"})
+	h0 := layers(t, d)
+	res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err)
+	require.True(t, res.Clean)
+	require.True(t, res.Destroyed)
+	require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	_, err = os.Stat(s.dir)
+	require.True(t, os.IsNotExist(err), "closed before the answer: %v", err)
+	_, err = os.Stat(d.txDir("tx-a"))
+	require.True(t, os.IsNotExist(err), "no record: %v", err)
+	require.Empty(t, d.unfinishedPublishes(""))
+
+	again, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err, "a retry answers from the store's record of the txid")
+	require.True(t, again.Clean)
+	require.Equal(t, res.Publish, again.Publish)
+	require.Equal(t, h0+1, layers(t, d), "committed exactly once")
+
+	// The txid checked against the store's record: not another session's
+	// publish, not the other keep.
+	_, err = d.publishTx(ctx, txArgs("tx-a", "ws-b"))
+	requireKind(t, err, api.KindInvalidRequest)
+	kept := txArgs("tx-a", "ws-a")
+	kept.Keep = true
+	_, err = d.publishTx(ctx, kept)
+	requireKind(t, err, api.KindInvalidRequest)
+	require.Equal(t, StateActive, stateOf(t, d, "ws-b"))
+	_, err = os.Stat(filepath.Join(b.upper(), "b.txt"))
+	require.NoError(t, err, "ws-b keeps its work")
+	require.Equal(t, h0+1, layers(t, d))
+
+	require.NoError(t, d.Close(ctx))
+	t.Setenv(layerstack.FailpointEnv, "")
+	d = publishDaemon(t, dir, nil)
+	require.Equal(t, h0+1, layers(t, d))
+	require.Empty(t, d.unfinishedPublishes(""))
+	_, err = d.session("ws-a")
+	requireKind(t, err, api.KindNotFound)
+}
+
 // Bad input is refused with nothing changed.
 func TestPublishTxRefusals(t *testing.T) {
 	ctx := context.Background()

@@ -128,9 +128,13 @@ type sessionRecord struct {
 	Anchored bool `json:"anchored,omitempty"`
 }
 
-func (s *session) owner() string { return "workspace_session:" + s.rec.ID }
-func (s *session) upper() string { return filepath.Join(s.dir, s.rec.Upper) }
-func (s *session) work() string  { return filepath.Join(s.dir, "work") }
+func (s *session) owner() string { return sessionOwner(s.rec.ID) }
+
+// sessionOwner is how the layer store names session id as a lease's and a
+// publish's owner.
+func sessionOwner(id string) string { return "workspace_session:" + id }
+func (s *session) upper() string    { return filepath.Join(s.dir, s.rec.Upper) }
+func (s *session) work() string     { return filepath.Join(s.dir, "work") }
 
 // merged is where the daemon mounts the session's /workspace.
 func (s *session) merged() string { return filepath.Join(s.dir, "merged") }

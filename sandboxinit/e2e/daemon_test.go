@@ -211,10 +211,7 @@ func TestSessionsSurviveRestarts(t *testing.T) {
 	sb.exec(ws, "echo unpublished > wip.txt")
 
 	// Kill the daemon (not PID 1): the supervisor restarts it.
-	h := sb.ok("health", map[string]any{})
-	docker(t, "exec", sb.name, "kill", "-9", fmt.Sprint(h["daemon_pid"]))
-	time.Sleep(300 * time.Millisecond)
-	sb.connect()
+	sb.restartDaemon()
 	require.Equal(t, "unpublished\n", sb.read(ws, "wip.txt"))
 	require.Equal(t, "ok", sb.exec(ws, "cat wip.txt")["status"])
 

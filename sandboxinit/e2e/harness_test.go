@@ -7,7 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
 // Images the tests run the daemon in (scripts/build-test-images.sh).
@@ -167,6 +169,27 @@ func (sb *sandbox) connect() {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 60*time.Second, 100*time.Millisecond, "daemon in %s never became ready", sb.name)
+}
+
+// restartDaemon kills the daemon (not PID 1, which starts it again) and
+// waits until a new one answers.
+func (sb *sandbox) restartDaemon() {
+	t := sb.t
+	t.Helper()
+	h := sb.ok("health", map[string]any{})
+	docker(t, "exec", sb.name, "sh", "-c", fmt.Sprintf("kill -9 %v", h["daemon_pid"])) // no kill binary in Debian's image
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/health", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+sb.token)
+		resp, err := sb.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
+			out["daemon_pid"] != nil && out["daemon_pid"] != h["daemon_pid"]
+	}, 60*time.Second, 100*time.Millisecond, "the daemon never came back")
 }
 
 // call runs an RPC and returns the status and decoded body.

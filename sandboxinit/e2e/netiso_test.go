@@ -3,9 +3,7 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -198,20 +196,7 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 	}
 	check("at start")
 
-	h := sb.ok("health", map[string]any{})
-	docker(t, "exec", sb.name, "sh", "-c", fmt.Sprintf("kill -9 %v", h["daemon_pid"])) // no kill binary in Debian's image
-	require.Eventually(t, func() bool {
-		req, _ := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/health", strings.NewReader("{}"))
-		req.Header.Set("Authorization", "Bearer "+sb.token)
-		resp, err := sb.client.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
-			out["daemon_pid"] != nil && out["daemon_pid"] != h["daemon_pid"]
-	}, 60*time.Second, 200*time.Millisecond, "the daemon never came back")
+	sb.restartDaemon()
 	check("after a daemon restart")
 
 	pid := docker(t, "inspect", "-f", "{{.State.Pid}}", sb.name)

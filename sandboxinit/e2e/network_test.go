@@ -174,10 +174,7 @@ func TestEgressSurvivesRestarts(t *testing.T) {
 	}
 	check("at start")
 
-	h := sb.ok("health", map[string]any{})
-	docker(t, "exec", sb.name, "kill", "-9", fmt.Sprint(h["daemon_pid"]))
-	time.Sleep(300 * time.Millisecond)
-	sb.connect()
+	sb.restartDaemon()
 	check("after a daemon restart")
 
 	docker(t, "restart", "-t", "5", sb.name)

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
-	"fmt"
-	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -185,19 +183,7 @@ func TestPublishSettlesAcrossDaemonRestart(t *testing.T) {
 	sb.ok("publish_commit", map[string]any{"txid": "tx-b"})
 	layers := len(sb.ok("layerstack_history", map[string]any{})["publishes"].([]any))
 
-	h := sb.ok("health", map[string]any{})
-	docker(t, "exec", sb.name, "kill", "-9", fmt.Sprint(h["daemon_pid"]))
-	require.Eventually(t, func() bool {
-		req, _ := http.NewRequest(http.MethodPost, sb.baseURL+"/rpc/health", strings.NewReader("{}"))
-		req.Header.Set("Authorization", "Bearer "+sb.token)
-		resp, err := sb.client.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil && out["daemon_pid"] != h["daemon_pid"]
-	}, 60*time.Second, 50*time.Millisecond, "the daemon came back")
+	sb.restartDaemon()
 
 	states := map[string]any{}
 	for _, s := range sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any) {
@@ -224,4 +210,62 @@ func TestPublishSettlesAcrossDaemonRestart(t *testing.T) {
 	require.Equal(t, "stuck\n", sb.read(r, "stuck.txt"))
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": r})
 	require.Equal(t, "stuck\n", sb.read("", "stuck.txt"))
+}
+
+// TestKeepPublishRecordUnwritable: an exactly-once publish with keep whose
+// record cannot be completed after its commit (a full volume, by the error
+// failpoint publish-record) answers kept with the session on the new head
+// and no record left; a retry of its txid, however late (after more work
+// and another publish of the session), answers kept and changes nothing;
+// the txid under another session is refused with nothing changed; a
+// daemon restart finds the session as it was.
+func TestKeepPublishRecordUnwritable(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	ws, other := sb.session(nil), sb.session(nil)
+	sb.exec(ws, "echo one > one.txt")
+	sb.exec(other, "echo mine > mine.txt")
+	docker(t, "exec", sb.name, "sh", "-c", "echo error:publish-record > /eos/layerstack/.failpoints")
+	args := map[string]any{"workspace_session_id": ws, "keep": true, "exactly_once": true, "txid": "tx-k"}
+	first := sb.ok("publish_workspace_session", args)
+	require.Equal(t, true, first["clean"], "%v", first)
+	require.Equal(t, true, first["kept"], "%v", first)
+	require.NoError(t, exec.Command("docker", "exec", sb.name, "test", "!", "-e", "/eos/layerstack/.failpoints").Run(), "the failpoint fired")
+	require.Empty(t, strings.TrimSpace(docker(t, "exec", sb.name, "ls", "/eos/txns")), "no record of the publish is left")
+	require.Equal(t, "one\n", sb.read("", "one.txt"), "committed")
+	layers := func() int { return len(sb.ok("layerstack_history", map[string]any{})["publishes"].([]any)) }
+	n := layers()
+	onHead := func(when string) {
+		for _, s := range sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any) {
+			if m := s.(map[string]any); m["workspace_session_id"] == ws {
+				require.Equal(t, "active", m["finalization_state"], "%s: %v", when, m)
+				require.Equal(t, sb.ok("layerstack", nil)["manifest_version"], m["base_manifest_version"], "%s: on the head", when)
+				return
+			}
+		}
+		t.Fatalf("%s: session %s is gone", when, ws)
+	}
+	onHead("after the publish")
+
+	sb.exec(ws, "echo two > two.txt")
+	again := sb.ok("publish_workspace_session", args)
+	require.Equal(t, true, again["kept"], "%v", again)
+	require.Equal(t, first["publish"], again["publish"])
+	require.Equal(t, "two\n", sb.read(ws, "two.txt"), "a retry leaves the session's work alone")
+
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true, "exactly_once": true, "txid": "tx-2"})
+	sb.exec(ws, "echo three > three.txt")
+	late := sb.ok("publish_workspace_session", args)
+	require.Equal(t, true, late["kept"], "%v", late)
+	require.Equal(t, "three\n", sb.read(ws, "three.txt"), "a late retry leaves the session where it went, its work with it")
+	onHead("after a late retry")
+	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": other, "keep": true, "exactly_once": true, "txid": "tx-k"}, "invalid_request")
+	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws, "exactly_once": true, "txid": "tx-k"}, "invalid_request")
+	require.Equal(t, "mine\n", sb.read(other, "mine.txt"), "another session's txid changes nothing of it")
+	require.Equal(t, n+1, layers(), "tx-2 only")
+
+	sb.restartDaemon()
+	onHead("after a daemon restart")
+	require.Equal(t, "three\n", sb.read(ws, "three.txt"))
+	require.Equal(t, "mine\n", sb.read(other, "mine.txt"))
+	require.Equal(t, n+1, layers())
 }
