@@ -3,6 +3,7 @@ package layerstack
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -273,4 +274,41 @@ func TestVerifyBesideKeepPublishes(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close did not return")
 	}
+}
+
+// A txid names one publish: replayed for its owner (or a caller that names
+// none), refused for another owner with nothing changed, however the
+// request is made (keep included); the record keeps owner and keep.
+func TestTxIDOfAnotherOwner(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	res, err := s.Publish(context.Background(), PublishRequest{TxID: "t1", LeaseID: l1.ID, Changes: writes("a", "one\n"), Owner: sess1, Keep: true})
+	require.NoError(t, err)
+	require.Equal(t, sess1, res.Owner)
+	require.True(t, res.Keep)
+	rec, err := s.TxRecord("t1")
+	require.NoError(t, err)
+	require.True(t, rec.Replayed)
+	require.Equal(t, res.LeaseID, rec.LeaseID)
+	require.Equal(t, sess1, rec.Owner)
+	leases := len(s.Leases())
+
+	for _, keep := range []bool{false, true} {
+		_, err = s.Publish(context.Background(), PublishRequest{TxID: "t1", LeaseID: l2.ID, Changes: writes("b", "b\n"), Owner: sess2, Keep: keep})
+		require.ErrorIs(t, err, ErrTxTaken)
+		require.ErrorIs(t, err, ErrBadRequest)
+	}
+	_, err = s.Lease(l2.ID)
+	require.NoError(t, err, "the other owner's lease is left alone")
+	require.Len(t, s.Leases(), leases)
+	h, err := s.History(0)
+	require.NoError(t, err)
+	require.Len(t, h, 1, "nothing committed but t1")
+
+	again, err := s.Publish(context.Background(), PublishRequest{TxID: "t1"})
+	require.NoError(t, err, "a caller that names no owner gets the record")
+	require.True(t, again.Replayed)
+	_, err = s.TxRecord("t-none")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	requireHealthy(t, s)
 }

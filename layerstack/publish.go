@@ -122,6 +122,11 @@ type PublishResult struct {
 // ErrBadRequest marks caller mistakes (missing txid, unknown lease...).
 var ErrBadRequest = errors.New("bad publish request")
 
+// ErrTxTaken refuses a publish whose txid another owner committed (the
+// store's record of the txid names its owner): nothing is replayed or
+// changed.
+var ErrTxTaken = fmt.Errorf("%w: the txid names another owner's publish", ErrBadRequest)
+
 // DefaultMaxDepth is Options.MaxDepth's default and ceiling: overlayfs
 // mounts at most 500 lower dirs, and a session's mount is its lease's
 // layers; the rest is headroom for publishes racing past the check.
@@ -262,6 +267,11 @@ func (s *Store) replay(req PublishRequest) (*PublishResult, error) {
 			return nil, nil
 		}
 		return nil, err
+	}
+	if req.Owner != "" && r.Owner != "" && req.Owner != r.Owner {
+		// Never another's commit for this one: the caller would take it
+		// for its own and close or move its session on it.
+		return nil, fmt.Errorf("%w: txid %q was committed by %s, not %s", ErrTxTaken, req.TxID, r.Owner, req.Owner)
 	}
 	r.Replayed = true
 	if req.Keep {

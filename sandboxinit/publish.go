@@ -85,6 +85,10 @@ func (d *Daemon) stepFailed(s *session, stage string, err error) error {
 		c.Message = d.confine(s, errors.New(ae.Message))
 		return &c
 	}
+	if errors.Is(err, layerstack.ErrTxTaken) {
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true},
+			"%s refused: %s", stage, d.confine(s, err))
+	}
 	if errors.Is(err, layerstack.ErrTooDeep) {
 		return api.Errorf(api.KindResourceExhausted, map[string]any{"workspace_session_id": s.rec.ID, "stage": stage, "session_retained": true,
 			"limit": "layer_stack_depth", "max": layerstack.DefaultMaxDepth}, "%s refused: %s", stage, d.confine(s, err))
@@ -116,6 +120,9 @@ func (d *Daemon) confineErr(err error) error {
 	}
 	var ae *api.Error
 	if !errors.As(err, &ae) {
+		if errors.Is(err, layerstack.ErrTxTaken) {
+			return api.Errorf(api.KindInvalidRequest, nil, "%s", d.confine(nil, err))
+		}
 		return api.Errorf(api.KindInternal, nil, "%s", d.confine(nil, err))
 	}
 	if msg := d.confine(nil, errors.New(ae.Message)); msg != ae.Message {

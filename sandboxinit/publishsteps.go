@@ -139,6 +139,10 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 			// for it): preparing now would leave a publish nobody ends.
 			return nil, errAborted(p)
 		}
+		if a.WorkspaceSessionID != "" && p.SessionID != a.WorkspaceSessionID {
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": p.TxID, "workspace_session_id": a.WorkspaceSessionID},
+				"txid %s belongs to a publish of workspace session %s", p.TxID, p.SessionID)
+		}
 		// A retried prepare answers as the first did: the same frozen
 		// changes, checked against the head.
 		out := &api.PublishStepResult{TxID: p.TxID, WorkspaceSessionID: p.SessionID, Prepared: true, Replayed: true, ChangedPaths: len(p.Changes.Changes)}
@@ -149,6 +153,9 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 		return nil, err
 	}
 	defer unlock()
+	if err := d.txOfAnother(a.TxID, s); err != nil {
+		return nil, err
+	}
 	cs, release, err := d.capture(ctx, s)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -335,6 +336,24 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 		return nil, err
 	}
 	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// txOfAnother refuses txid for a publish of session s when the store
+// committed it for another owner: prepared, such a publish could neither
+// commit (the store refuses another's txid) nor be aborted (its txid is
+// committed).
+func (d *Daemon) txOfAnother(txid string, s *session) error {
+	rec, err := d.store.TxRecord(txid)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case rec.Owner != "" && rec.Owner != s.owner():
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"txid": txid, "workspace_session_id": s.rec.ID},
+			"txid %s belongs to a publish of %s", txid, rec.Owner)
+	}
+	return nil
 }
 
 // finalizeUnrecorded closes session s (gate held) after its publish res

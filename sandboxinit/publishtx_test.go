@@ -119,6 +119,12 @@ func TestPublishTxRecordUnwritable(t *testing.T) {
 	kept.Keep = true
 	_, err = d.publishTx(ctx, kept)
 	requireKind(t, err, api.KindInvalidRequest)
+	// Nor through the steps: ws-b's changes are not prepared under it
+	// (the store's commit of tx-a would be taken for theirs).
+	_, err = d.publishPrepare(ctx, step("tx-a", "ws-b"))
+	requireKind(t, err, api.KindInvalidRequest)
+	_, err = d.loadPrepared("tx-a")
+	requireKind(t, err, api.KindNotFound)
 	require.Equal(t, StateActive, stateOf(t, d, "ws-b"))
 	_, err = os.Stat(filepath.Join(b.upper(), "b.txt"))
 	require.NoError(t, err, "ws-b keeps its work")

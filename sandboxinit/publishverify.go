@@ -153,6 +153,9 @@ func (d *Daemon) prepareVerified(ctx context.Context, a api.PublishArgs) (*prepa
 		return nil, err
 	}
 	defer unlock()
+	if err := d.txOfAnother(a.TxID, s); err != nil {
+		return nil, err
+	}
 	cs, release, err := d.capture(ctx, s)
 	if err != nil {
 		return nil, err

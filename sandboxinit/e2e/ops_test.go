@@ -260,6 +260,10 @@ func TestKeepPublishRecordUnwritable(t *testing.T) {
 	onHead("after a late retry")
 	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": other, "keep": true, "exactly_once": true, "txid": "tx-k"}, "invalid_request")
 	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws, "exactly_once": true, "txid": "tx-k"}, "invalid_request")
+	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": other, "exactly_once": true, "txid": "tx-k",
+		"verify": map[string]any{"cmd": "true", "timeout_ms": 10000}}, "invalid_request")
+	sb.fail("publish_prepare", map[string]any{"workspace_session_id": other, "txid": "tx-k"}, "invalid_request")
+	require.Equal(t, "ok", sb.exec(other, "true")["status"], "the other session is not held publishing")
 	require.Equal(t, "mine\n", sb.read(other, "mine.txt"), "another session's txid changes nothing of it")
 	require.Equal(t, n+1, layers(), "tx-2 only")
 
