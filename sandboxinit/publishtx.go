@@ -71,18 +71,20 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 			return d.replayTx(ctx, p, a)
 		}
 	}
-	if a.Verify != nil {
-		return d.publishVerified(ctx, a)
-	}
 	committed, err := d.store.Committed(a.TxID)
 	if err != nil {
 		return nil, err
 	}
 	if committed {
 		// Committed and not recorded: a daemon that died between the two,
-		// or a record that could not be written (see below).
+		// or a record that could not be written (see below). A verified
+		// publish too: its retry must not freeze and verify what the
+		// session holds now and take the old commit for it.
 		sp.Set("replayed", true)
 		return d.replayCommit(ctx, a)
+	}
+	if a.Verify != nil {
+		return d.publishVerified(ctx, a)
 	}
 	s, unlock, err := d.lockIdle(a.WorkspaceSessionID, "publish")
 	if err != nil {
@@ -215,21 +217,26 @@ func (d *Daemon) commitRecord(p *preparedPublish) (*layerstack.CommitRecord, err
 }
 
 // settleCommitting decides what a retried exactly-once publish does with
-// the record it found: a record written with a commit the store did not
-// make is void (removed: the publish starts over); one whose commit the
-// store made gets its result and is replayed, as is every other record.
+// the record it found: a record without a result whose commit the store
+// made gets its result and is replayed (finalized: a verified publish
+// whose record could not take its result after the commit, a commit's own
+// record); one written with a commit the store did not make is void
+// (removed: the publish starts over); every other record is replayed.
 func (d *Daemon) settleCommitting(ctx context.Context, p *preparedPublish) (replay bool, err error) {
-	if !p.Committing || p.Result != nil || p.Aborted || p.Finalized != nil {
+	if p.Result != nil || p.Aborted || p.Finalized != nil {
 		return true, nil
 	}
 	committed, err := d.store.Committed(p.TxID)
 	if err != nil {
 		return false, err
 	}
-	if !committed {
+	switch {
+	case committed:
+		return true, d.recordCommit(ctx, p)
+	case p.Committing:
 		return false, d.voidUncommitted(p)
 	}
-	return true, d.recordCommit(ctx, p)
+	return true, nil
 }
 
 // closeAfterPublish tears down session s, whose publish p committed and

@@ -139,6 +139,33 @@ func TestPublishTxRecordUnwritable(t *testing.T) {
 	requireKind(t, err, api.KindNotFound)
 }
 
+// A record without its result whose txid the store committed (a verified
+// publish whose record could not take the result after its commit, here a
+// prepared one committed by the store alone) is finalized by the retry,
+// not answered as still prepared.
+func TestPublishTxCommittedWithoutResult(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+	h0 := layers(t, d)
+	_, err := d.publishPrepare(ctx, step("tx-a", "ws-a"))
+	require.NoError(t, err)
+	p, err := d.loadPrepared("tx-a")
+	require.NoError(t, err)
+	_, err = d.store.Publish(ctx, layerstack.PublishRequest{TxID: p.TxID, LeaseID: p.LeaseID, Changes: &p.Changes, Owner: p.Owner})
+	require.NoError(t, err)
+
+	res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err)
+	require.True(t, res.Clean)
+	require.True(t, res.Destroyed)
+	require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	require.Equal(t, h0+1, layers(t, d))
+	p, err = d.loadPrepared("tx-a")
+	require.NoError(t, err)
+	require.NotNil(t, p.Finalized)
+}
+
 // Bad input is refused with nothing changed.
 func TestPublishTxRefusals(t *testing.T) {
 	ctx := context.Background()
