@@ -115,7 +115,8 @@ func (s *Store) commitOnHead(ctx context.Context, head *Manifest, pr PublishRequ
 	}
 	if len(plan) == 0 {
 		s.gcMu.RUnlock()
-		res := &PublishResult{TxID: pr.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
+		res := pr.result(head)
+		res.NoOp, res.RouteSummary = true, sum
 		return res, s.writeTx(res)
 	}
 	id := newID("L", head.Version+1)

@@ -22,6 +22,12 @@ type Lease struct {
 	RootHash        string          `json:"root_hash"`
 	Layers          []ManifestLayer `json:"layers"`
 	Created         time.Time       `json:"created"`
+	// KeptBy is the txid of the publish with keep whose commit took this
+	// lease, and Replaces the lease that publish was made on (released
+	// with the commit): a session still recorded on Replaces after a
+	// crash had its changes committed into this lease's layers.
+	KeptBy   string `json:"kept_by,omitempty"`
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // ErrUnknownLease is returned for a lease id the store does not hold.
@@ -69,12 +75,25 @@ func (s *Store) AcquireWith(owner string, record func(*Lease) (*atomicfile.File,
 }
 
 func (s *Store) acquireLocked(owner string, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
+	return s.acquire(owner, nil, record)
+}
+
+// acquireKeptLocked is the lease a publish with keep (req) moves its
+// session onto.
+func (s *Store) acquireKeptLocked(req PublishRequest) (*Lease, error) {
+	return s.acquire(req.Owner, &req, nil)
+}
+
+func (s *Store) acquire(owner string, kept *PublishRequest, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
 	m := s.head.Load()
 	if m == nil {
 		return nil, ErrNoManifest
 	}
 	l := &Lease{ID: newID("lease-", m.Version), Owner: owner, ManifestVersion: m.Version,
 		RootHash: m.RootHash(), Layers: append([]ManifestLayer(nil), m.Layers...), Created: s.opts.Now().UTC()}
+	if kept != nil {
+		l.KeptBy, l.Replaces = kept.TxID, kept.LeaseID
+	}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return nil, err

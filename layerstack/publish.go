@@ -110,13 +110,20 @@ type PublishResult struct {
 	Paths        int          `json:"changed_paths"`
 	// LeaseID is the session's new lease after a publish with Keep.
 	LeaseID string `json:"lease_id,omitempty"`
-	// Owner and Keep are the committed request's (records from before
-	// they were kept have neither): a retry of the txid is checked
-	// against them.
-	Owner    string `json:"owner,omitempty"`
-	Keep     bool   `json:"keep,omitempty"`
-	Replayed bool   `json:"replayed,omitempty"`
-	DryRun   bool   `json:"dry_run,omitempty"`
+	// Owner, Keep and FromLease (the lease the publish was made on) are
+	// the committed request's; records from before they were kept have
+	// none (TxRecord finds the owner in the layer's metadata). A retry of
+	// the txid is checked against them.
+	Owner     string `json:"owner,omitempty"`
+	Keep      bool   `json:"keep,omitempty"`
+	FromLease string `json:"from_lease,omitempty"`
+	Replayed  bool   `json:"replayed,omitempty"`
+	DryRun    bool   `json:"dry_run,omitempty"`
+}
+
+// result starts the record of req committed (or found a no-op) on head.
+func (req PublishRequest) result(head *Manifest) *PublishResult {
+	return &PublishResult{TxID: req.TxID, Revision: head.Revision(), Owner: req.Owner, Keep: req.Keep, FromLease: req.LeaseID}
 }
 
 // ErrBadRequest marks caller mistakes (missing txid, unknown lease...).
@@ -268,6 +275,7 @@ func (s *Store) replay(req PublishRequest) (*PublishResult, error) {
 		}
 		return nil, err
 	}
+	r.Owner = s.recordOwner(r)
 	if req.Owner != "" && r.Owner != "" && req.Owner != r.Owner {
 		// Never another's commit for this one: the caller would take it
 		// for its own and close or move its session on it.
@@ -277,7 +285,9 @@ func (s *Store) replay(req PublishRequest) (*PublishResult, error) {
 	if req.Keep {
 		// The first attempt may have died between commit and re-lease.
 		if _, err := s.Lease(r.LeaseID); r.LeaseID == "" || err != nil {
-			l, err := s.Acquire(req.Owner)
+			s.commitMu.Lock()
+			l, err := s.acquireKeptLocked(req)
+			s.commitMu.Unlock()
 			if err != nil {
 				return nil, err
 			}
@@ -449,8 +459,8 @@ func (t *txn) plan(base []ManifestLayer, head *Manifest) ([]planned, RouteSummar
 }
 
 func (t *txn) result(plan []planned, head *Manifest, layerID string) *PublishResult {
-	res := &PublishResult{TxID: t.req.TxID, Revision: head.Revision(), Paths: len(plan), NoOp: len(plan) == 0, LayerID: layerID,
-		Owner: t.req.Owner, Keep: t.req.Keep}
+	res := t.req.result(head)
+	res.Paths, res.NoOp, res.LayerID = len(plan), len(plan) == 0, layerID
 	for _, pl := range plan {
 		if pl.outcome == OutcomeMerged {
 			res.MergedPaths = append(res.MergedPaths, pl.ch.Path)
@@ -490,10 +500,11 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 		if _, err := s.readTx(tx.req.TxID); err == nil {
 			return nil, errStale
 		}
-		res := &PublishResult{TxID: tx.req.TxID, NoOp: true, Revision: head.Revision(), RouteSummary: sum}
+		res := tx.req.result(head)
+		res.NoOp, res.RouteSummary = true, sum
 		if tx.req.Keep {
 			// commitMu is held here either way: Acquire would deadlock.
-			l, err := s.acquireLocked(tx.req.Owner, nil)
+			l, err := s.acquireKeptLocked(tx.req)
 			if err != nil {
 				return nil, err
 			}
@@ -661,7 +672,7 @@ func (s *Store) commit(stage string, head *Manifest, meta *LayerMeta, syncPaths 
 	s.appendAudit(meta)
 	s.hit(FailAfterAudit)
 	if req.Keep {
-		l, err := s.acquireLocked(req.Owner, nil)
+		l, err := s.acquireKeptLocked(req)
 		if err != nil {
 			return fmt.Errorf("committed %s, but re-leasing failed: %w", meta.ID, err)
 		}

@@ -71,5 +71,25 @@ func (s *Store) TxRecord(txid string) (*PublishResult, error) {
 		return nil, err
 	}
 	r.Replayed = true
+	r.Owner = s.recordOwner(r)
 	return r, nil
+}
+
+// recordOwner is the owner of committed transaction r: its record's, or
+// for a record from before records kept it, its layer's while the head
+// holds that layer ("" when neither says).
+func (s *Store) recordOwner(r *PublishResult) string {
+	if r.Owner != "" || r.LayerID == "" {
+		return r.Owner
+	}
+	if m := s.head.Load(); m != nil {
+		for _, l := range m.Layers {
+			if l.ID == r.LayerID && l.TxID == r.TxID {
+				if meta, err := s.meta(l.ID); err == nil {
+					return meta.Owner
+				}
+			}
+		}
+	}
+	return ""
 }

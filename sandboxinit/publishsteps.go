@@ -25,17 +25,21 @@ const StatePublishing = "publishing"
 // preparedPublish is what publish_prepare leaves on the state volume for
 // publish_commit, so the steps survive a daemon or container restart.
 type preparedPublish struct {
-	TxID      string                    `json:"txid"`
-	SessionID string                    `json:"workspace_session_id"`
-	LeaseID   string                    `json:"lease_id"`
-	Owner     string                    `json:"owner"`
-	Agent     string                    `json:"agent,omitempty"`
-	Message   string                    `json:"message,omitempty"`
-	Keep      bool                      `json:"keep"`
-	Implicit  bool                      `json:"implicit"`
-	Changes   layerstack.ChangeSet      `json:"changes"`
-	Sources   map[string]string         `json:"sources"` // path -> frozen copy
-	Result    *layerstack.PublishResult `json:"result,omitempty"`
+	TxID      string `json:"txid"`
+	SessionID string `json:"workspace_session_id"`
+	LeaseID   string `json:"lease_id"`
+	// Upper is the session's upper dir the changes were captured from
+	// (empty in records from before it was kept): a kept session still on
+	// it is moved onto the new head by the finalize, one past it is not.
+	Upper    string                    `json:"upper,omitempty"`
+	Owner    string                    `json:"owner"`
+	Agent    string                    `json:"agent,omitempty"`
+	Message  string                    `json:"message,omitempty"`
+	Keep     bool                      `json:"keep"`
+	Implicit bool                      `json:"implicit"`
+	Changes  layerstack.ChangeSet      `json:"changes"`
+	Sources  map[string]string         `json:"sources"` // path -> frozen copy
+	Result   *layerstack.PublishResult `json:"result,omitempty"`
 	// Finalized is finalize's answer, kept so a retried finalize returns it.
 	Finalized *api.PublishFinalResult `json:"finalized,omitempty"`
 	Aborted   bool                    `json:"aborted,omitempty"`
@@ -153,7 +157,7 @@ func (d *Daemon) publishPrepare(ctx context.Context, a api.PublishStepArgs) (_ *
 		return nil, err
 	}
 	defer unlock()
-	if err := d.txOfAnother(a.TxID, s); err != nil {
+	if err := d.txCommitted(a.TxID, s); err != nil {
 		return nil, err
 	}
 	cs, release, err := d.capture(ctx, s)
@@ -210,7 +214,7 @@ func (d *Daemon) freezeChanges(s *session, txid, message string, keep bool, cs *
 	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
 		return nil, d.stepFailed(s, "prepare", err)
 	}
-	p := &preparedPublish{TxID: txid, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Agent: s.rec.Agent,
+	p := &preparedPublish{TxID: txid, SessionID: s.rec.ID, LeaseID: s.rec.LeaseID, Upper: s.rec.Upper, Owner: s.owner(), Agent: s.rec.Agent,
 		Message: message, Keep: keep, Implicit: s.rec.Implicit, Sources: map[string]string{}}
 	for i, c := range cs.Changes {
 		if c.Kind != layerstack.ChangeWrite {
@@ -339,7 +343,7 @@ func (d *Daemon) finalizeLocked(ctx context.Context, txid string) (*api.PublishF
 	}
 	defer s.gate.Unlock()
 	if p.Keep {
-		if s.rec.LeaseID != p.Result.LeaseID {
+		if p.stillOn(s) {
 			if err := d.rebase(ctx, s, p.Result.LeaseID); err != nil {
 				s.setState(StateFinalizeFailed)
 				return nil, finalizeFailed(s, p.Result, d.confine(s, err))
@@ -356,6 +360,20 @@ func (d *Daemon) finalizeLocked(ctx context.Context, txid string) (*api.PublishF
 		out.Destroyed, out.EvictedUpperdirBytes = true, &bytes
 	}
 	return d.finalized(p, out)
+}
+
+// stillOn reports whether kept session s is still where publish p (with
+// keep, committed) found it, so its finalize moves it onto the new head:
+// on the upper dir the changes were captured from (a restart after the
+// commit may have put it on the commit's lease already, over that upper
+// dir), or for a record without the upper dir, not on the commit's lease.
+// A session past it (moved, then published or refreshed again) is left as
+// it is.
+func (p *preparedPublish) stillOn(s *session) bool {
+	if p.Upper != "" {
+		return s.rec.Upper == p.Upper
+	}
+	return s.rec.LeaseID != p.Result.LeaseID
 }
 
 // finalized records finalize's answer: the frozen files go, the record

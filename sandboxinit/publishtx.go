@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -112,7 +111,7 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 	out := publishOutcome{TxID: a.TxID, SessionID: s.rec.ID, Agent: s.rec.Agent, Owner: s.owner(), Message: a.Message,
 		Source: sourceOf(s), Changes: cs}
 	lease := s.rec.LeaseID
-	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: lease, Owner: s.owner(), Agent: s.rec.Agent,
+	p := &preparedPublish{TxID: a.TxID, SessionID: s.rec.ID, LeaseID: lease, Upper: s.rec.Upper, Owner: s.owner(), Agent: s.rec.Agent,
 		Message: a.Message, Keep: a.Keep, Implicit: s.rec.Implicit, Committing: true}
 	rec, err := d.commitRecord(p)
 	if err != nil {
@@ -295,13 +294,15 @@ func (d *Daemon) replayTx(ctx context.Context, p *preparedPublish, a api.Publish
 }
 
 // replayCommit answers a retried publish the store committed and the
-// daemon did not record: the session, when it is still there and still
-// where the publish found it, is closed (or with keep moved onto the new
-// head) now. A retry is checked against the store's record of the txid
+// daemon did not record (its record could not be written, or was swept a
+// day after the publish ended): the session, when it is still there and
+// still where the publish found it, is closed (or with keep moved onto the
+// new head) now. A retry is checked against the store's record of the txid
 // first: the txid of another session's publish, or of one with the other
-// keep, is refused with nothing changed; a kept session already on the
-// commit's head or past it (moved before the answer, then published or
-// refreshed again) is answered as it is, its work untouched.
+// keep, is refused with nothing changed; a kept session no longer on the
+// lease the publish was made on (moved before the answer, then published
+// or refreshed again) is answered as it is, its work untouched; a session
+// that is not kept and no longer on it is not the publish's.
 func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.PublishTxResult, error) {
 	rec, err := d.store.TxRecord(a.TxID)
 	if err != nil {
@@ -311,7 +312,7 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID},
 			"txid %s belongs to a publish of %s", a.TxID, rec.Owner)
 	}
-	if rec.Owner != "" && rec.Keep != a.Keep {
+	if rec.FromLease != "" && rec.Keep != a.Keep { // a record that says
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "arg": "keep"},
 			"txid %s was a publish with keep=%v", a.TxID, rec.Keep)
 	}
@@ -325,12 +326,10 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 		return answer(rec), nil
 	}
 	defer s.gate.Unlock()
-	if l, err := d.store.Lease(s.rec.LeaseID); err == nil && l.ManifestVersion >= rec.Revision.ManifestVersion {
-		// On the commit's head or past it: not where the publish found
-		// it (a publish's session holds a lease from before its commit).
+	if rec.FromLease != "" && s.rec.LeaseID != rec.FromLease {
 		if !a.Keep {
 			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID},
-				"txid %s is a publish committed before workspace session %s's head; it is not this session's", a.TxID, s.rec.ID)
+				"txid %s is a publish workspace session %s has moved on from; it is not closed for it", a.TxID, s.rec.ID)
 		}
 		return answer(rec), nil
 	}
@@ -345,22 +344,20 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
 }
 
-// txOfAnother refuses txid for a publish of session s when the store
-// committed it for another owner: prepared, such a publish could neither
-// commit (the store refuses another's txid) nor be aborted (its txid is
-// committed).
-func (d *Daemon) txOfAnother(txid string, s *session) error {
-	rec, err := d.store.TxRecord(txid)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
+// txCommitted refuses to prepare a publish under txid when the store
+// committed txid already and the daemon holds no record of it (a record
+// swept a day after its publish ended, one that could not be written):
+// prepared, such a publish could neither commit (the store replays the
+// txid's commit, another owner's is refused) nor be aborted (its txid is
+// committed), and the changes frozen under it would be taken for that
+// commit.
+func (d *Daemon) txCommitted(txid string, s *session) error {
+	committed, err := d.store.Committed(txid)
+	if err != nil || !committed {
 		return err
-	case rec.Owner != "" && rec.Owner != s.owner():
-		return api.Errorf(api.KindInvalidRequest, map[string]any{"txid": txid, "workspace_session_id": s.rec.ID},
-			"txid %s belongs to a publish of %s", txid, rec.Owner)
 	}
-	return nil
+	return api.Errorf(api.KindInvalidRequest, map[string]any{"txid": txid, "workspace_session_id": s.rec.ID},
+		"txid %s names a publish committed already; a new publish needs a new txid", txid)
 }
 
 // finalizeUnrecorded closes session s (gate held) after its publish res

@@ -166,6 +166,34 @@ func TestPublishTxCommittedWithoutResult(t *testing.T) {
 	require.NotNil(t, p.Finalized)
 }
 
+// A publish that found nothing to commit, retried without the daemon's
+// record (lost in a crash before it was written): the session, still on
+// the lease the publish was made on, is closed; one made since on the
+// same head is not taken for it.
+func TestPublishTxNoOpRetried(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", nil)
+	h0 := layers(t, d)
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: "tx-a", LeaseID: s.rec.LeaseID, Changes: &layerstack.ChangeSet{}, Owner: s.owner()})
+	require.NoError(t, err)
+	require.True(t, res.NoOp)
+
+	got, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+	require.NoError(t, err)
+	require.True(t, got.Clean)
+	require.True(t, got.Destroyed)
+	require.True(t, got.Publish.NoOp)
+	require.Equal(t, h0, layers(t, d))
+	_, err = d.session("ws-a")
+	requireKind(t, err, api.KindNotFound)
+
+	workSession(t, d, "ws-b", map[string]string{"b.txt": "b\n"})
+	_, err = d.publishTx(ctx, txArgs("tx-a", "ws-b"))
+	requireKind(t, err, api.KindInvalidRequest)
+	require.Equal(t, StateActive, stateOf(t, d, "ws-b"))
+}
+
 // Bad input is refused with nothing changed.
 func TestPublishTxRefusals(t *testing.T) {
 	ctx := context.Background()

@@ -153,7 +153,7 @@ func (d *Daemon) prepareVerified(ctx context.Context, a api.PublishArgs) (*prepa
 		return nil, err
 	}
 	defer unlock()
-	if err := d.txOfAnother(a.TxID, s); err != nil {
+	if err := d.txCommitted(a.TxID, s); err != nil {
 		return nil, err
 	}
 	cs, release, err := d.capture(ctx, s)

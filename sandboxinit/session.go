@@ -563,11 +563,25 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 
 func (d *Daemon) restore(ctx context.Context, s *session) error {
 	relinked := false // on a new lease: a runtime still attached runs on the old one
+	stale := ""       // an upper dir replaced by a fresh one, removed once unmounted
 	lease, err := d.store.Lease(s.rec.LeaseID)
 	if err != nil {
 		// A crash between re-leasing (keep, refresh) and saving the record:
 		// the session's newest lease is the one to use.
-		if lease = d.newestLease(s.owner()); lease == nil {
+		if lease = d.newestLease(s.owner()); lease != nil && lease.KeptBy != "" && lease.Replaces == s.rec.LeaseID {
+			// A publish with keep committed the upper dir's changes into
+			// this lease's layers (nothing was written to it since its
+			// capture): the session goes on over a fresh upper dir, as the
+			// publish's finalize would have put it; a stale copy of the
+			// published files would hide later changes to them.
+			stale = s.upper()
+			if err := s.freshUpper(); err != nil {
+				return err
+			}
+			relinked = true
+			d.log.Warn("a session restarted over the upper dir its publish with keep committed; it goes on over a fresh one",
+				"workspace_session_id", s.rec.ID, "txid", lease.KeptBy, "lease_id", lease.ID)
+		} else if lease == nil {
 			// A power cut after an adopted warm session's record reached
 			// the disk and before its lease did (they are flushed side by
 			// side, AcquireWith): nothing was written in it (nothing was
@@ -598,11 +612,27 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 	if err := unmountAll(s.merged()); err != nil {
 		return err
 	}
+	if stale != "" {
+		_ = os.RemoveAll(stale)
+	}
 	_ = os.RemoveAll(s.work())
 	if err := os.MkdirAll(s.work(), 0o755); err != nil {
 		return err
 	}
 	return d.start(ctx, s, lease)
+}
+
+// freshUpper points session s at a new, empty upper dir; the caller saves
+// the record (with the lease it sets) before it removes the old one, and
+// starts the session again.
+func (s *session) freshUpper() error {
+	s.rec.Generation++
+	name := fmt.Sprintf("upper-%d", s.rec.Generation)
+	if err := os.MkdirAll(filepath.Join(s.dir, name), 0o755); err != nil {
+		return err
+	}
+	s.setUpperLease(name, s.rec.LeaseID)
+	return nil
 }
 
 // leaseEmptySession takes a new lease on the head for a session whose

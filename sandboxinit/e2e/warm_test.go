@@ -222,6 +222,17 @@ func TestMoveInPlaceKilled(t *testing.T) {
 	require.Equal(t, "two\n", sb.read(ws, "g.txt"))
 	uppers := docker(t, "exec", sb.name, "sh", "-c", "ls -d /eos/sessions/"+ws+"/upper-* | wc -l")
 	require.LessOrEqual(t, strings.TrimSpace(uppers), "2", "at most the new upper dir and the one the crash left")
+	// The published change is the head's now, not the session's: its
+	// upper dir holds only what it wrote since (a stale copy would hide
+	// others' later changes to f.txt from it and publish again with it).
+	var rec struct {
+		Upper string `json:"upper"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(docker(t, "exec", sb.name, "cat", "/eos/sessions/"+ws+"/session.json")), &rec))
+	require.Equal(t, "g.txt", strings.TrimSpace(docker(t, "exec", sb.name, "ls", "/eos/sessions/"+ws+"/"+rec.Upper)), "the session's upper dir %s", rec.Upper)
+	sb.ok("file_write", map[string]any{"path": "f.txt", "content": "other\n"})
+	sb.ok("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.Equal(t, "other", sb.exec(ws, "cat /workspace/f.txt")["output"], "another's later change to the published file reaches the session")
 }
 
 // onlySessionAndPool checks that the sandbox holds the live session ws
