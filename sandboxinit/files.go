@@ -65,6 +65,25 @@ func (d *Daemon) view(sessionID string) (*fileView, error) {
 	return &fileView{d: d, s: s, rt: r}, nil
 }
 
+// writeView is view for an operation that writes: a session that is not
+// active (a publish of it prepared or verifying, its finalize failed) is
+// refused, as its commands are. Its upper dir is what the publish
+// captured: the finalize replaces it (keep) or removes it, so a write
+// there would be lost without a word.
+func (d *Daemon) writeView(sessionID string) (*fileView, error) {
+	v, err := d.view(sessionID)
+	if err != nil || v.s == nil {
+		return v, err
+	}
+	if st := v.s.seen().state; st != StateActive {
+		id := v.s.rec.ID
+		v.close()
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": id, "finalization_state": st,
+			"recovery_operation": "recover_workspace_session"}, "workspace session %s is %s: its files are not written until that ends", id, st)
+	}
+	return v, nil
+}
+
 func (v *fileView) close() {
 	if v.rt != nil {
 		v.rt.Close()
@@ -146,7 +165,7 @@ func (d *Daemon) putFile(ctx context.Context, txid, rid, sessionID, shown, p str
 	if executable != nil && *executable {
 		mode = 0o755
 	}
-	v, err := d.view(sessionID)
+	v, err := d.writeView(sessionID)
 	if err != nil {
 		return "", err
 	}
@@ -226,7 +245,7 @@ func (d *Daemon) fileEdit(ctx context.Context, rid string, a api.FileEditArgs) (
 	if len(a.Edits) == 0 {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "edits must not be empty")
 	}
-	v, err := d.view(a.WorkspaceSessionID)
+	v, err := d.writeView(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +379,7 @@ func (d *Daemon) fileDelete(ctx context.Context, rid string, a api.FileDeleteArg
 	if p == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "refusing to delete the workspace root")
 	}
-	v, err := d.view(a.WorkspaceSessionID)
+	v, err := d.writeView(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +437,7 @@ func (d *Daemon) fileMove(ctx context.Context, rid string, a api.FileMoveArgs) (
 	if from == "" || to == "" || from == to || strings.HasPrefix(to, from+"/") {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "cannot move %q to %q", a.From, a.To)
 	}
-	v, err := d.view(a.WorkspaceSessionID)
+	v, err := d.writeView(a.WorkspaceSessionID)
 	if err != nil {
 		return nil, err
 	}

@@ -326,7 +326,7 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 		return answer(rec), nil
 	}
 	defer s.gate.Unlock()
-	if rec.FromLease != "" && s.rec.LeaseID != rec.FromLease {
+	if d.movedOn(s, rec, a.Keep) {
 		if !a.Keep {
 			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"txid": a.TxID, "workspace_session_id": a.WorkspaceSessionID},
 				"txid %s is a publish workspace session %s has moved on from; it is not closed for it", a.TxID, s.rec.ID)
@@ -342,6 +342,23 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 		return nil, err
 	}
 	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// movedOn reports whether session s is no longer where the committed
+// publish rec found it: off the lease it was made on. A record from before
+// records kept that lease says only its head: a kept session on a lease of
+// that head or a later one has moved (its own lease before the commit was
+// older); for one that is not kept nothing tells, and it is taken as the
+// publish's, as it always was.
+func (d *Daemon) movedOn(s *session, rec *layerstack.PublishResult, keep bool) bool {
+	if rec.FromLease != "" {
+		return s.rec.LeaseID != rec.FromLease
+	}
+	if !keep || rec.NoOp {
+		return false
+	}
+	l, err := d.store.Lease(s.rec.LeaseID)
+	return err == nil && l.ManifestVersion >= rec.Revision.ManifestVersion
 }
 
 // txCommitted refuses to prepare a publish under txid when the store

@@ -2,6 +2,7 @@ package sandboxinit
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -192,6 +193,88 @@ func TestPublishTxNoOpRetried(t *testing.T) {
 	_, err = d.publishTx(ctx, txArgs("tx-a", "ws-b"))
 	requireKind(t, err, api.KindInvalidRequest)
 	require.Equal(t, StateActive, stateOf(t, d, "ws-b"))
+}
+
+// A session whose publish is prepared (or verifying) takes no file writes,
+// as it takes no commands: its upper dir is what the publish captured, and
+// the finalize replaces or removes it. Reads go on; once the publish ends
+// (here aborted) writes are taken again.
+func TestNoWritesWhilePublishing(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", map[string]string{"a.txt": "a\n"})
+	_, err := d.publishPrepare(ctx, step("tx-a", "ws-a"))
+	require.NoError(t, err)
+	require.Equal(t, StatePublishing, stateOf(t, d, "ws-a"))
+	_, err = d.fileWrite(ctx, "r1", api.FileWriteArgs{WorkspaceSessionID: "ws-a", Path: "late.txt", Content: "late\n"})
+	requireKind(t, err, api.KindOperationFailed)
+	_, err = d.fileDelete(ctx, "r2", api.FileDeleteArgs{WorkspaceSessionID: "ws-a", Path: "a.txt"})
+	requireKind(t, err, api.KindOperationFailed)
+	_, err = d.fileMove(ctx, "r3", api.FileMoveArgs{WorkspaceSessionID: "ws-a", From: "a.txt", To: "b.txt"})
+	requireKind(t, err, api.KindOperationFailed)
+	_, err = d.fileEdit(ctx, "r4", api.FileEditArgs{WorkspaceSessionID: "ws-a", Path: "a.txt", Edits: []api.Edit{{OldString: "a", NewString: "b"}}})
+	requireKind(t, err, api.KindOperationFailed)
+	_, err = os.Stat(filepath.Join(s.merged(), "late.txt"))
+	require.True(t, os.IsNotExist(err), "nothing written: %v", err)
+	_, err = d.fileList(api.FileListArgs{WorkspaceSessionID: "ws-a"})
+	require.NoError(t, err, "reads go on")
+
+	_, err = d.publishAbort(ctx, step("tx-a", "ws-a"))
+	require.NoError(t, err)
+	_, err = d.fileWrite(ctx, "r5", api.FileWriteArgs{WorkspaceSessionID: "ws-a", Path: "late.txt", Content: "late\n"})
+	require.NoError(t, err)
+}
+
+// A record from before records named the lease a publish was made on
+// (an upgrade): a kept session that has since moved past the commit's head
+// is answered as it is, not moved back (its lease taken, its upper dir
+// replaced).
+func TestPublishTxLegacyRecordMovedOn(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", nil)
+	keep := func(txid, lease, path string) *layerstack.PublishResult {
+		res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: txid, LeaseID: lease, Owner: s.owner(), Keep: true,
+			Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: path, Kind: layerstack.ChangeWrite, Mode: 0o644, Data: []byte(path)}}}})
+		require.NoError(t, err)
+		return res
+	}
+	first := keep("tx-k", s.rec.LeaseID, "one.txt")
+	second := keep("tx-2", first.LeaseID, "two.txt")
+	s.setUpperLease("upper-2", second.LeaseID)
+	require.NoError(t, s.save())
+	// The record as an older store wrote it.
+	recs, err := filepath.Glob(filepath.Join(d.store.Root(), "txns", "*.json"))
+	require.NoError(t, err)
+	stripped := 0
+	for _, f := range recs {
+		var m map[string]any
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &m))
+		if m["txid"] == "tx-k" {
+			delete(m, "from_lease")
+			delete(m, "owner")
+			delete(m, "keep")
+			b, err = json.Marshal(m)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(f, b, 0o644))
+			stripped++
+		}
+	}
+	require.Equal(t, 1, stripped)
+	h := layers(t, d)
+
+	args := txArgs("tx-k", "ws-a")
+	args.Keep = true
+	res, err := d.publishTx(ctx, args)
+	require.NoError(t, err)
+	require.True(t, res.Kept)
+	require.Equal(t, second.LeaseID, s.rec.LeaseID, "left where it went")
+	require.Equal(t, "upper-2", s.rec.Upper)
+	_, err = d.store.Lease(second.LeaseID)
+	require.NoError(t, err, "its lease kept")
+	require.Equal(t, h, layers(t, d))
 }
 
 // Bad input is refused with nothing changed.
