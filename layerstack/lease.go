@@ -22,10 +22,11 @@ type Lease struct {
 	RootHash        string          `json:"root_hash"`
 	Layers          []ManifestLayer `json:"layers"`
 	Created         time.Time       `json:"created"`
-	// KeptBy is the txid of the publish with keep whose commit took this
-	// lease, and Replaces the lease that publish was made on (released
-	// with the commit): a session still recorded on Replaces after a
-	// crash had its changes committed into this lease's layers.
+	// Replaces is the lease a session was on when this one was taken for
+	// it by a publish with keep (KeptBy, its txid) or a refresh; that one
+	// was released with it. A session still recorded on Replaces after a
+	// crash had its changes committed into this lease's layers (keep) or
+	// merged onto them in a staged upper dir (refresh).
 	KeptBy   string `json:"kept_by,omitempty"`
 	Replaces string `json:"replaces,omitempty"`
 }
@@ -75,25 +76,23 @@ func (s *Store) AcquireWith(owner string, record func(*Lease) (*atomicfile.File,
 }
 
 func (s *Store) acquireLocked(owner string, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
-	return s.acquire(owner, nil, record)
+	return s.acquire(&Lease{Owner: owner}, record)
 }
 
 // acquireKeptLocked is the lease a publish with keep (req) moves its
 // session onto.
 func (s *Store) acquireKeptLocked(req PublishRequest) (*Lease, error) {
-	return s.acquire(req.Owner, &req, nil)
+	return s.acquire(&Lease{Owner: req.Owner, KeptBy: req.TxID, Replaces: req.LeaseID}, nil)
 }
 
-func (s *Store) acquire(owner string, kept *PublishRequest, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
+// acquire pins the head for l's owner, with l's KeptBy and Replaces.
+func (s *Store) acquire(l *Lease, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
 	m := s.head.Load()
 	if m == nil {
 		return nil, ErrNoManifest
 	}
-	l := &Lease{ID: newID("lease-", m.Version), Owner: owner, ManifestVersion: m.Version,
-		RootHash: m.RootHash(), Layers: append([]ManifestLayer(nil), m.Layers...), Created: s.opts.Now().UTC()}
-	if kept != nil {
-		l.KeptBy, l.Replaces = kept.TxID, kept.LeaseID
-	}
+	l.ID, l.ManifestVersion, l.RootHash = newID("lease-", m.Version), m.Version, m.RootHash()
+	l.Layers, l.Created = append([]ManifestLayer(nil), m.Layers...), s.opts.Now().UTC()
 	b, err := json.Marshal(l)
 	if err != nil {
 		return nil, err

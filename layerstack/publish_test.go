@@ -304,6 +304,8 @@ func TestRefreshMergesHeadUnderSessionChanges(t *testing.T) {
 	require.Equal(t, tree{"f.txt": "ONE\n2\n3\nFOUR\n", "mine.txt": "m\n"}, got)
 	nl, err := s.Lease(rr.LeaseID)
 	require.NoError(t, err)
+	require.Equal(t, l1.ID, nl.Replaces, "the new lease names the one it replaced")
+	require.Empty(t, nl.KeptBy)
 	// The session's view = new lease + rewritten upper.
 	v := NewView(append([]string{upper}, s.LowerDirs(nl)...)...)
 	require.Equal(t, "g\n", func() string { b, _, _ := v.ReadFile("g.txt", 0); return string(b) }())

@@ -41,7 +41,7 @@ func (s *Store) Refresh(ctx context.Context, leaseID string, cs *ChangeSet, newU
 		s.commitMu.Unlock()
 		return &RefreshResult{LeaseID: leaseID, Revision: head.Revision(), UpToDate: true}, nil
 	}
-	res, err := s.refreshLocked(ctx, lease, head, cs, newUpper)
+	res, err := s.refreshLocked(ctx, lease, head, cs, newUpper, lease.ID)
 	s.commitMu.Unlock()
 	if err != nil {
 		_ = removeAll(newUpper)
@@ -73,7 +73,7 @@ func (s *Store) StageOnHead(ctx context.Context, leaseID string, cs *ChangeSet, 
 	l := *lease
 	l.Owner = owner
 	s.commitMu.Lock()
-	res, err := s.refreshLocked(ctx, &l, s.head.Load(), cs, newUpper)
+	res, err := s.refreshLocked(ctx, &l, s.head.Load(), cs, newUpper, "")
 	s.commitMu.Unlock()
 	if err != nil {
 		_ = removeAll(newUpper)
@@ -82,7 +82,9 @@ func (s *Store) StageOnHead(ctx context.Context, leaseID string, cs *ChangeSet, 
 	return res, nil
 }
 
-func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest, cs *ChangeSet, newUpper string) (*RefreshResult, error) {
+// refreshLocked stages cs over lease onto head in newUpper and takes the
+// lease for it, which replaces the lease named replaces ("": none).
+func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest, cs *ChangeSet, newUpper, replaces string) (*RefreshResult, error) {
 	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner})
 	if err != nil {
 		return nil, err
@@ -113,7 +115,7 @@ func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest,
 	if err := b.sync(); err != nil {
 		return nil, err
 	}
-	l, err := s.acquireLocked(lease.Owner, nil)
+	l, err := s.acquire(&Lease{Owner: lease.Owner, Replaces: replaces}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -568,19 +568,19 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 	if err != nil {
 		// A crash between re-leasing (keep, refresh) and saving the record:
 		// the session's newest lease is the one to use.
-		if lease = d.newestLease(s.owner()); lease != nil && lease.KeptBy != "" && lease.Replaces == s.rec.LeaseID {
-			// A publish with keep committed the upper dir's changes into
-			// this lease's layers (nothing was written to it since its
-			// capture): the session goes on over a fresh upper dir, as the
-			// publish's finalize would have put it; a stale copy of the
-			// published files would hide later changes to them.
+		if lease = d.newestLease(s.owner()); lease != nil && lease.Replaces != "" && lease.Replaces == s.rec.LeaseID {
+			// Its publish with keep committed the upper dir's changes into
+			// this lease's layers, or its refresh merged them onto these
+			// layers in the staged upper dir: the session goes on over a
+			// fresh upper dir or the staged one, as the publish's finalize
+			// or the refresh would have put it. Its old upper dir over this
+			// lease would hide what others changed in the files it had
+			// changed, and its next publish would take that back.
 			stale = s.upper()
-			if err := s.freshUpper(); err != nil {
+			if err := d.finishMove(s, lease); err != nil {
 				return err
 			}
 			relinked = true
-			d.log.Warn("a session restarted over the upper dir its publish with keep committed; it goes on over a fresh one",
-				"workspace_session_id", s.rec.ID, "txid", lease.KeptBy, "lease_id", lease.ID)
 		} else if lease == nil {
 			// A power cut after an adopted warm session's record reached
 			// the disk and before its lease did (they are flushed side by
@@ -622,16 +622,27 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 	return d.start(ctx, s, lease)
 }
 
-// freshUpper points session s at a new, empty upper dir; the caller saves
-// the record (with the lease it sets) before it removes the old one, and
-// starts the session again.
-func (s *session) freshUpper() error {
-	s.rec.Generation++
-	name := fmt.Sprintf("upper-%d", s.rec.Generation)
-	if err := os.MkdirAll(filepath.Join(s.dir, name), 0o755); err != nil {
-		return err
+// finishMove points session s, found on the lease that lease replaced,
+// at the upper dir its move onto lease left: for a publish with keep a
+// fresh, empty one; for a refresh the merged one it staged (without it the
+// session is not restored: its old upper dir stays for recovery). The
+// caller saves the record with lease and removes the old upper dir.
+func (d *Daemon) finishMove(s *session, lease *layerstack.Lease) error {
+	name := fmt.Sprintf("upper-%d", s.rec.Generation+1)
+	next := filepath.Join(s.dir, name) // the move may have made it (switchUpper) before its record
+	if lease.KeptBy != "" {
+		if err := os.MkdirAll(next, 0o755); err != nil {
+			return err
+		}
+	} else if _, err := os.Stat(next); err != nil {
+		if err := os.Rename(filepath.Join(s.dir, "refresh-upper"), next); err != nil {
+			return fmt.Errorf("lease %s was replaced by refresh lease %s, whose merged upper dir is missing: %w", s.rec.LeaseID, lease.ID, err)
+		}
 	}
+	s.rec.Generation++
 	s.setUpperLease(name, s.rec.LeaseID)
+	d.log.Warn("a session whose move onto a new lease a restart cut short goes on as the move would have left it",
+		"workspace_session_id", s.rec.ID, "lease_id", lease.ID, "publish_txid", lease.KeptBy, "upper", name)
 	return nil
 }
 

@@ -235,6 +235,31 @@ func TestMoveInPlaceKilled(t *testing.T) {
 	require.Equal(t, "other", sb.exec(ws, "cat /workspace/f.txt")["output"], "another's later change to the published file reaches the session")
 }
 
+// TestRefreshKilled: the daemon killed while it moves an idle session in
+// place after a refresh (failpoint move-in-place: the store merged the
+// session's changes onto the head in a staged upper dir and released the
+// old lease; the record not yet saved) comes back with the refresh done:
+// the session has its own change and the others' in the same file, and its
+// next publish keeps both (over its old upper dir it showed its stale copy,
+// and the publish took the others' change back).
+func TestRefreshKilled(t *testing.T) {
+	base := "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"
+	theirs := strings.Replace(base, "10\n", "theirs\n", 1)
+	both := strings.Replace(theirs, "1\n", "mine\n", 1)
+	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": base})
+	ws := sb.session(nil)
+	require.Equal(t, "ok", sb.exec(ws, "sed -i 's/^1$/mine/' f.txt")["status"])
+	sb.ok("file_write", map[string]any{"path": "f.txt", "content": theirs}) // a one-layer commit on the head
+	docker(t, "exec", sb.name, "sh", "-c", "echo move-in-place > /eos/layerstack/.failpoints")
+	sb.dies("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
+
+	require.Equal(t, both, sb.read(ws, "f.txt"), "the refresh's merge, not the session's old copy")
+	require.Equal(t, "ok", sb.exec(ws, "echo more > g.txt")["status"], "the session takes work")
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.Equal(t, both, sb.read("", "f.txt"), "the publish keeps the others' change")
+	require.Equal(t, "more\n", sb.read("", "g.txt"))
+}
+
 // onlySessionAndPool checks that the sandbox holds the live session ws
 // and pool warm sessions, and nothing of any other: no session in a list,
 // no lease, no session dir, no mount, no cgroup.
