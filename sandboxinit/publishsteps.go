@@ -317,7 +317,21 @@ func (d *Daemon) publishFinalize(ctx context.Context, a api.PublishStepArgs) (_ 
 	defer func() { sp.End(retErr); retErr = d.confineErr(retErr) }()
 	unlockTx := d.lockTx(a.TxID)
 	defer unlockTx()
-	return d.finalizeLocked(ctx, a.TxID)
+	fin, err := d.finalizeLocked(ctx, a.TxID)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Kind == api.KindNotFound && a.WorkspaceSessionID != "" {
+		// No record (swept a day after the publish ended, or never
+		// written): a publish the store committed is finalized from the
+		// store's record, as an exactly-once retry is (replayCommit).
+		if committed, cerr := d.store.Committed(a.TxID); cerr == nil && committed {
+			res, err := d.replayCommit(ctx, api.PublishArgs{TxID: a.TxID, WorkspaceSessionID: a.WorkspaceSessionID, Keep: a.Keep})
+			if err != nil {
+				return nil, err
+			}
+			return &res.PublishFinalResult, nil
+		}
+	}
+	return fin, err
 }
 
 // finalizeLocked is publishFinalize with the transaction's lock held.
@@ -432,6 +446,14 @@ const (
 func (d *Daemon) abortLocked(ctx context.Context, txid, sessionID, by string) (*api.PublishAbortResult, error) {
 	p, err := d.loadPrepared(txid)
 	if err != nil {
+		if committed, cerr := d.store.Committed(txid); cerr != nil {
+			return nil, cerr
+		} else if committed {
+			// Its record swept a day after it ended, or never written:
+			// an abort must not record a committed publish as aborted.
+			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"txid": txid, "workspace_session_id": sessionID, "committed": true},
+				"publish %s is committed; there is nothing to abort", txid)
+		}
 		// The record that refuses a late prepare is best effort: an abort
 		// that changes nothing must not fail on a full volume.
 		_ = os.RemoveAll(filepath.Join(d.txDir(txid), "files")) // a prepare that died freezing

@@ -111,6 +111,10 @@ func TestPublishTxRecordUnwritable(t *testing.T) {
 	require.True(t, again.Clean)
 	require.Equal(t, res.Publish, again.Publish)
 	require.Equal(t, h0+1, layers(t, d), "committed exactly once")
+	_, err = d.publishAbort(ctx, step("tx-a", "ws-a"))
+	requireKind(t, err, api.KindOperationFailed) // committed: not recorded as aborted
+	_, err = d.loadPrepared("tx-a")
+	requireKind(t, err, api.KindNotFound)
 
 	// The txid checked against the store's record: not another session's
 	// publish, not the other keep.
@@ -136,6 +140,34 @@ func TestPublishTxRecordUnwritable(t *testing.T) {
 	d = publishDaemon(t, dir, nil)
 	require.Equal(t, h0+1, layers(t, d))
 	require.Empty(t, d.unfinishedPublishes(""))
+	_, err = d.session("ws-a")
+	requireKind(t, err, api.KindNotFound)
+}
+
+// The steps of a publish the store committed without the daemon's record
+// (swept a day after, or never written): an abort refuses (committed) and
+// records nothing, the finalize it leads to closes the session from the
+// store's record.
+func TestPublishStepsCommittedWithoutRecord(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+	h0 := layers(t, d)
+	_, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: "tx-s", LeaseID: s.rec.LeaseID, Owner: s.owner(),
+		Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: "new.txt", Kind: layerstack.ChangeWrite, Mode: 0o644, Data: []byte("published\n")}}}})
+	require.NoError(t, err)
+
+	_, err = d.publishAbort(ctx, step("tx-s", "ws-a"))
+	e := requireKind(t, err, api.KindOperationFailed)
+	require.Equal(t, true, e.Details["committed"])
+	_, err = d.loadPrepared("tx-s")
+	requireKind(t, err, api.KindNotFound)
+	_, err = d.publishFinalize(ctx, step("tx-s", "ws-b"))
+	requireKind(t, err, api.KindInvalidRequest) // not ws-b's publish
+	fin, err := d.publishFinalize(ctx, step("tx-s", "ws-a"))
+	require.NoError(t, err)
+	require.True(t, fin.Destroyed)
+	require.Equal(t, h0+1, layers(t, d))
 	_, err = d.session("ws-a")
 	requireKind(t, err, api.KindNotFound)
 }
