@@ -179,10 +179,16 @@ func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (_ map[s
 	return d.publishLocked(ctx, s, a)
 }
 
+// plainTxID is the txid of a publish of s without one (publish_workspace_session
+// without exactly_once): a retry of a publish whose answer was lost replays
+// its commit. A session moved onto a new upper dir (keep, refresh) has a
+// new one.
+func (s *session) plainTxID() string { return fmt.Sprintf("publish:%s:%d", s.rec.ID, s.rec.Generation) }
+
 // publishLocked runs with the session gate held: capture, commit, finalize.
 func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArgs) (_ map[string]any, retErr error) {
 	if a.TxID == "" {
-		a.TxID = fmt.Sprintf("publish:%s:%d", s.rec.ID, s.rec.Generation)
+		a.TxID = s.plainTxID()
 	}
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "implicit": s.rec.Implicit, "keep": a.Keep})
 	defer func() { sp.End(retErr) }()

@@ -333,15 +333,22 @@ func (d *Daemon) replayCommit(ctx context.Context, a api.PublishArgs) (*api.Publ
 		}
 		return answer(rec), nil
 	}
-	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: a.TxID, LeaseID: s.rec.LeaseID, Owner: s.owner(), Keep: a.Keep})
-	if err != nil {
-		return nil, d.stepFailed(s, "publish", err)
-	}
-	fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)
+	fin, err := d.finishCommitted(ctx, s, a.TxID, a.Keep)
 	if err != nil {
 		return nil, err
 	}
 	return &api.PublishTxResult{PublishFinalResult: *fin, Clean: true}, nil
+}
+
+// finishCommitted closes session s (gate held), still where its publish
+// txid found it, after that publish committed without a daemon record; or
+// with keep moves it onto the commit's lease.
+func (d *Daemon) finishCommitted(ctx context.Context, s *session, txid string, keep bool) (*api.PublishFinalResult, error) {
+	res, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: txid, LeaseID: s.rec.LeaseID, Owner: s.owner(), Keep: keep})
+	if err != nil {
+		return nil, d.stepFailed(s, "publish", err)
+	}
+	return d.finalizeUnrecorded(ctx, s, txid, res, keep)
 }
 
 // movedOn reports whether session s is no longer where the committed

@@ -69,6 +69,38 @@ func (d *Daemon) reconcilePublishes(ctx context.Context) {
 			_ = os.RemoveAll(filepath.Join(root, e.Name()))
 		}
 	}
+	d.closePlainPublished(ctx)
+}
+
+// closePlainPublished finishes, at boot, each publish without a txid
+// (plainTxID) that committed and that a crash kept from closing its session,
+// or with keep from moving it: the session, still on the lease the publish
+// was made on, is closed or moved onto the commit's lease now. Otherwise it
+// would go on over the upper dir it published, and its next publish would
+// reuse that txid and be answered with the old commit (its new work never
+// published; the session closed, or moved onto an empty upper dir, with it).
+// Records from before they named the publish's lease are left alone.
+func (d *Daemon) closePlainPublished(ctx context.Context) {
+	d.mu.Lock()
+	live := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		live = append(live, s)
+	}
+	d.mu.Unlock()
+	for _, s := range live {
+		rec, err := d.store.TxRecord(s.plainTxID())
+		if err != nil || rec.FromLease == "" || rec.FromLease != s.rec.LeaseID || s.seen().state != StateActive {
+			continue
+		}
+		s.gate.Lock()
+		_, err = d.finishCommitted(ctx, s, rec.TxID, rec.Keep)
+		s.gate.Unlock()
+		if err != nil {
+			d.log.Error("finishing a publish that committed before a restart failed", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "err", err)
+			continue
+		}
+		d.log.Warn("finished a publish that committed before a restart", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "layer_id", rec.LayerID)
+	}
 }
 
 // recoverSession brings a session in any state back to active, keeping

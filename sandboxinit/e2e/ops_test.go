@@ -273,3 +273,32 @@ func TestKeepPublishRecordUnwritable(t *testing.T) {
 	require.Equal(t, "mine\n", sb.read(other, "mine.txt"))
 	require.Equal(t, n+1, layers())
 }
+
+// TestPlainPublishKilledAfterCommit: the daemon killed right after a
+// publish without a txid committed (failpoint after-tx), before it closed
+// the session, comes back with the publish committed and the session
+// closed, as the publish would have left it (it came back active over the
+// upper dir it had published, and its next publish was answered with that
+// old commit: its new work never published, the session closed with it).
+// A publish with keep killed at the same point goes on over a fresh upper
+// dir, and its next publish publishes its new work.
+func TestPlainPublishKilledAfterCommit(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	ws, kept := sb.session(nil), sb.session(nil)
+	sb.exec(ws, "echo one > one.txt")
+	sb.exec(kept, "echo k1 > k1.txt")
+	docker(t, "exec", sb.name, "sh", "-c", "echo after-tx > /eos/layerstack/.failpoints")
+	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.Equal(t, "one\n", sb.read("", "one.txt"), "committed")
+	for _, s := range sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any) {
+		require.NotEqual(t, ws, s.(map[string]any)["workspace_session_id"], "the published session is closed")
+	}
+
+	docker(t, "exec", sb.name, "sh", "-c", "echo after-tx > /eos/layerstack/.failpoints")
+	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": kept, "keep": true})
+	require.Equal(t, "k1\n", sb.read("", "k1.txt"), "committed")
+	require.Equal(t, "ok", sb.exec(kept, "echo k2 > k2.txt")["status"])
+	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": kept, "keep": true})
+	require.Equal(t, "k2\n", sb.read("", "k2.txt"), "the kept session's new work is published")
+	require.Equal(t, "k1\n", sb.read(kept, "k1.txt"))
+}
