@@ -66,7 +66,7 @@ func TestDestroyKilledOnceRecorded(t *testing.T) {
 	r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4343", "yield_time_ms": 200})
 	require.Equal(t, "running", r["status"], "%v", r)
 	require.NotEmpty(t, processesWith(t, sb, "sleep 4343"))
-	docker(t, "exec", sb.name, "sh", "-c", "echo destroy-recorded > /eos/layerstack/.failpoints")
+	sb.arm("destroy-recorded")
 	sb.dies("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": true})
 
 	require.Eventually(t, func() bool { return processesWith(t, sb, "sleep 4343") == "" }, 10*time.Second, 50*time.Millisecond,

@@ -224,7 +224,7 @@ func TestKeepPublishRecordUnwritable(t *testing.T) {
 	ws, other := sb.session(nil), sb.session(nil)
 	sb.exec(ws, "echo one > one.txt")
 	sb.exec(other, "echo mine > mine.txt")
-	docker(t, "exec", sb.name, "sh", "-c", "echo error:publish-record > /eos/layerstack/.failpoints")
+	sb.arm("error:publish-record")
 	args := map[string]any{"workspace_session_id": ws, "keep": true, "exactly_once": true, "txid": "tx-k"}
 	first := sb.ok("publish_workspace_session", args)
 	require.Equal(t, true, first["clean"], "%v", first)
@@ -287,14 +287,14 @@ func TestPlainPublishKilledAfterCommit(t *testing.T) {
 	ws, kept := sb.session(nil), sb.session(nil)
 	sb.exec(ws, "echo one > one.txt")
 	sb.exec(kept, "echo k1 > k1.txt")
-	docker(t, "exec", sb.name, "sh", "-c", "echo after-tx > /eos/layerstack/.failpoints")
+	sb.arm("after-tx")
 	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 	require.Equal(t, "one\n", sb.read("", "one.txt"), "committed")
 	for _, s := range sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any) {
 		require.NotEqual(t, ws, s.(map[string]any)["workspace_session_id"], "the published session is closed")
 	}
 
-	docker(t, "exec", sb.name, "sh", "-c", "echo after-tx > /eos/layerstack/.failpoints")
+	sb.arm("after-tx")
 	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": kept, "keep": true})
 	require.Equal(t, "k1\n", sb.read("", "k1.txt"), "committed")
 	require.Equal(t, "ok", sb.exec(kept, "echo k2 > k2.txt")["status"])

@@ -120,7 +120,7 @@ func TestWarmBuildKilled(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
 	warm, head, readyAt := warmViews(t, sb)
 	readyAt(head())
-	docker(t, "exec", sb.name, "sh", "-c", "echo warm-build > /eos/layerstack/.failpoints")
+	sb.arm("warm-build")
 	// The create adopts a warm session; the build that replaces it is killed.
 	ws := sb.session(nil)
 	require.Eventually(t, func() bool {
@@ -149,7 +149,7 @@ func TestWarmReheadKilled(t *testing.T) {
 	ws := sb.session(nil)
 	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
-	docker(t, "exec", sb.name, "sh", "-c", "echo warm-rehead > /eos/layerstack/.failpoints")
+	sb.arm("warm-rehead")
 	// The create adopts a warm session built on the base and dies moving it.
 	sb.dies("create_workspace_session", map[string]any{})
 	readyAt(head())
@@ -208,7 +208,7 @@ func TestMoveInPlaceKilled(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
 	ws := sb.session(nil)
 	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
-	docker(t, "exec", sb.name, "sh", "-c", "echo move-in-place > /eos/layerstack/.failpoints")
+	sb.arm("move-in-place")
 	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
 
 	require.Equal(t, "one\n", sb.read("", "f.txt"), "the publish committed")
@@ -250,7 +250,7 @@ func TestRefreshKilled(t *testing.T) {
 	ws := sb.session(nil)
 	require.Equal(t, "ok", sb.exec(ws, "sed -i 's/^1$/mine/' f.txt")["status"])
 	sb.ok("file_write", map[string]any{"path": "f.txt", "content": theirs}) // a one-layer commit on the head
-	docker(t, "exec", sb.name, "sh", "-c", "echo move-in-place > /eos/layerstack/.failpoints")
+	sb.arm("move-in-place")
 	sb.dies("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
 
 	require.Equal(t, both, sb.read(ws, "f.txt"), "the refresh's merge, not the session's old copy")
