@@ -68,6 +68,31 @@ func TestLostTxRecordIsRebuilt(t *testing.T) {
 	}
 }
 
+// A retried publish whose record a commit never wrote (it failed after its
+// commit point: re-leasing, the directory's flush) is replayed from the
+// layer, not committed a second time; with keep it gets its lease.
+func TestPublishReplaysAnUnrecordedCommit(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		s := newTestStore(t, tree{"a": "a\n"})
+		l := mustLease(t, s, sess1)
+		req := PublishRequest{TxID: "tx-u", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1, Keep: keep}
+		first, err := s.Publish(context.Background(), req)
+		require.NoError(t, err)
+		tearTxRecord(t, s, "tx-u", true)
+		again, err := s.Publish(context.Background(), req)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, first.LayerID, again.LayerID)
+		if keep {
+			_, err := s.Lease(again.LeaseID)
+			require.NoError(t, err)
+		}
+		m, _ := s.Manifest()
+		require.Len(t, m.Layers, 2, "committed once")
+		requireHealthy(t, s)
+	}
+}
+
 // A squash drops the folded layers' txids from the manifest, after which
 // only the records say those transactions committed: it must make them
 // durable first, rewriting a lost one from the metadata.

@@ -62,6 +62,9 @@ const (
 	// (sandboxinit: a publish with keep, or one whose commit could not
 	// write the record).
 	FailPublishRecord = "publish-record"
+	// The lease a publish with keep takes for its session after its
+	// commit point (acquireKeptLocked).
+	FailKeepLease = "keep-lease"
 )
 
 // ErrInjected is the error of an armed error failpoint.

@@ -82,6 +82,9 @@ func (s *Store) acquireLocked(owner string, record func(*Lease) (*atomicfile.Fil
 // acquireKeptLocked is the lease a publish with keep (req) moves its
 // session onto.
 func (s *Store) acquireKeptLocked(req PublishRequest) (*Lease, error) {
+	if err := s.Injected(FailKeepLease); err != nil {
+		return nil, err
+	}
 	return s.acquire(&Lease{Owner: req.Owner, KeptBy: req.TxID, Replaces: req.LeaseID}, nil)
 }
 

@@ -269,10 +269,19 @@ func (s *Store) CheckPublish(ctx context.Context, req PublishRequest) (*PublishR
 // replay returns the recorded result of a committed transaction.
 func (s *Store) replay(req PublishRequest) (*PublishResult, error) {
 	r, err := s.readTx(req.TxID)
-	if err != nil {
-		if isNotExist(err) {
+	if isNotExist(err) {
+		// A commit that failed after its commit point (re-leasing, the
+		// directory's flush) wrote no record: Committed finds its layer
+		// in the head and rebuilds the record, so the txid is replayed,
+		// never committed a second time.
+		if ok, cerr := s.Committed(req.TxID); cerr != nil {
+			return nil, cerr
+		} else if !ok {
 			return nil, nil
 		}
+		r, err = s.readTx(req.TxID)
+	}
+	if err != nil {
 		return nil, err
 	}
 	r.Owner = s.recordOwner(r)

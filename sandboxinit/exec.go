@@ -143,7 +143,7 @@ func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string) {
 		return
 	}
 	s.setState(StateFinalizing)
-	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: "implicit:" + s.rec.ID})
+	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
 	if err != nil {
 		// A rejected implicit publish discards the changes (the seed's
 		// policy) but, unlike the seed, says exactly what conflicted.

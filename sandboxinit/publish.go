@@ -179,15 +179,48 @@ func (d *Daemon) publishSession(ctx context.Context, a api.PublishArgs) (_ map[s
 	return d.publishLocked(ctx, s, a)
 }
 
+// committedButFailed is the answer to a publish (txid) of s whose commit
+// stands although the store failed after its commit point and could not
+// finish it (a lease it could not take on a full volume): the session is
+// finalize_failed, so nothing is written into the upper dir the commit
+// took, and recover_workspace_session or a retry finishes it.
+func (d *Daemon) committedButFailed(s *session, txid string, err error) error {
+	s.setState(StateFinalizeFailed)
+	return api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "txid": txid, "committed": true,
+		"session_state": StateFinalizeFailed, "recovery_operation": "recover_workspace_session"},
+		"publish %s committed, but finishing it failed: %s", txid, d.confine(s, err))
+}
+
 // plainTxID is the txid of a publish of s without one (publish_workspace_session
 // without exactly_once): a retry of a publish whose answer was lost replays
 // its commit. A session moved onto a new upper dir (keep, refresh) has a
 // new one.
 func (s *session) plainTxID() string { return fmt.Sprintf("publish:%s:%d", s.rec.ID, s.rec.Generation) }
 
+// ownTxID is the txid the daemon gives s's own publish: an implicit
+// session's (its one command's), or plainTxID.
+func (s *session) ownTxID() string {
+	if s.rec.Implicit {
+		return "implicit:" + s.rec.ID
+	}
+	return s.plainTxID()
+}
+
 // publishLocked runs with the session gate held: capture, commit, finalize.
 func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArgs) (_ map[string]any, retErr error) {
 	if a.TxID == "" {
+		if rec, err := d.store.TxRecord(s.plainTxID()); err == nil && (rec.FromLease == "" || rec.FromLease == s.rec.LeaseID) {
+			// Its last publish committed and its session was neither
+			// closed nor moved (a restart the boot could not finish it
+			// after, a recovered session): the upper dir may hold new
+			// work, which a replay of that commit would drop. It is
+			// published again under a new txid (what was committed then
+			// merges as no change).
+			s.rec.Generation++
+			if err := s.save(); err != nil {
+				return nil, err
+			}
+		}
 		a.TxID = s.plainTxID()
 	}
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "implicit": s.rec.Implicit, "keep": a.Keep})
@@ -233,6 +266,9 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		if errors.As(err, &ce) {
 			d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
 			return nil, &publishRejected{wire: fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error()), conflict: ce}
+		}
+		if committed, cerr := d.store.Committed(a.TxID); cerr == nil && committed {
+			return nil, d.committedButFailed(s, a.TxID, err)
 		}
 		return nil, fail("publish", nil, "publish failed: %s", d.confine(s, err))
 	}

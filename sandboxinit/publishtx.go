@@ -138,6 +138,9 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 			return &api.PublishTxResult{PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: s.rec.ID},
 				Clean: false, Rejection: rejection(ce)}, nil
 		}
+		if committed, cerr := d.store.Committed(a.TxID); cerr == nil && committed {
+			return nil, d.committedButFailed(s, a.TxID, err)
+		}
 		return nil, d.stepFailed(s, "publish", err)
 	}
 	out.Result = res
@@ -355,13 +358,17 @@ func (d *Daemon) finishCommitted(ctx context.Context, s *session, txid string, k
 // publish rec found it: off the lease it was made on. A record from before
 // records kept that lease says only its head: a kept session on a lease of
 // that head or a later one has moved (its own lease before the commit was
-// older); for one that is not kept nothing tells, and it is taken as the
-// publish's, as it always was.
+// older); a live session is never closed on such a record.
 func (d *Daemon) movedOn(s *session, rec *layerstack.PublishResult, keep bool) bool {
 	if rec.FromLease != "" {
 		return s.rec.LeaseID != rec.FromLease
 	}
-	if !keep || rec.NoOp {
+	if !keep {
+		// Nothing tells whether that publish kept its session: closing
+		// a live one on its word could take work written since.
+		return true
+	}
+	if rec.NoOp {
 		return false
 	}
 	l, err := d.store.Lease(s.rec.LeaseID)

@@ -172,6 +172,51 @@ func TestPublishStepsCommittedWithoutRecord(t *testing.T) {
 	requireKind(t, err, api.KindNotFound)
 }
 
+// A publish without a txid whose last commit stands while its session was
+// neither closed nor moved (a restart, a recovered session) publishes the
+// upper dir again under a new txid: the work written since is published,
+// not dropped with a replay of the old commit.
+func TestPlainPublishAfterAnUnfinishedCommit(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+	_, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: s.plainTxID(), LeaseID: s.rec.LeaseID, Owner: s.owner(),
+		Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: "new.txt", Kind: layerstack.ChangeWrite, Mode: 0o644, Data: []byte("published\n")}}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(s.upper(), "more.txt"), []byte("more\n"), 0o644))
+	h := layers(t, d)
+
+	res, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-a"})
+	require.NoError(t, err)
+	require.Equal(t, true, res["destroyed"])
+	require.Equal(t, "more\n", headFile(t, d, "more.txt"), "the work written since is published")
+	require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	require.Equal(t, h+1, layers(t, d))
+}
+
+// A publish with keep whose commit stands but whose session's new lease
+// cannot be taken (a full volume, twice) answers that it committed, and
+// the session takes no more writes until it is recovered: they would go
+// into the upper dir the commit took.
+func TestKeepPublishCommittedButUnfinished(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(layerstack.FailpointEnv, "error:"+layerstack.FailKeepLease)
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+	_, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-a", Keep: true})
+	e := requireKind(t, err, api.KindOperationFailed)
+	require.Equal(t, true, e.Details["committed"], "%v", e)
+	require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+	require.Equal(t, StateFinalizeFailed, stateOf(t, d, "ws-a"))
+	_, err = d.fileWrite(ctx, "r1", api.FileWriteArgs{WorkspaceSessionID: "ws-a", Path: "late.txt", Content: "late\n"})
+	requireKind(t, err, api.KindOperationFailed)
+
+	args := txArgs("tx-k", "ws-a")
+	args.Keep = true
+	_, err = d.publishTx(ctx, args) // the exactly-once path, the same way
+	requireKind(t, err, api.KindOperationFailed)
+}
+
 // A record without its result whose txid the store committed (a verified
 // publish whose record could not take the result after its commit, here a
 // prepared one committed by the store alone) is finalized by the retry,

@@ -88,7 +88,7 @@ func (d *Daemon) closePlainPublished(ctx context.Context) {
 	}
 	d.mu.Unlock()
 	for _, s := range live {
-		rec, err := d.store.TxRecord(s.plainTxID())
+		rec, err := d.store.TxRecord(s.ownTxID())
 		if err != nil || rec.FromLease == "" || rec.FromLease != s.rec.LeaseID || s.seen().state != StateActive {
 			continue
 		}
