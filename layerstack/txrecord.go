@@ -3,6 +3,9 @@ package layerstack
 import (
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 )
 
 // Committed reports whether transaction txid committed: the daemon asks
@@ -92,4 +95,32 @@ func (s *Store) recordOwner(r *PublishResult) string {
 		}
 	}
 	return ""
+}
+
+// CommittedFrom returns the record of a publish committed from lease
+// leaseID by owner (the session that held it), or nil: a session still on
+// that lease has not been closed or moved as that publish asked. It reads
+// every transaction record (for recovery, not a hot path); records from
+// before they named their lease are not found.
+func (s *Store) CommittedFrom(owner, leaseID string) (*PublishResult, error) {
+	if leaseID == "" {
+		return nil, nil
+	}
+	dir := filepath.Join(s.root, dirTxns)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		var r PublishResult
+		if readJSON(filepath.Join(dir, e.Name()), &r) != nil || r.FromLease != leaseID || r.Owner != owner {
+			continue
+		}
+		r.Replayed = true
+		return &r, nil
+	}
+	return nil, nil
 }

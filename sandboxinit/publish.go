@@ -209,18 +209,10 @@ func (s *session) ownTxID() string {
 // publishLocked runs with the session gate held: capture, commit, finalize.
 func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArgs) (_ map[string]any, retErr error) {
 	if a.TxID == "" {
-		if rec, err := d.store.TxRecord(s.plainTxID()); err == nil && (rec.FromLease == "" || rec.FromLease == s.rec.LeaseID) {
-			// Its last publish committed and its session was neither
-			// closed nor moved (a restart the boot could not finish it
-			// after, a recovered session): the upper dir may hold new
-			// work, which a replay of that commit would drop. It is
-			// published again under a new txid (what was committed then
-			// merges as no change).
-			s.rec.Generation++
-			if err := s.save(); err != nil {
-				return nil, err
-			}
-		}
+		// A session over a commit of its own that is not finished takes
+		// no writes (finalize_failed: committedButFailed, a failed finalize;
+		// the boot and recover finish it first): a retry replays that
+		// commit and finishes it.
 		a.TxID = s.plainTxID()
 	}
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "implicit": s.rec.Implicit, "keep": a.Keep})
@@ -267,7 +259,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 			d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
 			return nil, &publishRejected{wire: fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error()), conflict: ce}
 		}
-		if committed, cerr := d.store.Committed(a.TxID); cerr == nil && committed {
+		if committed, _ := d.store.Committed(a.TxID); committed { // true with an error: found, its record not rewritten
 			return nil, d.committedButFailed(s, a.TxID, err)
 		}
 		return nil, fail("publish", nil, "publish failed: %s", d.confine(s, err))
@@ -283,6 +275,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 			s.setState(StateFinalizeFailed)
 			return nil, finalizeFailed(s, res, d.confine(s, err))
 		}
+		s.setState(StateActive) // a retry that finished a commit left unfinished
 		fsp.End(nil)
 		resp["destroyed"], resp["kept"] = false, true
 		return resp, nil

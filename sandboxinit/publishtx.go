@@ -138,7 +138,7 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 			return &api.PublishTxResult{PublishFinalResult: api.PublishFinalResult{TxID: a.TxID, WorkspaceSessionID: s.rec.ID},
 				Clean: false, Rejection: rejection(ce)}, nil
 		}
-		if committed, cerr := d.store.Committed(a.TxID); cerr == nil && committed {
+		if committed, _ := d.store.Committed(a.TxID); committed { // true with an error: found, its record not rewritten
 			return nil, d.committedButFailed(s, a.TxID, err)
 		}
 		return nil, d.stepFailed(s, "publish", err)

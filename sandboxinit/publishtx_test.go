@@ -172,26 +172,41 @@ func TestPublishStepsCommittedWithoutRecord(t *testing.T) {
 	requireKind(t, err, api.KindNotFound)
 }
 
-// A publish without a txid whose last commit stands while its session was
-// neither closed nor moved (a restart, a recovered session) publishes the
-// upper dir again under a new txid: the work written since is published,
-// not dropped with a replay of the old commit.
-func TestPlainPublishAfterAnUnfinishedCommit(t *testing.T) {
+// A session over a commit of its own that was not finished (its session
+// neither closed nor moved: a failure after the commit point) takes no
+// writes, and recover_workspace_session finishes that publish instead of
+// making the session active over the upper dir the commit took: for a
+// publish without a txid (its own txid) and for an exactly-once one whose
+// record could not be written (found among the store's records).
+func TestRecoverFinishesAnUnfinishedCommit(t *testing.T) {
 	ctx := context.Background()
 	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
-	s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
-	_, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: s.plainTxID(), LeaseID: s.rec.LeaseID, Owner: s.owner(),
-		Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: "new.txt", Kind: layerstack.ChangeWrite, Mode: 0o644, Data: []byte("published\n")}}}})
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(s.upper(), "more.txt"), []byte("more\n"), 0o644))
+	commit := func(s *session, txid, path string) {
+		t.Helper()
+		_, err := d.store.Publish(ctx, layerstack.PublishRequest{TxID: txid, LeaseID: s.rec.LeaseID, Owner: s.owner(),
+			Changes: &layerstack.ChangeSet{Changes: []layerstack.Change{{Path: path, Kind: layerstack.ChangeWrite, Mode: 0o644, Data: []byte(path)}}}})
+		require.NoError(t, err)
+		s.setState(StateFinalizeFailed)
+	}
+	a := workSession(t, d, "ws-a", map[string]string{"a.txt": "a.txt"})
+	b := workSession(t, d, "ws-b", map[string]string{"b.txt": "b.txt"})
+	commit(a, a.plainTxID(), "a.txt")
+	commit(b, "tx-b", "b.txt")
 	h := layers(t, d)
+	_, err := d.fileWrite(ctx, "r1", api.FileWriteArgs{WorkspaceSessionID: "ws-a", Path: "late.txt", Content: "late\n"})
+	requireKind(t, err, api.KindOperationFailed)
 
-	res, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-a"})
-	require.NoError(t, err)
-	require.Equal(t, true, res["destroyed"])
-	require.Equal(t, "more\n", headFile(t, d, "more.txt"), "the work written since is published")
-	require.Equal(t, "published\n", headFile(t, d, "new.txt"))
-	require.Equal(t, h+1, layers(t, d))
+	for _, c := range []struct{ id, txid string }{{"ws-a", a.plainTxID()}, {"ws-b", "tx-b"}} {
+		out, err := d.recoverSession(ctx, api.SessionArgs{WorkspaceSessionID: c.id})
+		require.NoError(t, err)
+		require.Equal(t, []string{c.txid}, out.FinalizedTxIDs)
+		require.True(t, out.Destroyed, "%+v", out)
+		_, err = d.session(c.id)
+		requireKind(t, err, api.KindNotFound)
+	}
+	require.Equal(t, "a.txt", headFile(t, d, "a.txt"))
+	require.Equal(t, "b.txt", headFile(t, d, "b.txt"))
+	require.Equal(t, h, layers(t, d), "nothing committed again")
 }
 
 // A publish with keep whose commit stands but whose session's new lease

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
 )
 
 // unfinishedPublishes are the prepared publishes neither finalized nor
@@ -69,18 +70,16 @@ func (d *Daemon) reconcilePublishes(ctx context.Context) {
 			_ = os.RemoveAll(filepath.Join(root, e.Name()))
 		}
 	}
-	d.closePlainPublished(ctx)
+	d.finishOwnCommits(ctx)
 }
 
-// closePlainPublished finishes, at boot, each publish without a txid
-// (plainTxID) that committed and that a crash kept from closing its session,
-// or with keep from moving it: the session, still on the lease the publish
-// was made on, is closed or moved onto the commit's lease now. Otherwise it
-// would go on over the upper dir it published, and its next publish would
-// reuse that txid and be answered with the old commit (its new work never
-// published; the session closed, or moved onto an empty upper dir, with it).
-// Records from before they named the publish's lease are left alone.
-func (d *Daemon) closePlainPublished(ctx context.Context) {
+// finishOwnCommits finishes, at boot, each session's own publish (ownTxID)
+// that committed from the lease the session is still on: a crash, or a
+// failure after the commit point, kept it from closing the session or,
+// with keep, moving it. The session is closed or moved onto the commit's
+// lease now (finishOwnCommit). Sessions with a publish on record were
+// settled before.
+func (d *Daemon) finishOwnCommits(ctx context.Context) {
 	d.mu.Lock()
 	live := make([]*session, 0, len(d.sessions))
 	for _, s := range d.sessions {
@@ -88,19 +87,44 @@ func (d *Daemon) closePlainPublished(ctx context.Context) {
 	}
 	d.mu.Unlock()
 	for _, s := range live {
-		rec, err := d.store.TxRecord(s.ownTxID())
-		if err != nil || rec.FromLease == "" || rec.FromLease != s.rec.LeaseID || s.seen().state != StateActive {
+		if s.seen().state == StatePublishing {
 			continue
 		}
 		s.gate.Lock()
-		_, err = d.finishCommitted(ctx, s, rec.TxID, rec.Keep)
+		rec, err := d.finishOwnCommit(ctx, s, false)
 		s.gate.Unlock()
-		if err != nil {
+		switch {
+		case err != nil:
 			d.log.Error("finishing a publish that committed before a restart failed", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "err", err)
-			continue
+		case rec != nil:
+			d.log.Warn("finished a publish that committed before a restart", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "layer_id", rec.LayerID)
 		}
-		d.log.Warn("finished a publish that committed before a restart", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "layer_id", rec.LayerID)
 	}
+}
+
+// finishOwnCommit finishes a publish of session s (gate held) that the
+// store committed from the lease s is still on, which did not close s or,
+// with keep, move it: s is closed, or moved onto the commit's lease. Until
+// then s holds a taken upper dir and takes no writes (finalize_failed, or
+// a restart); finishing it later would drop any. The publish is s's own
+// (ownTxID), or with scan any of s's (an exactly-once publish whose record
+// could not be written; every record is read). It returns the publish's
+// record, nil when there is none.
+func (d *Daemon) finishOwnCommit(ctx context.Context, s *session, scan bool) (*layerstack.PublishResult, error) {
+	rec, err := d.store.TxRecord(s.ownTxID())
+	if err != nil || rec.FromLease != s.rec.LeaseID {
+		rec = nil
+		if scan {
+			if rec, err = d.store.CommittedFrom(s.owner(), s.rec.LeaseID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if rec == nil {
+		return nil, nil
+	}
+	_, err = d.finishCommitted(ctx, s, rec.TxID, rec.Keep)
+	return rec, err
 }
 
 // recoverSession brings a session in any state back to active, keeping
@@ -141,6 +165,21 @@ func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return out, nil
 	}
 	defer s.gate.Unlock()
+	// A publish of it that committed and was not finished (its session
+	// over the upper dir the commit took) is finished, not undone.
+	if rec, err := d.finishOwnCommit(ctx, s, true); err != nil {
+		det := map[string]any{"workspace_session_id": s.rec.ID}
+		if rec != nil {
+			det["txid"], det["committed"] = rec.TxID, true
+		}
+		return nil, api.Errorf(api.KindOperationFailed, det, "recover %s: finishing its committed publish failed: %s", s.rec.ID, d.confine(s, err))
+	} else if rec != nil {
+		out.FinalizedTxIDs = append(out.FinalizedTxIDs, rec.TxID)
+		if !d.live(s) {
+			out.Destroyed, out.State = true, "destroyed"
+			return out, nil
+		}
+	}
 	// The runtime is restarted only by a daemon that has one (the
 	// in-process tests run without).
 	if s.rt == nil && d.rt != nil {
