@@ -97,15 +97,14 @@ func (s *Store) recordOwner(r *PublishResult) string {
 	return ""
 }
 
-// CommittedFrom returns the record of a publish committed from lease
-// leaseID by owner (the session that held it), or nil: a session still on
-// that lease has not been closed or moved as that publish asked. It reads
-// every transaction record (for recovery, not a hot path); records from
-// before they named their lease are not found.
-func (s *Store) CommittedFrom(owner, leaseID string) (*PublishResult, error) {
-	if leaseID == "" {
-		return nil, nil
-	}
+// CommitsFrom returns the records of publishes committed from a lease
+// (keyed by that lease, from_lease): a session still on such a lease has
+// not been closed or moved as its publish asked. It reads every
+// transaction record, and the head's layers' metadata for a commit whose
+// record was never written (for recovery and boot, not a hot path).
+// Records from before they named their lease are not found.
+func (s *Store) CommitsFrom() (map[string]*PublishResult, error) {
+	out := map[string]*PublishResult{}
 	dir := filepath.Join(s.root, dirTxns)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -116,11 +115,22 @@ func (s *Store) CommittedFrom(owner, leaseID string) (*PublishResult, error) {
 			continue
 		}
 		var r PublishResult
-		if readJSON(filepath.Join(dir, e.Name()), &r) != nil || r.FromLease != leaseID || r.Owner != owner {
-			continue
+		if readJSON(filepath.Join(dir, e.Name()), &r) == nil && r.FromLease != "" {
+			r.Replayed = true
+			out[r.FromLease] = &r
 		}
-		r.Replayed = true
-		return &r, nil
 	}
-	return nil, nil
+	if m := s.head.Load(); m != nil {
+		for _, l := range m.Layers {
+			if l.TxID == "" {
+				continue
+			}
+			if meta, err := s.meta(l.ID); err == nil && meta.Result != nil && meta.Result.FromLease != "" && out[meta.Result.FromLease] == nil {
+				r := *meta.Result
+				r.Replayed = true
+				out[r.FromLease] = &r
+			}
+		}
+	}
+	return out, nil
 }

@@ -401,6 +401,12 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return nil, err
 	}
 	defer unlock()
+	if st := s.seen().state; st == StateFinalizeFailed {
+		// Perhaps over an upper dir a commit took: moving it onto the head
+		// would leave that publish unfinished (recover finishes it).
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "finalization_state": st,
+			"recovery_operation": "recover_workspace_session"}, "refresh: workspace session %s is %s", s.rec.ID, st)
+	}
 	ctx, unhold := holdWorkspace(ctx, s)
 	defer unhold()
 	cs, release, err := d.capture(ctx, s)

@@ -172,7 +172,7 @@ func (d *Daemon) publishTx(ctx context.Context, a api.PublishArgs) (_ *api.Publi
 			// later boot or recover would finalize the session again,
 			// from a lease it may have left since.
 			if rerr := os.RemoveAll(d.txDir(p.TxID)); rerr != nil {
-				return nil, d.stepFailed(s, "publish", fmt.Errorf("committed, but its record can be neither completed (%v) nor removed: %w", err, rerr))
+				return nil, d.committedButFailed(s, p.TxID, fmt.Errorf("its record can be neither completed (%v) nor removed: %w", err, rerr))
 			}
 		}
 		fin, err := d.finalizeUnrecorded(ctx, s, a.TxID, res, a.Keep)

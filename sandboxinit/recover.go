@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -73,12 +74,13 @@ func (d *Daemon) reconcilePublishes(ctx context.Context) {
 	d.finishOwnCommits(ctx)
 }
 
-// finishOwnCommits finishes, at boot, each session's own publish (ownTxID)
-// that committed from the lease the session is still on: a crash, or a
-// failure after the commit point, kept it from closing the session or,
-// with keep, moving it. The session is closed or moved onto the commit's
-// lease now (finishOwnCommit). Sessions with a publish on record were
-// settled before.
+// finishOwnCommits finishes, at boot, each session's publish that
+// committed from the lease the session is still on: a crash, or a failure
+// after the commit point, kept it from closing the session or, with keep,
+// moving it. The session is closed or moved onto the commit's lease now
+// (finishOwnCommit); one that cannot be is finalize_failed (it takes no
+// writes: the commit took its upper dir). Sessions with a publish on
+// record were settled before.
 func (d *Daemon) finishOwnCommits(ctx context.Context) {
 	d.mu.Lock()
 	live := make([]*session, 0, len(d.sessions))
@@ -86,16 +88,27 @@ func (d *Daemon) finishOwnCommits(ctx context.Context) {
 		live = append(live, s)
 	}
 	d.mu.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	commits, err := d.store.CommitsFrom()
+	if err != nil {
+		d.log.Error("reading the layer store's publish records at boot failed; sessions over an unfinished commit are not finished", "err", err)
+		return
+	}
 	for _, s := range live {
 		if s.seen().state == StatePublishing {
 			continue
 		}
 		s.gate.Lock()
-		rec, err := d.finishOwnCommit(ctx, s, false)
+		rec, err := d.finishOwnCommit(ctx, s, commits)
+		if err != nil {
+			s.setState(StateFinalizeFailed)
+		}
 		s.gate.Unlock()
 		switch {
 		case err != nil:
-			d.log.Error("finishing a publish that committed before a restart failed", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "err", err)
+			d.log.Error("finishing a publish that committed before a restart failed; the session is finalize_failed", "workspace_session_id", s.rec.ID, "err", err)
 		case rec != nil:
 			d.log.Warn("finished a publish that committed before a restart", "workspace_session_id", s.rec.ID, "txid", rec.TxID, "keep", rec.Keep, "layer_id", rec.LayerID)
 		}
@@ -106,22 +119,24 @@ func (d *Daemon) finishOwnCommits(ctx context.Context) {
 // store committed from the lease s is still on, which did not close s or,
 // with keep, move it: s is closed, or moved onto the commit's lease. Until
 // then s holds a taken upper dir and takes no writes (finalize_failed, or
-// a restart); finishing it later would drop any. The publish is s's own
-// (ownTxID), or with scan any of s's (an exactly-once publish whose record
-// could not be written; every record is read). It returns the publish's
-// record, nil when there is none.
-func (d *Daemon) finishOwnCommit(ctx context.Context, s *session, scan bool) (*layerstack.PublishResult, error) {
+// a restart); finishing it later would drop any. The publish is found by
+// s's own txid (ownTxID), else among commits (CommitsFrom; nil: read
+// them). It returns the publish's record, nil when there is none.
+func (d *Daemon) finishOwnCommit(ctx context.Context, s *session, commits map[string]*layerstack.PublishResult) (*layerstack.PublishResult, error) {
 	rec, err := d.store.TxRecord(s.ownTxID())
-	if err != nil || rec.FromLease != s.rec.LeaseID {
-		rec = nil
-		if scan {
-			if rec, err = d.store.CommittedFrom(s.owner(), s.rec.LeaseID); err != nil {
+	switch {
+	case err == nil && rec.FromLease == s.rec.LeaseID:
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, err // committed, perhaps, but unreadable: not taken for none
+	default:
+		if commits == nil {
+			if commits, err = d.store.CommitsFrom(); err != nil {
 				return nil, err
 			}
 		}
-	}
-	if rec == nil {
-		return nil, nil
+		if rec = commits[s.rec.LeaseID]; rec == nil || rec.Owner != s.owner() {
+			return nil, nil
+		}
 	}
 	_, err = d.finishCommitted(ctx, s, rec.TxID, rec.Keep)
 	return rec, err
@@ -167,8 +182,9 @@ func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.
 	defer s.gate.Unlock()
 	// A publish of it that committed and was not finished (its session
 	// over the upper dir the commit took) is finished, not undone.
-	if rec, err := d.finishOwnCommit(ctx, s, true); err != nil {
-		det := map[string]any{"workspace_session_id": s.rec.ID}
+	if rec, err := d.finishOwnCommit(ctx, s, nil); err != nil {
+		s.setState(StateFinalizeFailed)
+		det := map[string]any{"workspace_session_id": s.rec.ID, "session_state": StateFinalizeFailed}
 		if rec != nil {
 			det["txid"], det["committed"] = rec.TxID, true
 		}
