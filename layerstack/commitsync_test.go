@@ -234,8 +234,10 @@ func TestInjected(t *testing.T) {
 	err := s.Injected(FailPublishRecord)
 	require.ErrorIs(t, err, ErrInjected)
 	require.NoError(t, s.Injected(FailPublishRecord), "once")
-	_, err = os.Stat(file)
-	require.True(t, os.IsNotExist(err), "%v", err)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, FailAfterSync+"\n", string(b), "the other failpoint stays armed")
+	require.NoError(t, os.Remove(file))
 
 	t.Setenv(FailpointEnv, errorArm(FailPublishRecord))
 	env := newTestStore(t, tree{"a": "a\n"})

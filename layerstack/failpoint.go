@@ -49,6 +49,10 @@ const (
 	// publish with keep or a refresh): its workspace unmounted, its record
 	// not yet saved, the new overlay not mounted.
 	FailMoveInPlace = "move-in-place"
+	// The boot finishing such a move (sandboxinit, finishMove): the new
+	// upper dir made or the refresh's merge renamed into place, the
+	// session's record not yet saved.
+	FailFinishMove = "finish-move"
 )
 
 // Error failpoints: armed as "error:<name>" (in FailpointEnv or the
@@ -132,20 +136,34 @@ func (s *Store) hit(name string) {
 	}
 }
 
-// takeArmed reports whether the store's failpoint file names arm, deleting
-// the file if so (a failpoint of the file fires once).
+// takeArmed reports whether the store's failpoint file names arm, taking
+// its line out if so (a failpoint of the file fires once; the file goes
+// with its last line). The others stay armed: a test can crash a process,
+// then the boot that recovers from it.
 func (s *Store) takeArmed(arm string) bool {
 	file := s.root + "/" + FailpointFile
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return false
 	}
+	var rest []string
+	found := false
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == arm {
-			_ = os.Remove(file)
-			_ = atomicfile.SyncDir(s.root)
-			return true
+		switch t := strings.TrimSpace(l); {
+		case t == arm && !found:
+			found = true
+		case t != "":
+			rest = append(rest, t)
 		}
 	}
-	return false
+	if !found {
+		return false
+	}
+	if len(rest) == 0 {
+		_ = os.Remove(file)
+		_ = atomicfile.SyncDir(s.root)
+	} else {
+		_ = atomicfile.WriteFile(file, []byte(strings.Join(rest, "\n")+"\n"), 0o600)
+	}
+	return true
 }

@@ -639,6 +639,7 @@ func (d *Daemon) finishMove(s *session, lease *layerstack.Lease) error {
 			return fmt.Errorf("lease %s was replaced by refresh lease %s, whose merged upper dir is missing: %w", s.rec.LeaseID, lease.ID, err)
 		}
 	}
+	d.store.Hit(layerstack.FailFinishMove)
 	s.rec.Generation++
 	s.setUpperLease(name, s.rec.LeaseID)
 	d.log.Warn("a session whose move onto a new lease a restart cut short goes on as the move would have left it",

@@ -171,11 +171,11 @@ func (sb *sandbox) connect() {
 	}, 60*time.Second, 100*time.Millisecond, "daemon in %s never became ready", sb.name)
 }
 
-// arm arms a failpoint of the sandbox's layer store (its failpoint file:
-// a kill failpoint's name, or "error:<name>"), which fires once.
-func (sb *sandbox) arm(failpoint string) {
+// arm arms failpoints of the sandbox's layer store (its failpoint file:
+// a kill failpoint's name, or "error:<name>"), each of which fires once.
+func (sb *sandbox) arm(failpoints ...string) {
 	sb.t.Helper()
-	docker(sb.t, "exec", sb.name, "sh", "-c", "echo "+failpoint+" > /eos/layerstack/.failpoints")
+	docker(sb.t, "exec", sb.name, "sh", "-c", "printf '%s\\n' "+strings.Join(failpoints, " ")+" > /eos/layerstack/.failpoints")
 }
 
 // restartDaemon kills the daemon (not PID 1, which starts it again) and

@@ -250,8 +250,12 @@ func TestRefreshKilled(t *testing.T) {
 	ws := sb.session(nil)
 	require.Equal(t, "ok", sb.exec(ws, "sed -i 's/^1$/mine/' f.txt")["status"])
 	sb.ok("file_write", map[string]any{"path": "f.txt", "content": theirs}) // a one-layer commit on the head
-	sb.arm("move-in-place")
+	// Killed again while the boot finishes that move (finish-move: the
+	// merge renamed into place, the record not saved): the next boot
+	// finishes it from there.
+	sb.arm("move-in-place", "finish-move")
 	sb.dies("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.NoError(t, exec.Command("docker", "exec", sb.name, "test", "!", "-e", "/eos/layerstack/.failpoints").Run(), "both failpoints fired")
 
 	require.Equal(t, both, sb.read(ws, "f.txt"), "the refresh's merge, not the session's old copy")
 	require.Equal(t, "ok", sb.exec(ws, "echo more > g.txt")["status"], "the session takes work")
