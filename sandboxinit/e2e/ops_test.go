@@ -280,8 +280,9 @@ func TestKeepPublishRecordUnwritable(t *testing.T) {
 // closed, as the publish would have left it (it came back active over the
 // upper dir it had published, and its next publish was answered with that
 // old commit: its new work never published, the session closed with it).
-// A publish with keep killed at the same point goes on over a fresh upper
-// dir, and its next publish publishes its new work.
+// A publish with keep killed at the same point, and its boot killed while
+// it moves the session, goes on over a fresh upper dir, and its next
+// publish publishes its new work.
 func TestPlainPublishKilledAfterCommit(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
 	ws, kept := sb.session(nil), sb.session(nil)
@@ -294,8 +295,12 @@ func TestPlainPublishKilledAfterCommit(t *testing.T) {
 		require.NotEqual(t, ws, s.(map[string]any)["workspace_session_id"], "the published session is closed")
 	}
 
-	sb.arm("after-tx")
+	// Killed after the commit, then again while the boot moves the
+	// session onto the commit's lease (move-in-place): the next boot
+	// finishes the move.
+	sb.arm("after-tx", "move-in-place")
 	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": kept, "keep": true})
+	require.NoError(t, exec.Command("docker", "exec", sb.name, "test", "!", "-e", "/eos/layerstack/.failpoints").Run(), "both failpoints fired")
 	require.Equal(t, "k1\n", sb.read("", "k1.txt"), "committed")
 	require.Equal(t, "ok", sb.exec(kept, "echo k2 > k2.txt")["status"])
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": kept, "keep": true})
