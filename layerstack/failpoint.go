@@ -69,6 +69,10 @@ const (
 	// The lease a publish with keep takes for its session after its
 	// commit point (acquireKeptLocked).
 	FailKeepLease = "keep-lease"
+	// Stopping a workspace session in its teardown (sandboxinit; not a
+	// warm one): the close of a published or destroyed session fails, as
+	// a stuck runtime would make it fail.
+	FailSessionTeardown = "session-teardown"
 )
 
 // ErrInjected is the error of an armed error failpoint.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
@@ -145,11 +146,34 @@ func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string) {
 	s.setState(StateFinalizing)
 	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
 	if err != nil {
-		// A rejected implicit publish discards the changes (the seed's
-		// policy) but, unlike the seed, says exactly what conflicted.
-		_, _ = d.teardown(ctx, s, true)
+		res, err = d.closeImplicit(ctx, s, err)
 	}
 	d.cmds.SetResult(cmdID, implicitOutcome(res, err))
+}
+
+// closeImplicit ends implicit session s after its publish failed with err.
+// A rejected implicit publish discards the changes (the seed's policy)
+// but, unlike the seed, says exactly what conflicted. One that failed
+// after its commit point (closing the session, finishing its record) did
+// publish the command's changes: that is the command's outcome, not a
+// failed publish its agent would run the command again for. If the close
+// fails again, such a session stays listed finalize_failed for
+// recover_workspace_session and the boot, which finish it from the
+// commit's record.
+func (d *Daemon) closeImplicit(ctx context.Context, s *session, err error) (map[string]any, error) {
+	var ae *api.Error
+	var rec *layerstack.PublishResult
+	if errors.As(err, &ae) && (ae.Details["committed"] == true || ae.Details["publish_completed"] == true) {
+		rec, _ = d.store.TxRecord(s.ownTxID())
+	}
+	_, terr := d.teardown(ctx, s, true)
+	if rec == nil {
+		return nil, err
+	}
+	if terr != nil {
+		d.closeFailed(s)
+	}
+	return map[string]any{"workspace_session_id": s.rec.ID, "publish": publishJSON(rec), "destroyed": terr == nil}, nil
 }
 
 // implicitOutcome is what an implicit session's publish adds to its

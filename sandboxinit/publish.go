@@ -283,7 +283,7 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 	bytes, err := d.teardown(fctx, s, true)
 	fsp.End(err)
 	if err != nil {
-		s.setState(StateFinalizeFailed)
+		d.closeFailed(s)
 		return nil, finalizeFailed(s, res, d.confine(s, err))
 	}
 	resp["destroyed"], resp["evicted_upperdir_bytes"] = true, bytes

@@ -368,7 +368,7 @@ func (d *Daemon) finalizeLocked(ctx context.Context, txid string) (*api.PublishF
 	} else {
 		bytes, err := d.teardown(ctx, s, true)
 		if err != nil {
-			s.setState(StateFinalizeFailed)
+			d.closeFailed(s)
 			return nil, finalizeFailed(s, p.Result, d.confine(s, err))
 		}
 		out.Destroyed, out.EvictedUpperdirBytes = true, &bytes

@@ -257,14 +257,7 @@ func (d *Daemon) closeAfterPublish(ctx context.Context, s *session, p *preparedP
 		return
 	}
 	d.log.Error("closing a published session failed; recover_workspace_session finishes it", "workspace_session_id", s.rec.ID, "txid", p.TxID, "err", err)
-	if _, serr := os.Stat(s.dir); serr == nil {
-		s.setState(StateFinalizeFailed)
-		d.mu.Lock()
-		if d.sessions[s.rec.ID] == nil {
-			d.sessions[s.rec.ID] = s
-		}
-		d.mu.Unlock()
-	}
+	d.closeFailed(s)
 }
 
 // replayTx answers a retried exactly-once publish from its record.
@@ -409,7 +402,7 @@ func (d *Daemon) finalizeUnrecorded(ctx context.Context, s *session, txid string
 	}
 	bytes, err := d.teardown(ctx, s, true)
 	if err != nil {
-		s.setState(StateFinalizeFailed)
+		d.closeFailed(s)
 		return nil, finalizeFailed(s, res, d.confine(s, err))
 	}
 	out.Destroyed, out.EvictedUpperdirBytes = true, &bytes

@@ -370,7 +370,13 @@ func (d *Daemon) stop(ctx context.Context, s *session) error {
 // teardown removes a session completely: runtime, mount, dirs, lease.
 func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (int64, error) {
 	sctx, sp := d.span(ctx, "session.stop", nil)
-	err := d.stop(sctx, s)
+	var err error
+	if !s.rec.Warm { // a warm session's rebuild does not take a test's failpoint
+		err = d.store.Injected(layerstack.FailSessionTeardown)
+	}
+	if err == nil {
+		err = d.stop(sctx, s)
+	}
 	sp.End(err)
 	bytes := dirBytes(s.upper())
 	if err == nil {
@@ -389,6 +395,23 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	delete(d.sessions, s.rec.ID)
 	d.mu.Unlock()
 	return bytes, err
+}
+
+// closeFailed marks s finalize_failed after the close that its committed
+// publish asked for failed. teardown takes a session out of the table
+// whatever happens; while its dir is left, s is listed again, so that
+// recover_workspace_session (or the next boot) finds it and finishes the
+// close from the commit's record.
+func (d *Daemon) closeFailed(s *session) {
+	s.setState(StateFinalizeFailed)
+	if _, err := os.Stat(s.dir); err != nil {
+		return
+	}
+	d.mu.Lock()
+	if d.sessions[s.rec.ID] == nil {
+		d.sessions[s.rec.ID] = s
+	}
+	d.mu.Unlock()
 }
 
 // retire is a destroy's teardown. The destroy waits for what makes the

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -306,4 +307,40 @@ func TestPlainPublishKilledAfterCommit(t *testing.T) {
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": kept, "keep": true})
 	require.Equal(t, "k2\n", sb.read("", "k2.txt"), "the kept session's new work is published")
 	require.Equal(t, "k1\n", sb.read(kept, "k1.txt"))
+}
+
+// TestImplicitPublishCommittedCloseFails: a bare command whose implicit
+// publish committed but whose session the real daemon could not close
+// (its teardown fails once, then twice) reports the publish as its
+// outcome, not publish_failed, and its change is in the head. A session
+// left over is listed finalize_failed, and recover_workspace_session
+// closes it.
+func TestImplicitPublishCommittedCloseFails(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	for i, arm := range [][]string{{"error:session-teardown"}, {"error:session-teardown", "error:session-teardown"}} {
+		sb.arm(arm...)
+		name := fmt.Sprintf("ran-%d.txt", i)
+		out := sb.ok("exec_command", map[string]any{"cmd": "echo ran > " + name, "yield_time_ms": 30000})
+		require.Equal(t, "ok", out["status"], "%v", out)
+		require.NotContains(t, out, "publish_rejected", "the commit stood: %v", out)
+		pub, _ := out["publish"].(map[string]any)
+		require.NotNil(t, pub, "%v", out)
+		require.Equal(t, "ran\n", sb.read("", name))
+		var left []map[string]any
+		for _, s := range sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"].([]any) {
+			left = append(left, s.(map[string]any))
+		}
+		if len(arm) == 1 {
+			require.Empty(t, left, "the second close went through")
+			require.Equal(t, true, pub["destroyed"], "%v", pub)
+			continue
+		}
+		require.Equal(t, false, pub["destroyed"], "%v", pub)
+		require.Len(t, left, 1)
+		require.Equal(t, "finalize_failed", left[0]["finalization_state"], "%v", left[0])
+		rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": left[0]["workspace_session_id"]})
+		require.Equal(t, true, rec["destroyed"], "%v", rec)
+		require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
+		require.Equal(t, "ran\n", sb.read("", name))
+	}
 }

@@ -1,0 +1,148 @@
+package sandboxinit
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/layerstack"
+)
+
+// armErrors arms the error failpoints names (each line fires once) in
+// d's store's failpoint file.
+func armErrors(t *testing.T, d *Daemon, names ...string) {
+	t.Helper()
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString("error:" + n + "\n")
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(d.store.Root(), layerstack.FailpointFile), []byte(b.String()), 0o600))
+}
+
+// A published session whose close fails stays listed, finalize_failed,
+// taking no writes, and recover_workspace_session closes it from the
+// commit's record: before, the failed close took it out of the session
+// table (recover answered not_found) while its dir and upper dir stayed.
+// Every door that closes a session after its commit: a plain publish,
+// publish_finalize, and an exactly-once publish's close after its answer.
+func TestPublishedSessionCloseFails(t *testing.T) {
+	ctx := context.Background()
+	for _, door := range []string{"publish", "publish_finalize", "exactly_once"} {
+		t.Run(door, func(t *testing.T) {
+			d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+			s := workSession(t, d, "ws-a", map[string]string{"new.txt": "published\n"})
+			armErrors(t, d, layerstack.FailSessionTeardown)
+			switch door {
+			case "publish":
+				_, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-a"})
+				e := requireKind(t, err, api.KindOperationFailed)
+				require.Equal(t, true, e.Details["publish_completed"], "%v", e)
+			case "publish_finalize":
+				_, err := d.publishPrepare(ctx, step("tx-a", "ws-a"))
+				require.NoError(t, err)
+				_, err = d.publishCommit(ctx, step("tx-a", "ws-a"))
+				require.NoError(t, err)
+				_, err = d.publishFinalize(ctx, step("tx-a", "ws-a"))
+				requireKind(t, err, api.KindOperationFailed)
+			case "exactly_once":
+				res, err := d.publishTx(ctx, txArgs("tx-a", "ws-a"))
+				require.NoError(t, err, "the commit is the answer; the close comes after it")
+				require.True(t, res.Destroyed)
+				d.waitFinalizes(ctx)
+			}
+			require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+			require.Equal(t, StateFinalizeFailed, stateOf(t, d, "ws-a"))
+			_, err := d.fileWrite(ctx, "r1", api.FileWriteArgs{WorkspaceSessionID: "ws-a", Path: "late.txt", Content: "late\n"})
+			requireKind(t, err, api.KindOperationFailed)
+			require.DirExists(t, s.dir)
+
+			if door == "publish" {
+				// The next boot closes it too, from the commit's record.
+				d = restart(t, d)
+			} else {
+				rec, err := d.recoverSession(ctx, api.SessionArgs{WorkspaceSessionID: "ws-a"})
+				require.NoError(t, err)
+				require.True(t, rec.Destroyed, "%+v", rec)
+			}
+			_, err = d.session("ws-a")
+			requireKind(t, err, api.KindNotFound)
+			require.NoDirExists(t, s.dir)
+			require.Equal(t, "published\n", headFile(t, d, "new.txt"))
+		})
+	}
+}
+
+// An implicit session (a bare command's) whose publish committed but whose
+// close failed reports the publish as its command's outcome, not
+// publish_failed: the command's changes are in the head, and an agent told
+// otherwise would run the command again. When the close fails twice, the
+// session stays listed, finalize_failed, for recover_workspace_session.
+func TestImplicitPublishCommittedCloseFails(t *testing.T) {
+	ctx := context.Background()
+	for _, fails := range []int{1, 2} {
+		d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+		s := workSession(t, d, "ws-i", map[string]string{"cmd.txt": "ran\n"})
+		s.rec.Implicit = true
+		arm := []string{layerstack.FailSessionTeardown}
+		if fails == 2 {
+			arm = append(arm, layerstack.FailSessionTeardown)
+		}
+		armErrors(t, d, arm...)
+		s.gate.Lock()
+		res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
+		requireKind(t, err, api.KindOperationFailed)
+		res, err = d.closeImplicit(ctx, s, err)
+		s.gate.Unlock()
+		require.NoError(t, err)
+		out := &api.CommandOutput{Status: api.StatusOK}
+		implicitOutcome(res, err)(out)
+		require.Nil(t, out.PublishRejected, "fails %d: %+v", fails, out)
+		pub, ok := res["publish"].(*api.PublishSummary)
+		require.True(t, ok, "%v", res)
+		require.Equal(t, s.ownTxID(), pub.TxID)
+		require.False(t, pub.NoOp)
+		require.Equal(t, "ran\n", headFile(t, d, "cmd.txt"))
+		if fails == 1 {
+			require.Equal(t, true, res["destroyed"])
+			_, err = d.session("ws-i")
+			requireKind(t, err, api.KindNotFound)
+			continue
+		}
+		require.Equal(t, false, res["destroyed"])
+		require.Equal(t, StateFinalizeFailed, stateOf(t, d, "ws-i"))
+		rec, err := d.recoverSession(ctx, api.SessionArgs{WorkspaceSessionID: "ws-i"})
+		require.NoError(t, err)
+		require.True(t, rec.Destroyed, "%+v", rec)
+		require.Equal(t, "ran\n", headFile(t, d, "cmd.txt"))
+	}
+}
+
+// A rejected implicit publish still reports its conflicts (the commit did
+// not happen: nothing to report as published), even when its close fails.
+func TestImplicitPublishRejectedStaysRejected(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-i", map[string]string{"f.txt": strings.Replace(base10, "5\n", "mine\n", 1)})
+	s.rec.Implicit = true
+	workSession(t, d, "ws-b", map[string]string{"f.txt": strings.Replace(base10, "5\n", "theirs\n", 1)})
+	_, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-b"})
+	require.NoError(t, err)
+	armErrors(t, d, layerstack.FailSessionTeardown)
+	s.gate.Lock()
+	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
+	require.Error(t, err)
+	res, err = d.closeImplicit(ctx, s, err)
+	s.gate.Unlock()
+	require.Error(t, err)
+	require.Nil(t, res)
+	out := &api.CommandOutput{Status: api.StatusOK}
+	implicitOutcome(res, err)(out)
+	require.NotNil(t, out.PublishRejected)
+	require.Equal(t, layerstack.ReasonSourceConflict, out.PublishRejectClass)
+	require.Contains(t, headFile(t, d, "f.txt"), "theirs\n")
+}
