@@ -146,3 +146,94 @@ func TestImplicitPublishRejectedStaysRejected(t *testing.T) {
 	require.Equal(t, layerstack.ReasonSourceConflict, out.PublishRejectClass)
 	require.Contains(t, headFile(t, d, "f.txt"), "theirs\n")
 }
+
+// A publish without exactly_once naming a txid another session's publish
+// committed (its own derived txid, or any) is refused as invalid_request
+// with nothing changed, not answered as its own commit left unfinished
+// (which made the session finalize_failed, refusing its writes); a bare
+// command whose implicit txid was taken so reports publish_failed, not
+// the other session's publish as its own.
+func TestPublishTxIDTakenByAnotherSession(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	workSession(t, d, "ws-b", map[string]string{"b.txt": "b\n"})
+	_, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-b", TxID: "implicit:ws-i"})
+	require.NoError(t, err)
+	h := layers(t, d)
+
+	workSession(t, d, "ws-a", map[string]string{"a.txt": "a\n"})
+	_, err = d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-a", TxID: "implicit:ws-i"})
+	requireKind(t, err, api.KindInvalidRequest)
+	require.Equal(t, StateActive, stateOf(t, d, "ws-a"))
+	_, err = d.fileWrite(ctx, "r1", api.FileWriteArgs{WorkspaceSessionID: "ws-a", Path: "more.txt", Content: "more\n"})
+	require.NoError(t, err, "the session takes writes: nothing of it was committed")
+	require.Equal(t, h, layers(t, d))
+
+	s := workSession(t, d, "ws-i", map[string]string{"cmd.txt": "ran\n"})
+	s.rec.Implicit = true
+	s.gate.Lock()
+	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
+	require.Error(t, err)
+	res, err = d.closeImplicit(ctx, s, err)
+	s.gate.Unlock()
+	require.Error(t, err)
+	require.Nil(t, res, "ws-b's publish is not this command's")
+	out := &api.CommandOutput{Status: api.StatusOK}
+	implicitOutcome(res, err)(out)
+	require.NotNil(t, out.PublishRejected)
+	require.Equal(t, "publish_failed", out.PublishRejectClass)
+	require.Equal(t, h, layers(t, d))
+}
+
+// A no-op publish whose close failed (nothing in its upper dir, its lease
+// released) is closed at the next boot, not restarted as an active
+// session on a new lease.
+func TestNoOpPublishCloseFailsBoot(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	for _, implicit := range []bool{false, true} {
+		s := workSession(t, d, "ws-n", nil)
+		s.rec.Implicit = implicit
+		require.NoError(t, s.save())
+		armErrors(t, d, layerstack.FailSessionTeardown)
+		if implicit {
+			s.gate.Lock()
+			_, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
+			s.gate.Unlock()
+			requireKind(t, err, api.KindOperationFailed)
+		} else {
+			_, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-n"})
+			requireKind(t, err, api.KindOperationFailed)
+		}
+		require.Equal(t, StateFinalizeFailed, stateOf(t, d, "ws-n"))
+		d = restartWithRestore(t, d)
+		_, err := d.session("ws-n")
+		requireKind(t, err, api.KindNotFound)
+		require.NoDirExists(t, s.dir)
+	}
+}
+
+// restartWithRestore is restart, with the boot's restore of each session
+// whose lease is gone (the part of restore that runs before the runtime:
+// these in-process daemons have none) before the reconcile, in the boot's
+// order.
+func restartWithRestore(t *testing.T, d *Daemon) *Daemon {
+	t.Helper()
+	require.NoError(t, d.Close(context.Background()))
+	nd := publishDaemon(t, d.cfg.StateDir, nil)
+	ents, err := os.ReadDir(filepath.Join(nd.cfg.StateDir, "sessions"))
+	require.NoError(t, err)
+	for _, e := range ents {
+		s := &session{dir: filepath.Join(nd.cfg.StateDir, "sessions", e.Name()), state: StateActive}
+		require.NoError(t, readJSON(filepath.Join(s.dir, "session.json"), &s.rec))
+		if _, err := nd.store.Lease(s.rec.LeaseID); err == nil {
+			t.Fatalf("session %s still has its lease: restore would start its runtime", s.rec.ID)
+		}
+		err := nd.restore(context.Background(), s)
+		require.ErrorIs(t, err, errClosedByCommit)
+		s.setState(StateFinalizeFailed)
+		nd.sessions[s.rec.ID] = s
+	}
+	nd.reconcilePublishes(context.Background())
+	return nd
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
-	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
@@ -162,18 +161,28 @@ func (d *Daemon) finishImplicit(ctx context.Context, s *session, cmdID string) {
 // commit's record.
 func (d *Daemon) closeImplicit(ctx context.Context, s *session, err error) (map[string]any, error) {
 	var ae *api.Error
-	var rec *layerstack.PublishResult
-	if errors.As(err, &ae) && (ae.Details["committed"] == true || ae.Details["publish_completed"] == true) {
-		rec, _ = d.store.TxRecord(s.ownTxID())
+	committed := errors.As(err, &ae) && (ae.Details["committed"] == true || ae.Details["publish_completed"] == true)
+	var pub *api.PublishSummary
+	if committed {
+		// Its own commit: the txid's record names this session's lease
+		// (a client may have used the txid for another session's publish,
+		// which the store refused this one for).
+		if rec, rerr := d.store.TxRecord(s.ownTxID()); rerr == nil && rec.Owner == s.owner() && rec.FromLease == s.rec.LeaseID {
+			pub = publishJSON(rec)
+		} else if p, ok := ae.Details["publish"].(*api.PublishSummary); ok && ae.Details["publish_completed"] == true {
+			pub = p // the close failed after the commit answered
+		} else {
+			committed = false
+		}
 	}
 	_, terr := d.teardown(ctx, s, true)
-	if rec == nil {
+	if !committed {
 		return nil, err
 	}
 	if terr != nil {
 		d.closeFailed(s)
 	}
-	return map[string]any{"workspace_session_id": s.rec.ID, "publish": publishJSON(rec), "destroyed": terr == nil}, nil
+	return map[string]any{"workspace_session_id": s.rec.ID, "publish": pub, "destroyed": terr == nil}, nil
 }
 
 // implicitOutcome is what an implicit session's publish adds to its

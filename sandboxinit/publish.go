@@ -259,6 +259,11 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 			d.event(ctx, "workspace_session.publish.rejected", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "reason": ce.Reason(), "conflicts": len(ce.Conflicts)})
 			return nil, &publishRejected{wire: fail("publish", rejectionDetails(ce), "publish rejected: %s", ce.Error()), conflict: ce}
 		}
+		if errors.Is(err, layerstack.ErrTxTaken) {
+			// Another session's commit under this txid: not this one's,
+			// which is refused with nothing changed.
+			return nil, d.stepFailed(s, "publish", err)
+		}
 		if committed, _ := d.store.Committed(a.TxID); committed { // true with an error: found, its record not rewritten
 			return nil, d.committedButFailed(s, a.TxID, err)
 		}

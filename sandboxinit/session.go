@@ -356,10 +356,14 @@ func egressOf(e *api.Egress) (runtime.Egress, error) {
 func (d *Daemon) stop(ctx context.Context, s *session) error {
 	var errs []error
 	if s.rt != nil {
+		// A runtime that could not be destroyed stays the session's: the
+		// next stop (a retried close, recover) destroys it again rather
+		// than forgetting its container, cgroup and network.
 		if err := s.rt.Destroy(ctx); err != nil {
 			errs = append(errs, err)
+		} else {
+			s.setRuntime(nil)
 		}
-		s.setRuntime(nil)
 	}
 	if err := unmountAll(s.merged()); err != nil {
 		errs = append(errs, err)
@@ -573,7 +577,9 @@ func (d *Daemon) restoreSessions(ctx context.Context) error {
 		if d.pendingPublish(s.rec.ID) {
 			s.setState(StatePublishing)
 		}
-		if err := d.restore(ctx, s); err != nil {
+		if err := d.restore(ctx, s); errors.Is(err, errClosedByCommit) {
+			s.setState(StateFinalizeFailed) // closed below (finishOwnCommits)
+		} else if err != nil {
 			d.log.Error("restore session failed; its upper dir is kept", "workspace_session_id", s.rec.ID, "err", err)
 			s.setState(StateFinalizeFailed)
 		}
@@ -604,6 +610,10 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 				return err
 			}
 			relinked = true
+		} else if lease == nil && d.closedByCommit(s) {
+			// Its publish committed and released its lease, and closing it
+			// failed: finishOwnCommits closes it, from the commit's record.
+			return errClosedByCommit
 		} else if lease == nil {
 			// A power cut after an adopted warm session's record reached
 			// the disk and before its lease did (they are flushed side by
@@ -685,6 +695,18 @@ func (d *Daemon) leaseEmptySession(s *session, why error) (*layerstack.Lease, er
 	}
 	d.log.Warn("a session's lease was lost; its upper dir is empty, so it starts on the head", "workspace_session_id", s.rec.ID, "lost_lease_id", s.rec.LeaseID, "lease_id", lease.ID, "manifest_version", lease.ManifestVersion)
 	return lease, nil
+}
+
+// errClosedByCommit is restore's answer for a session whose own publish
+// committed and whose close did not finish: it is not started again.
+var errClosedByCommit = errors.New("its publish committed; the session is closed, not restarted")
+
+// closedByCommit reports whether session s is one a commit of its own
+// (its own txid, made from its lease) was to close: a publish without
+// keep, or an implicit session's.
+func (d *Daemon) closedByCommit(s *session) bool {
+	rec, err := d.store.TxRecord(s.ownTxID())
+	return err == nil && !rec.Keep && rec.Owner == s.owner() && rec.FromLease == s.rec.LeaseID
 }
 
 func (d *Daemon) newestLease(owner string) *layerstack.Lease {
