@@ -24,6 +24,22 @@ func armErrors(t *testing.T, d *Daemon, names ...string) {
 	require.NoError(t, os.WriteFile(filepath.Join(d.store.Root(), layerstack.FailpointFile), []byte(b.String()), 0o600))
 }
 
+// implicitCommand runs what finishImplicit runs for implicit session s once
+// its command ended (the publish, then the close of a failed one) and
+// returns the outcome and the command's output with it.
+func implicitCommand(t *testing.T, d *Daemon, s *session) (map[string]any, *api.CommandOutput, error) {
+	t.Helper()
+	s.gate.Lock()
+	res, err := d.publishLocked(context.Background(), s, api.PublishArgs{TxID: s.ownTxID()})
+	if err != nil {
+		res, err = d.closeImplicit(context.Background(), s, err)
+	}
+	s.gate.Unlock()
+	out := &api.CommandOutput{Status: api.StatusOK}
+	implicitOutcome(res, err)(out)
+	return res, out, err
+}
+
 // A published session whose close fails stays listed, finalize_failed,
 // taking no writes, and recover_workspace_session closes it from the
 // commit's record: before, the failed close took it out of the session
@@ -93,14 +109,8 @@ func TestImplicitPublishCommittedCloseFails(t *testing.T) {
 			arm = append(arm, layerstack.FailSessionTeardown)
 		}
 		armErrors(t, d, arm...)
-		s.gate.Lock()
-		res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
-		requireKind(t, err, api.KindOperationFailed)
-		res, err = d.closeImplicit(ctx, s, err)
-		s.gate.Unlock()
+		res, out, err := implicitCommand(t, d, s)
 		require.NoError(t, err)
-		out := &api.CommandOutput{Status: api.StatusOK}
-		implicitOutcome(res, err)(out)
 		require.Nil(t, out.PublishRejected, "fails %d: %+v", fails, out)
 		pub, ok := res["publish"].(*api.PublishSummary)
 		require.True(t, ok, "%v", res)
@@ -133,15 +143,9 @@ func TestImplicitPublishRejectedStaysRejected(t *testing.T) {
 	_, err := d.publishSession(ctx, api.PublishArgs{WorkspaceSessionID: "ws-b"})
 	require.NoError(t, err)
 	armErrors(t, d, layerstack.FailSessionTeardown)
-	s.gate.Lock()
-	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
-	require.Error(t, err)
-	res, err = d.closeImplicit(ctx, s, err)
-	s.gate.Unlock()
+	res, out, err := implicitCommand(t, d, s)
 	require.Error(t, err)
 	require.Nil(t, res)
-	out := &api.CommandOutput{Status: api.StatusOK}
-	implicitOutcome(res, err)(out)
 	require.NotNil(t, out.PublishRejected)
 	require.Equal(t, layerstack.ReasonSourceConflict, out.PublishRejectClass)
 	require.Contains(t, headFile(t, d, "f.txt"), "theirs\n")
@@ -171,15 +175,9 @@ func TestPublishTxIDTakenByAnotherSession(t *testing.T) {
 
 	s := workSession(t, d, "ws-i", map[string]string{"cmd.txt": "ran\n"})
 	s.rec.Implicit = true
-	s.gate.Lock()
-	res, err := d.publishLocked(ctx, s, api.PublishArgs{TxID: s.ownTxID()})
-	require.Error(t, err)
-	res, err = d.closeImplicit(ctx, s, err)
-	s.gate.Unlock()
+	res, out, err := implicitCommand(t, d, s)
 	require.Error(t, err)
 	require.Nil(t, res, "ws-b's publish is not this command's")
-	out := &api.CommandOutput{Status: api.StatusOK}
-	implicitOutcome(res, err)(out)
 	require.NotNil(t, out.PublishRejected)
 	require.Equal(t, "publish_failed", out.PublishRejectClass)
 	require.Equal(t, h, layers(t, d))
@@ -213,27 +211,17 @@ func TestNoOpPublishCloseFailsBoot(t *testing.T) {
 	}
 }
 
-// restartWithRestore is restart, with the boot's restore of each session
-// whose lease is gone (the part of restore that runs before the runtime:
-// these in-process daemons have none) before the reconcile, in the boot's
-// order.
+// restartWithRestore is restart with the boot's restore of each session
+// (the part of restore that runs before the runtime, which these
+// in-process daemons do not have: every session here has lost its lease)
+// before the reconcile, in the boot's order.
 func restartWithRestore(t *testing.T, d *Daemon) *Daemon {
 	t.Helper()
-	require.NoError(t, d.Close(context.Background()))
-	nd := publishDaemon(t, d.cfg.StateDir, nil)
-	ents, err := os.ReadDir(filepath.Join(nd.cfg.StateDir, "sessions"))
-	require.NoError(t, err)
-	for _, e := range ents {
-		s := &session{dir: filepath.Join(nd.cfg.StateDir, "sessions", e.Name()), state: StateActive}
-		require.NoError(t, readJSON(filepath.Join(s.dir, "session.json"), &s.rec))
+	return restartWith(t, d, func(nd *Daemon, s *session) {
 		if _, err := nd.store.Lease(s.rec.LeaseID); err == nil {
 			t.Fatalf("session %s still has its lease: restore would start its runtime", s.rec.ID)
 		}
-		err := nd.restore(context.Background(), s)
-		require.ErrorIs(t, err, errClosedByCommit)
+		require.ErrorIs(t, nd.restore(context.Background(), s), errClosedByCommit)
 		s.setState(StateFinalizeFailed)
-		nd.sessions[s.rec.ID] = s
-	}
-	nd.reconcilePublishes(context.Background())
-	return nd
+	})
 }

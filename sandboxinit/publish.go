@@ -215,6 +215,17 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		// commit and finishes it.
 		a.TxID = s.plainTxID()
 	}
+	if rec, err := d.store.TxRecord(a.TxID); err == nil && rec.Owner == s.owner() && rec.FromLease != "" && rec.FromLease != s.rec.LeaseID {
+		// This session's own commit under this txid, made from a lease it
+		// has left since (a retried publish with keep, after the session
+		// moved on): answered as it is, never finished again (which would
+		// move or close the session over the work it wrote since).
+		if rec.Keep && a.Keep {
+			return map[string]any{"workspace_session_id": s.rec.ID, "publish": publishJSON(rec), "destroyed": false, "kept": true}, nil
+		}
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "session_retained": true},
+			"txid %s names an earlier publish of workspace session %s (made from a lease it has left, keep %v); publish under a new txid", a.TxID, s.rec.ID, rec.Keep)
+	}
 	ctx, sp := d.span(ctx, "workspace_session.publish", map[string]any{"workspace_session_id": s.rec.ID, "txid": a.TxID, "implicit": s.rec.Implicit, "keep": a.Keep})
 	defer func() { sp.End(retErr) }()
 	fail := func(stage string, extra map[string]any, format string, args ...any) *api.Error {

@@ -70,6 +70,13 @@ func openTestDaemon(t *testing.T, dir string, base map[string]string, tune func(
 // reconciling the unfinished publishes as New does.
 func restart(t *testing.T, d *Daemon) *Daemon {
 	t.Helper()
+	return restartWith(t, d, nil)
+}
+
+// restartWith is restart, calling each (when set) on every session read
+// back before it is listed.
+func restartWith(t *testing.T, d *Daemon, each func(nd *Daemon, s *session)) *Daemon {
+	t.Helper()
 	require.NoError(t, d.Close(context.Background()))
 	nd := publishDaemon(t, d.cfg.StateDir, nil)
 	ents, err := os.ReadDir(filepath.Join(nd.cfg.StateDir, "sessions"))
@@ -79,6 +86,9 @@ func restart(t *testing.T, d *Daemon) *Daemon {
 		require.NoError(t, readJSON(filepath.Join(s.dir, "session.json"), &s.rec))
 		if nd.pendingPublish(s.rec.ID) {
 			s.setState(StatePublishing)
+		}
+		if each != nil {
+			each(nd, s)
 		}
 		nd.sessions[s.rec.ID] = s
 	}

@@ -356,14 +356,10 @@ func egressOf(e *api.Egress) (runtime.Egress, error) {
 func (d *Daemon) stop(ctx context.Context, s *session) error {
 	var errs []error
 	if s.rt != nil {
-		// A runtime that could not be destroyed stays the session's: the
-		// next stop (a retried close, recover) destroys it again rather
-		// than forgetting its container, cgroup and network.
 		if err := s.rt.Destroy(ctx); err != nil {
 			errs = append(errs, err)
-		} else {
-			s.setRuntime(nil)
 		}
+		s.setRuntime(nil)
 	}
 	if err := unmountAll(s.merged()); err != nil {
 		errs = append(errs, err)
@@ -612,7 +608,14 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 			relinked = true
 		} else if lease == nil && d.closedByCommit(s) {
 			// Its publish committed and released its lease, and closing it
-			// failed: finishOwnCommits closes it, from the commit's record.
+			// failed: finishOwnCommits closes it, from the commit's record,
+			// with its runtime if it still runs (a daemon restart), as
+			// removeAtBoot does.
+			if d.rt != nil {
+				if rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s)); err == nil {
+					s.setRuntime(rs)
+				}
+			}
 			return errClosedByCommit
 		} else if lease == nil {
 			// A power cut after an adopted warm session's record reached

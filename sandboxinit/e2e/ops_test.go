@@ -344,3 +344,28 @@ func TestImplicitPublishCommittedCloseFails(t *testing.T) {
 		require.Equal(t, "ran\n", sb.read("", name))
 	}
 }
+
+// TestPublishTxIDOfAnEarlierLease: a publish without exactly_once naming
+// a txid this same session committed from a lease it has left since (a
+// keep publish retried after the session moved on and wrote more) is
+// answered as it is, or refused with the other keep, and never finished
+// again: before, the replay moved the session onto the commit's lease
+// over a fresh upper dir (or closed it), and the work written since was
+// gone.
+func TestPublishTxIDOfAnEarlierLease(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	ws := sb.session(nil)
+	sb.exec(ws, "echo a > a.txt")
+	first := sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "txid": "tx-k", "keep": true})
+	sb.exec(ws, "echo more > more.txt")
+	again := sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "txid": "tx-k", "keep": true})
+	require.Equal(t, first["publish"].(map[string]any)["layer_id"], again["publish"].(map[string]any)["layer_id"], "%v", again)
+	require.Equal(t, true, again["kept"], "%v", again)
+	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws, "txid": "tx-k"}, "invalid_request")
+	require.Equal(t, "more\n", sb.read(ws, "more.txt"), "the work written since is kept")
+	require.Equal(t, "ok", sb.exec(ws, "test -f more.txt")["status"])
+	sb.fail("file_read", map[string]any{"path": "more.txt"}, "not_found")
+	pub := sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.Equal(t, true, pub["destroyed"], "%v", pub)
+	require.Equal(t, "more\n", sb.read("", "more.txt"))
+}
