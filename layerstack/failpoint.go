@@ -73,6 +73,9 @@ const (
 	// warm one): the close of a published or destroyed session fails, as
 	// a stuck runtime would make it fail.
 	FailSessionTeardown = "session-teardown"
+	// A session runtime's destroy in a stop (sandboxinit): it fails and
+	// the runtime (its container, processes, cgroup) lives on.
+	FailRuntimeDestroy = "runtime-destroy"
 )
 
 // ErrInjected is the error of an armed error failpoint.

@@ -356,10 +356,14 @@ func egressOf(e *api.Egress) (runtime.Egress, error) {
 func (d *Daemon) stop(ctx context.Context, s *session) error {
 	var errs []error
 	if s.rt != nil {
-		if err := s.rt.Destroy(ctx); err != nil {
+		err := d.store.Injected(layerstack.FailRuntimeDestroy)
+		if err == nil {
+			err = s.rt.Destroy(ctx)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
-		s.setRuntime(nil)
+		s.setRuntime(nil) // recover and the reaper read this as "to be started again"
 	}
 	if err := unmountAll(s.merged()); err != nil {
 		errs = append(errs, err)
@@ -375,6 +379,7 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 		err = d.store.Injected(layerstack.FailSessionTeardown)
 	}
 	if err == nil {
+		d.reattach(s)
 		err = d.stop(sctx, s)
 	}
 	sp.End(err)
@@ -395,6 +400,21 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	delete(d.sessions, s.rec.ID)
 	d.mu.Unlock()
 	return bytes, err
+}
+
+// reattach gives s back a runtime it lost track of before it is torn down:
+// one whose destroy failed (stop drops it, which recover and the reaper
+// read as "to be started again"), or one a failed start left behind. It is
+// found by the session's id, as restore and removeAtBoot find one, so the
+// close destroys it rather than leaving its container, processes, cgroup
+// and network running until the daemon's next boot.
+func (d *Daemon) reattach(s *session) {
+	if s.rt != nil || d.rt == nil {
+		return
+	}
+	if rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s)); err == nil {
+		s.setRuntime(rs)
+	}
 }
 
 // closeFailed marks s finalize_failed after the close that its committed

@@ -369,3 +369,28 @@ func TestPublishTxIDOfAnEarlierLease(t *testing.T) {
 	require.Equal(t, true, pub["destroyed"], "%v", pub)
 	require.Equal(t, "more\n", sb.read("", "more.txt"))
 }
+
+// TestCloseAfterFailedDestroyEndsTheSession: a published session whose
+// runtime could not be destroyed (the failpoint runtime-destroy: its
+// container and processes live on) is finalize_failed, and the close that
+// recover_workspace_session runs destroys that runtime too: before, the
+// failed stop had dropped the session's handle on it, and its processes ran
+// on until the daemon's next boot.
+func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	ws := sb.session(nil)
+	sb.exec(ws, "echo mine > mine.txt; sleep 313 >/dev/null 2>&1 &")
+	sleeping := func() bool {
+		return strings.Contains(docker(t, "exec", sb.name, "ps", "-o", "args"), "sleep 313")
+	}
+	require.True(t, sleeping())
+	sb.arm("error:runtime-destroy")
+	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws}, "operation_failed")
+	require.Equal(t, "mine\n", sb.read("", "mine.txt"), "the commit stands")
+	require.True(t, sleeping(), "the failed destroy left the session's processes running")
+	rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": ws})
+	require.Equal(t, true, rec["destroyed"], "%v", rec)
+	require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond,
+		"the close destroyed the runtime the failed stop left")
+	require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
+}
