@@ -379,7 +379,9 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 		err = d.store.Injected(layerstack.FailSessionTeardown)
 	}
 	if err == nil {
-		d.reattach(s)
+		err = d.reap(sctx, s)
+	}
+	if err == nil {
 		err = d.stop(sctx, s)
 	}
 	sp.End(err)
@@ -402,19 +404,17 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 	return bytes, err
 }
 
-// reattach gives s back a runtime it lost track of before it is torn down:
-// one whose destroy failed (stop drops it, which recover and the reaper
-// read as "to be started again"), or one a failed start left behind. It is
-// found by the session's id, as restore and removeAtBoot find one, so the
-// close destroys it rather than leaving its container, processes, cgroup
-// and network running until the daemon's next boot.
-func (d *Daemon) reattach(s *session) {
+// reap removes, before s is torn down, a runtime of it the daemon lost
+// track of: one whose destroy failed (stop drops the handle, which recover
+// and the reaper read as "to be started again"), or one a failed start
+// left behind. It is found by the session's id, whatever part of it is
+// left, so the close ends its processes and frees its cgroup and network
+// rather than leaving them until the daemon's next boot.
+func (d *Daemon) reap(ctx context.Context, s *session) error {
 	if s.rt != nil || d.rt == nil {
-		return
+		return nil
 	}
-	if rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s)); err == nil {
-		s.setRuntime(rs)
-	}
+	return d.rt.Reap(ctx, s.rec.ID, d.runtimeSpec(s))
 }
 
 // closeFailed marks s finalize_failed after the close that its committed

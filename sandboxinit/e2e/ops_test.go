@@ -378,19 +378,23 @@ func TestPublishTxIDOfAnEarlierLease(t *testing.T) {
 // on until the daemon's next boot.
 func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
-	ws := sb.session(nil)
-	sb.exec(ws, "echo mine > mine.txt; sleep 313 >/dev/null 2>&1 &")
-	sleeping := func() bool {
-		return strings.Contains(docker(t, "exec", sb.name, "ps", "-o", "args"), "sleep 313")
+	for i, profile := range []string{"shared", "isolated"} {
+		ws := sb.session(map[string]any{"network_profile": profile})
+		sleep := fmt.Sprintf("sleep 31%d", i)
+		name := fmt.Sprintf("mine-%d.txt", i)
+		sb.exec(ws, "echo mine > "+name+"; "+sleep+" >/dev/null 2>&1 &")
+		sleeping := func() bool {
+			return strings.Contains(docker(t, "exec", sb.name, "ps", "-o", "args"), sleep)
+		}
+		require.True(t, sleeping(), profile)
+		sb.arm("error:runtime-destroy")
+		sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws}, "operation_failed")
+		require.Equal(t, "mine\n", sb.read("", name), "the commit stands")
+		require.True(t, sleeping(), "the failed destroy left the %s session's processes running", profile)
+		rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": ws})
+		require.Equal(t, true, rec["destroyed"], "%v", rec)
+		require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond,
+			"the close destroyed the runtime the failed stop left (%s)", profile)
+		require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
 	}
-	require.True(t, sleeping())
-	sb.arm("error:runtime-destroy")
-	sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws}, "operation_failed")
-	require.Equal(t, "mine\n", sb.read("", "mine.txt"), "the commit stands")
-	require.True(t, sleeping(), "the failed destroy left the session's processes running")
-	rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": ws})
-	require.Equal(t, true, rec["destroyed"], "%v", rec)
-	require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond,
-		"the close destroyed the runtime the failed stop left")
-	require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
 }

@@ -222,6 +222,31 @@ func (r *Runtime) createNet(spec SessionSpec) (*netSpec, error) {
 	return ns, nil
 }
 
+// Reap removes whatever is left of session id, its init running or not
+// (container state and processes, cgroup, root mount, veth, resolver,
+// egress rules; never the upper dir), without re-attaching to it: for a
+// close that lost its handle on the session, after a destroy that failed
+// part way (an isolated session's veth may be gone already, which Load
+// would refuse). Nothing left is not an error.
+func (r *Runtime) Reap(ctx context.Context, id string, spec SessionSpec) error {
+	if spec.ID != id {
+		return fmt.Errorf("reap %s: %w: spec is for %q", id, ErrInvalidSpec, spec.ID)
+	}
+	if err := spec.validate(); err != nil {
+		return fmt.Errorf("reap %s: %w", id, err)
+	}
+	s := &Session{r: r, spec: spec, dirs: rootDirsOf(spec.Dir)}
+	c, _, err := loadContainer(r.root, id)
+	if err != nil && !errors.Is(err, ErrGone) {
+		return fmt.Errorf("reap %s: %w", id, err)
+	}
+	s.c = c // nil when there is no container state
+	if err := s.teardown(ctx); err != nil {
+		return fmt.Errorf("reap %s: %w", id, err)
+	}
+	return nil
+}
+
 // Load re-attaches to session id after the daemon restarted (the sandbox
 // container, its mounts and the session processes lived on). spec must be
 // the spec the session was started with. When the session's init is gone,
