@@ -629,13 +629,8 @@ func (d *Daemon) restore(ctx context.Context, s *session) error {
 		} else if lease == nil && d.closedByCommit(s) {
 			// Its publish committed and released its lease, and closing it
 			// failed: finishOwnCommits closes it, from the commit's record,
-			// with its runtime if it still runs (a daemon restart), as
-			// removeAtBoot does.
-			if d.rt != nil {
-				if rs, err := d.rt.Load(s.rec.ID, d.runtimeSpec(s)); err == nil {
-					s.setRuntime(rs)
-				}
-			}
+			// and its close reaps the runtime if that still runs (a daemon
+			// restart).
 			return errClosedByCommit
 		} else if lease == nil {
 			// A power cut after an adopted warm session's record reached

@@ -375,10 +375,13 @@ func TestPublishTxIDOfAnEarlierLease(t *testing.T) {
 // container and processes live on) is finalize_failed, and the close that
 // recover_workspace_session runs destroys that runtime too: before, the
 // failed stop had dropped the session's handle on it, and its processes ran
-// on until the daemon's next boot.
+// on until the daemon's next boot. A daemon restarted instead closes it at
+// boot, its runtime with it.
 func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
-	for i, profile := range []string{"shared", "isolated"} {
+	for i, profile := range []string{"shared", "isolated", "shared, closed at boot"} {
+		boot := strings.HasSuffix(profile, "at boot")
+		profile, _, _ := strings.Cut(profile, ",")
 		ws := sb.session(map[string]any{"network_profile": profile})
 		sleep := fmt.Sprintf("sleep 31%d", i)
 		name := fmt.Sprintf("mine-%d.txt", i)
@@ -391,8 +394,12 @@ func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
 		sb.fail("publish_workspace_session", map[string]any{"workspace_session_id": ws}, "operation_failed")
 		require.Equal(t, "mine\n", sb.read("", name), "the commit stands")
 		require.True(t, sleeping(), "the failed destroy left the %s session's processes running", profile)
-		rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": ws})
-		require.Equal(t, true, rec["destroyed"], "%v", rec)
+		if boot {
+			sb.restartDaemon()
+		} else {
+			rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": ws})
+			require.Equal(t, true, rec["destroyed"], "%v", rec)
+		}
 		require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond,
 			"the close destroyed the runtime the failed stop left (%s)", profile)
 		require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
