@@ -379,10 +379,9 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 		err = d.store.Injected(layerstack.FailSessionTeardown)
 	}
 	if err == nil {
-		err = d.reap(sctx, s)
-	}
-	if err == nil {
-		err = d.stop(sctx, s)
+		// Both run: a reap that failed still leaves the workspace to
+		// unmount, and its error keeps the close from counting as done.
+		err = errors.Join(d.reap(sctx, s), d.stop(sctx, s))
 	}
 	sp.End(err)
 	bytes := dirBytes(s.upper())

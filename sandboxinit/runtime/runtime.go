@@ -236,12 +236,15 @@ func (r *Runtime) Reap(ctx context.Context, id string, spec SessionSpec) error {
 		return fmt.Errorf("reap %s: %w", id, err)
 	}
 	s := &Session{r: r, spec: spec, dirs: rootDirsOf(spec.Dir)}
-	c, _, err := loadContainer(r.root, id)
-	if err != nil && !errors.Is(err, ErrGone) {
-		return fmt.Errorf("reap %s: %w", id, err)
+	c, _, lerr := loadContainer(r.root, id)
+	if errors.Is(lerr, ErrGone) {
+		lerr = nil
 	}
-	s.c = c // nil when there is no container state
-	if err := s.teardown(ctx); err != nil {
+	s.c = c // nil when there is no container state (or it cannot be read)
+	// The rest (root mount, veth, resolver, egress rules) goes even when
+	// the container's state cannot be read; that error is still the
+	// answer, since its processes may live on.
+	if err := errors.Join(lerr, s.teardown(ctx)); err != nil {
 		return fmt.Errorf("reap %s: %w", id, err)
 	}
 	return nil
