@@ -272,6 +272,14 @@ func (sb *sandbox) session(args map[string]any) string {
 	return id
 }
 
+// sessionWith creates a session and runs cmd in it (its work to publish).
+func (sb *sandbox) sessionWith(cmd string) string {
+	sb.t.Helper()
+	ws := sb.session(nil)
+	sb.exec(ws, cmd)
+	return ws
+}
+
 // read returns a file's whole text, final newline included (the tests
 // compare exact contents; the seed's default drops it).
 func (sb *sandbox) read(ws, path string) string {

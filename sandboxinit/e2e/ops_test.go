@@ -222,9 +222,7 @@ func TestPublishSettlesAcrossDaemonRestart(t *testing.T) {
 // daemon restart finds the session as it was.
 func TestKeepPublishRecordUnwritable(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
-	ws, other := sb.session(nil), sb.session(nil)
-	sb.exec(ws, "echo one > one.txt")
-	sb.exec(other, "echo mine > mine.txt")
+	ws, other := sb.sessionWith("echo one > one.txt"), sb.sessionWith("echo mine > mine.txt")
 	sb.arm("error:publish-record")
 	args := map[string]any{"workspace_session_id": ws, "keep": true, "exactly_once": true, "txid": "tx-k"}
 	first := sb.ok("publish_workspace_session", args)
@@ -286,9 +284,7 @@ func TestKeepPublishRecordUnwritable(t *testing.T) {
 // publish publishes its new work.
 func TestPlainPublishKilledAfterCommit(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
-	ws, kept := sb.session(nil), sb.session(nil)
-	sb.exec(ws, "echo one > one.txt")
-	sb.exec(kept, "echo k1 > k1.txt")
+	ws, kept := sb.sessionWith("echo one > one.txt"), sb.sessionWith("echo k1 > k1.txt")
 	sb.arm("after-tx")
 	sb.dies("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 	require.Equal(t, "one\n", sb.read("", "one.txt"), "committed")
@@ -314,10 +310,11 @@ func TestPlainPublishKilledAfterCommit(t *testing.T) {
 // (its teardown fails once, then twice) reports the publish as its
 // outcome, not publish_failed, and its change is in the head. A session
 // left over is listed finalize_failed, and recover_workspace_session
-// closes it.
+// closes it, or the daemon killed in that state closes it at boot.
 func TestImplicitPublishCommittedCloseFails(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
-	for i, arm := range [][]string{{"error:session-teardown"}, {"error:session-teardown", "error:session-teardown"}} {
+	twice := []string{"error:session-teardown", "error:session-teardown"}
+	for i, arm := range [][]string{{"error:session-teardown"}, twice, twice} {
 		sb.arm(arm...)
 		name := fmt.Sprintf("ran-%d.txt", i)
 		out := sb.ok("exec_command", map[string]any{"cmd": "echo ran > " + name, "yield_time_ms": 30000})
@@ -338,8 +335,12 @@ func TestImplicitPublishCommittedCloseFails(t *testing.T) {
 		require.Equal(t, false, pub["destroyed"], "%v", pub)
 		require.Len(t, left, 1)
 		require.Equal(t, "finalize_failed", left[0]["finalization_state"], "%v", left[0])
-		rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": left[0]["workspace_session_id"]})
-		require.Equal(t, true, rec["destroyed"], "%v", rec)
+		if i == 2 {
+			sb.restartDaemon() // killed with the session left over
+		} else {
+			rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": left[0]["workspace_session_id"]})
+			require.Equal(t, true, rec["destroyed"], "%v", rec)
+		}
 		require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
 		require.Equal(t, "ran\n", sb.read("", name))
 	}
