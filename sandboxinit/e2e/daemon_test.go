@@ -81,7 +81,8 @@ func TestDaemonInBothImages(t *testing.T) {
 func TestSessionsAreIsolated(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
 	a, b := sb.session(nil), sb.session(nil)
-	sb.exec(a, "echo secret > ws-a.txt; mkdir -p /opt/pkg && echo installed > /opt/pkg/a; (sleep 37 &) ; true")
+	sb.exec(a, "echo secret > ws-a.txt; mkdir -p /opt/pkg && echo installed > /opt/pkg/a")
+	sb.daemonize(a, "/", "sleep 37")
 	out := sb.exec(b, "cat ws-a.txt /opt/pkg/a 2>&1; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '[s]leep 37' || true")
 	require.Contains(t, out["output"], "No such file")
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out["output"].(string)), "0"), "b sees a's process: %v", out["output"])

@@ -261,6 +261,26 @@ func (sb *sandbox) exec(ws, cmd string) map[string]any {
 	return out
 }
 
+// daemonize starts cmd (a program and its arguments, no shell syntax) in
+// session ws as a daemon (setsid, working directory dir) and returns once
+// it runs. A command's exec returns when its shell exits, perhaps before
+// the child the shell forked has exec'd cmd: a ps in that window misses it
+// (during the exec its cmdline is empty).
+func (sb *sandbox) daemonize(ws, dir, cmd string) {
+	sb.t.Helper()
+	out := sb.exec(ws, "cd "+dir+" && setsid "+cmd+" </dev/null >/dev/null 2>&1 & pid=$!; "+
+		"for i in $(seq 1000); do [ \"$(tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null)\" = '"+cmd+" ' ] && exit 0; sleep 0.01; done; exit 1")
+	require.Equal(sb.t, "ok", out["status"], "%s never started: %v", cmd, out)
+}
+
+// running reports whether a process of session ws has marker in its
+// command line.
+func (sb *sandbox) running(ws, marker string) bool {
+	sb.t.Helper()
+	out := sb.exec(ws, "ps -o args | grep -v grep | grep -c '"+marker+"' || true")["output"].(string)
+	return strings.TrimSpace(out) != "0"
+}
+
 func (sb *sandbox) session(args map[string]any) string {
 	sb.t.Helper()
 	if args == nil {

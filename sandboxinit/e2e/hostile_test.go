@@ -143,8 +143,9 @@ func TestHostileSessionCannotReachDaemonFiles(t *testing.T) {
 		// A process in the workspace holds it, so publishing with keep
 		// restarts the session (an idle one would move in place): its /etc
 		// is written again.
-		out := sb.exec(ws, "rm -rf /etc && ln -s /var/tmp/etc-target /etc && echo w > w.txt && setsid sleep 4300 </dev/null >/dev/null 2>&1 & echo planted")
+		out := sb.exec(ws, "rm -rf /etc && ln -s /var/tmp/etc-target /etc && echo w > w.txt && echo planted")
 		require.Contains(t, out["output"], "planted")
+		sb.daemonize(ws, "/workspace", "sleep 4300")
 		_, _ = call("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
 		require.NotContains(t, sb.exec(ws, "ps -o args")["output"], "sleep 4300", "the session was restarted")
 		require.Empty(t, docker(t, "exec", sb.name, "ls", "-A", "/var/tmp/etc-target"), "session start wrote through the session's /etc symlink")

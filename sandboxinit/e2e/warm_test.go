@@ -168,17 +168,12 @@ func TestWarmReheadKilled(t *testing.T) {
 // ended. Either way the session's own /workspace is the new head.
 func TestKeepMovesIdleSessionInPlace(t *testing.T) {
 	sb := startSandbox(t, testenv.Images[0], map[string]string{"f.txt": "base\n"})
-	running := func(ws, marker string) bool {
-		out := sb.exec(ws, "ps -o args | grep -v grep | grep -c '"+marker+"' || true")["output"].(string)
-		return strings.TrimSpace(out) != "0"
-	}
 	ws := sb.session(nil)
 	// A process outside the workspace: its working directory is /.
-	require.Equal(t, "ok", sb.exec(ws, "cd / && setsid sleep 4101 </dev/null >/dev/null 2>&1 &")["status"])
-	require.True(t, running(ws, "sleep 4101"))
+	sb.daemonize(ws, "/", "sleep 4101")
 	require.Equal(t, "ok", sb.exec(ws, "echo one > f.txt")["status"])
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
-	require.True(t, running(ws, "sleep 4101"), "an idle session moved in place: its processes live on")
+	require.True(t, sb.running(ws, "sleep 4101"), "an idle session moved in place: its processes live on")
 	require.Equal(t, "one", sb.exec(ws, "cat /workspace/f.txt")["output"])
 	require.Equal(t, "ok", sb.exec(ws, "echo two > g.txt")["status"], "the moved workspace takes writes")
 	require.Equal(t, "two\n", sb.read(ws, "g.txt"))
@@ -186,16 +181,15 @@ func TestKeepMovesIdleSessionInPlace(t *testing.T) {
 	// Someone else publishes; a refresh moves the idle session in place too.
 	sb.ok("file_write", map[string]any{"path": "other.txt", "content": "other\n"})
 	sb.ok("refresh_workspace_session", map[string]any{"workspace_session_id": ws})
-	require.True(t, running(ws, "sleep 4101"), "a refresh moved the idle session in place")
+	require.True(t, sb.running(ws, "sleep 4101"), "a refresh moved the idle session in place")
 	require.Equal(t, "other\ntwo", sb.exec(ws, "cat /workspace/other.txt /workspace/g.txt")["output"])
 
 	// A process with its working directory in the workspace holds it: the
 	// session restarts onto the new head, every process of it ended.
-	require.Equal(t, "ok", sb.exec(ws, "cd /workspace && setsid sleep 4102 </dev/null >/dev/null 2>&1 &")["status"])
-	require.True(t, running(ws, "sleep 4102"))
+	sb.daemonize(ws, "/workspace", "sleep 4102")
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws, "keep": true})
-	require.False(t, running(ws, "sleep 4102"), "a busy session restarted")
-	require.False(t, running(ws, "sleep 4101"), "a restart ends every process")
+	require.False(t, sb.running(ws, "sleep 4102"), "a busy session restarted")
+	require.False(t, sb.running(ws, "sleep 4101"), "a restart ends every process")
 	require.Equal(t, "one\nother\ntwo", sb.exec(ws, "cat /workspace/f.txt /workspace/other.txt /workspace/g.txt")["output"])
 }
 
