@@ -76,6 +76,10 @@ const (
 	// A session runtime's destroy in a stop (sandboxinit): it fails and
 	// the runtime (its container, processes, cgroup) lives on.
 	FailRuntimeDestroy = "runtime-destroy"
+	// A session runtime's kill in a destroy (sandboxinit): it fails and
+	// the runtime's processes live on (with runtime-destroy armed too,
+	// the destroy's teardown cannot end them either).
+	FailRuntimeKill = "runtime-kill"
 )
 
 // ErrInjected is the error of an armed error failpoint.

@@ -196,6 +196,18 @@ func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.
 			return out, nil
 		}
 	}
+	if s.rec.Destroyed {
+		// Its destroy failed once its record said destroyed (a runtime
+		// that could not be ended): recover finishes the destroy rather
+		// than start the session again.
+		if _, err := d.retire(ctx, s); err != nil {
+			s.setState(StateFinalizeFailed)
+			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "session_state": StateFinalizeFailed},
+				"recover %s: finishing its destroy failed: %s", s.rec.ID, d.confine(s, err))
+		}
+		out.Destroyed, out.State = true, "destroyed"
+		return out, nil
+	}
 	// The runtime is restarted only by a daemon that has one (the
 	// in-process tests run without).
 	if s.rt == nil && d.rt != nil {

@@ -416,11 +416,12 @@ func (d *Daemon) reap(ctx context.Context, s *session) error {
 	return d.rt.Reap(ctx, s.rec.ID, d.runtimeSpec(s))
 }
 
-// closeFailed marks s finalize_failed after the close that its committed
-// publish asked for failed. teardown takes a session out of the table
-// whatever happens; while its dir is left, s is listed again, so that
-// recover_workspace_session (or the next boot) finds it and finishes the
-// close from the commit's record.
+// closeFailed marks s finalize_failed after a close failed: the close its
+// committed publish asked for, or its destroy. teardown takes a session out
+// of the table whatever happens; while its dir is left, s is listed again,
+// so that recover_workspace_session or a retried destroy (or the next
+// boot) finds it and finishes the close, from the commit's record or the
+// record that says destroyed.
 func (d *Daemon) closeFailed(s *session) {
 	s.setState(StateFinalizeFailed)
 	if _, err := os.Stat(s.dir); err != nil {
@@ -453,16 +454,21 @@ func (d *Daemon) closeFailed(s *session) {
 // is started again at boot, and the retried destroy removes it.
 func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 	killed := make(chan error, 1)
-	if s.rt != nil {
-		go func() {
-			sctx, sp := d.span(ctx, "session.kill", nil)
-			err := s.rt.Kill(sctx)
-			sp.End(err)
-			killed <- err
-		}()
-	} else {
-		killed <- nil
-	}
+	go func() {
+		sctx, sp := d.span(ctx, "session.kill", nil)
+		var err error
+		if s.rt != nil {
+			if err = d.store.Injected(layerstack.FailRuntimeKill); err == nil {
+				err = s.rt.Kill(sctx)
+			}
+		} else {
+			// A runtime the daemon lost track of (a failed stop, a
+			// failed start) is found by the session's id and ended.
+			err = d.reap(sctx, s)
+		}
+		sp.End(err)
+		killed <- err
+	}()
 	s.rec.Destroyed = true
 	_, sp := d.span(ctx, "session.record", nil)
 	err := s.save()
@@ -471,13 +477,20 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 		d.store.Hit(layerstack.FailDestroyRecorded)
 	}
 	killErr := <-killed
-	if err != nil {
-		s.rec.Destroyed = false
-		_ = s.save()
-		return d.teardown(ctx, s, true)
-	}
-	if killErr != nil {
-		return d.teardown(ctx, s, true)
+	if err != nil || killErr != nil {
+		if err != nil {
+			s.rec.Destroyed = false
+			_ = s.save()
+		}
+		// The teardown stops the runtime if the kill could not; if that
+		// fails too, the session stays listed (finalize_failed) for a
+		// retried destroy or recover, which end it (reap), rather than
+		// dropped with its processes running until the next boot.
+		bytes, terr := d.teardown(ctx, s, true)
+		if terr != nil {
+			d.closeFailed(s)
+		}
+		return bytes, terr
 	}
 	bytes := dirBytes(s.upper())
 	if s.rec.LeaseID != "" {
@@ -554,7 +567,9 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 	bytes, err := d.retire(ctx, s)
 	if err != nil {
 		s.setState(StateFinalizeFailed)
-		return nil, fmt.Errorf("destroy %s: %w", s.rec.ID, err)
+		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "destroy",
+			"destroyed": false, "session_state": StateFinalizeFailed, "recovery_operation": "recover_workspace_session"},
+			"destroy %s failed: %s", s.rec.ID, d.confine(s, err))
 	}
 	sp.Set("evicted_upperdir_bytes", bytes)
 	d.event(ctx, "workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID})

@@ -386,7 +386,8 @@ func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
 		ws := sb.session(map[string]any{"network_profile": profile})
 		sleep := fmt.Sprintf("sleep 31%d", i)
 		name := fmt.Sprintf("mine-%d.txt", i)
-		sb.exec(ws, "echo mine > "+name+"; "+sleep+" >/dev/null 2>&1 &")
+		sb.exec(ws, "echo mine > "+name)
+		sb.daemonize(ws, "/workspace", sleep)
 		sleeping := func() bool {
 			return strings.Contains(docker(t, "exec", sb.name, "ps", "-o", "args"), sleep)
 		}
@@ -404,5 +405,60 @@ func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
 		require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond,
 			"the close destroyed the runtime the failed stop left (%s)", profile)
 		require.Empty(t, sb.ok("list_workspace_sessions", map[string]any{})["workspace_sessions"])
+	}
+}
+
+// TestFailedDestroyStaysListed: a destroy that cannot end the session's
+// processes (the failpoints runtime-kill and runtime-destroy: its kill
+// fails, then the teardown's destroy of the runtime) answers
+// operation_failed with the session finalize_failed and leaves it listed,
+// not gone with its processes running until the next boot (before, the
+// session left the table and a retried destroy answered not_found). A
+// retried destroy ends it, a recover finishes its destroy (it is not
+// started again), and a daemon restart removes it at boot.
+func TestFailedDestroyStaysListed(t *testing.T) {
+	sb := startSandbox(t, images[0], baseTree())
+	for i, then := range []string{"destroy again", "recover", "restart the daemon"} {
+		ws := sb.session(nil)
+		sleep := fmt.Sprintf("sleep 32%d", i)
+		sb.exec(ws, "echo mine > mine.txt")
+		sb.daemonize(ws, "/workspace", sleep)
+		sleeping := func() bool {
+			return strings.Contains(docker(t, "exec", sb.name, "ps", "-o", "args"), sleep)
+		}
+		sb.arm("error:runtime-kill", "error:runtime-destroy")
+		e := sb.fail("destroy_workspace_session", map[string]any{"workspace_session_id": ws}, "operation_failed")
+		det := e["details"].(map[string]any)
+		require.Equal(t, "finalize_failed", det["session_state"], "%v", e)
+		require.Equal(t, false, det["destroyed"], "%v", e)
+		require.True(t, sleeping(), "%s: the failed destroy left the session's processes running", then)
+		list := sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any)
+		var listed map[string]any
+		for _, l := range list {
+			if l.(map[string]any)["workspace_session_id"] == ws {
+				listed = l.(map[string]any)
+			}
+		}
+		require.NotNil(t, listed, "%s: the session whose destroy failed is still listed: %v", then, list)
+		require.Equal(t, "finalize_failed", listed["finalization_state"], "%v", listed)
+
+		switch then {
+		case "destroy again":
+			require.Equal(t, true, sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": ws})["destroyed"])
+		case "recover":
+			rec := sb.ok("recover_workspace_session", map[string]any{"workspace_session_id": ws})
+			require.Equal(t, true, rec["destroyed"], "%v", rec)
+		default:
+			sb.restartDaemon()
+		}
+		require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond, "%s ends the session's processes", then)
+		for _, l := range sb.ok("list_workspace_sessions", nil)["workspace_sessions"].([]any) {
+			require.NotEqual(t, ws, l.(map[string]any)["workspace_session_id"], then)
+		}
+		sb.fail("file_read", map[string]any{"workspace_session_id": ws, "path": "mine.txt"}, "not_found")
+		sb.fail("destroy_workspace_session", map[string]any{"workspace_session_id": ws}, "not_found")
+		require.Eventually(t, func() bool {
+			return !strings.Contains(docker(t, "exec", sb.name, "ls", "/eos/sessions"), ws)
+		}, 10*time.Second, 50*time.Millisecond, "%s removes the session's dir", then)
 	}
 }
