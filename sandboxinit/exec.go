@@ -175,13 +175,11 @@ func (d *Daemon) closeImplicit(ctx context.Context, s *session, err error) (map[
 			committed = false
 		}
 	}
-	_, terr := d.teardown(ctx, s, true)
 	if !committed {
+		_, _ = d.teardown(ctx, s, true)
 		return nil, err
 	}
-	if terr != nil {
-		d.closeFailed(s)
-	}
+	_, terr := d.closeSession(ctx, s, leaseReleased)
 	return map[string]any{"workspace_session_id": s.rec.ID, "publish": pub, "destroyed": terr == nil}, nil
 }
 

@@ -296,10 +296,9 @@ func (d *Daemon) publishLocked(ctx context.Context, s *session, a api.PublishArg
 		resp["destroyed"], resp["kept"] = false, true
 		return resp, nil
 	}
-	bytes, err := d.teardown(fctx, s, true)
+	bytes, err := d.closeSession(fctx, s, leaseReleased)
 	fsp.End(err)
 	if err != nil {
-		d.closeFailed(s)
 		return nil, finalizeFailed(s, res, d.confine(s, err))
 	}
 	resp["destroyed"], resp["evicted_upperdir_bytes"] = true, bytes

@@ -366,9 +366,8 @@ func (d *Daemon) finalizeLocked(ctx context.Context, txid string) (*api.PublishF
 		s.setState(StateActive)
 		out.Destroyed, out.Kept = false, true
 	} else {
-		bytes, err := d.teardown(ctx, s, true)
+		bytes, err := d.closeSession(ctx, s, leaseReleased)
 		if err != nil {
-			d.closeFailed(s)
 			return nil, finalizeFailed(s, p.Result, d.confine(s, err))
 		}
 		out.Destroyed, out.EvictedUpperdirBytes = true, &bytes

@@ -248,16 +248,14 @@ func (d *Daemon) closeAfterPublish(ctx context.Context, s *session, p *preparedP
 	defer unlockTx()
 	defer s.gate.Unlock()
 	ctx, sp := d.span(ctx, "workspace_session.finalize", map[string]any{"workspace_session_id": s.rec.ID, "txid": p.TxID, "after_answer": true})
-	_, err := d.teardown(ctx, s, true)
+	_, err := d.closeSession(ctx, s, leaseReleased)
 	if err == nil {
 		_, err = d.finalized(p, fin)
 	}
 	sp.End(err)
-	if err == nil {
-		return
+	if err != nil {
+		d.log.Error("closing a published session failed; recover_workspace_session finishes it", "workspace_session_id", s.rec.ID, "txid", p.TxID, "err", err)
 	}
-	d.log.Error("closing a published session failed; recover_workspace_session finishes it", "workspace_session_id", s.rec.ID, "txid", p.TxID, "err", err)
-	d.closeFailed(s)
 }
 
 // replayTx answers a retried exactly-once publish from its record.
@@ -400,9 +398,8 @@ func (d *Daemon) finalizeUnrecorded(ctx context.Context, s *session, txid string
 		out.Kept = true
 		return out, nil
 	}
-	bytes, err := d.teardown(ctx, s, true)
+	bytes, err := d.closeSession(ctx, s, leaseReleased)
 	if err != nil {
-		d.closeFailed(s)
 		return nil, finalizeFailed(s, res, d.confine(s, err))
 	}
 	out.Destroyed, out.EvictedUpperdirBytes = true, &bytes

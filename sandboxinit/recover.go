@@ -200,11 +200,13 @@ func (d *Daemon) recoverSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		// Its destroy failed once its record said destroyed (a runtime
 		// that could not be ended): recover finishes the destroy rather
 		// than start the session again.
-		if _, err := d.retire(ctx, s); err != nil {
+		ctx := context.WithoutCancel(ctx) // as a destroy: once begun, it finishes
+		if _, err := d.retire(ctx, s, false); err != nil {
 			s.setState(StateFinalizeFailed)
 			return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "session_state": StateFinalizeFailed},
 				"recover %s: finishing its destroy failed: %s", s.rec.ID, d.confine(s, err))
 		}
+		d.event(ctx, "workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID, "by": "recover"})
 		out.Destroyed, out.State = true, "destroyed"
 		return out, nil
 	}

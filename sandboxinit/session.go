@@ -356,7 +356,10 @@ func egressOf(e *api.Egress) (runtime.Egress, error) {
 func (d *Daemon) stop(ctx context.Context, s *session) error {
 	var errs []error
 	if s.rt != nil {
-		err := d.store.Injected(layerstack.FailRuntimeDestroy)
+		var err error
+		if !s.rec.Warm { // as session-teardown
+			err = d.store.Injected(layerstack.FailRuntimeDestroy)
+		}
 		if err == nil {
 			err = s.rt.Destroy(ctx)
 		}
@@ -371,8 +374,44 @@ func (d *Daemon) stop(ctx context.Context, s *session) error {
 	return errors.Join(errs...)
 }
 
-// teardown removes a session completely: runtime, mount, dirs, lease.
+// teardown removes a session completely: runtime, mount, dirs, lease. It
+// takes the session out of the table whatever happens (closeSession keeps
+// one whose teardown failed).
 func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (int64, error) {
+	lease := leaseKept
+	if releaseLease {
+		lease = leaseReleased
+	}
+	return d.dismantle(ctx, s, lease, false)
+}
+
+// leaseOnClose says what a teardown does with the session's lease.
+type leaseOnClose int
+
+const (
+	leaseKept             leaseOnClose = iota // left to the caller
+	leaseReleased                             // released even if the teardown fails
+	leaseReleasedWhenGone                     // released once the teardown succeeded
+)
+
+// closeSession is the teardown of a close: the close a committed publish
+// asked for (its lease released whatever happens: the commit took its
+// changes, and the boot reads a session over a released lease whose
+// commit stands as one to close, not to start again), or a failed
+// destroy's (leaseReleasedWhenGone: its processes may live on over the
+// lease's layers). One that fails leaves s listed finalize_failed until
+// recover_workspace_session, a retried destroy or the next boot finishes
+// the close: from the commit's record, or the record that says
+// destroyed; their close reaps a runtime the failed one lost track of.
+// The session is never out of the table meanwhile: a destroy retried in
+// that moment would answer not_found, which the sandbox's workflow takes
+// for destroyed. A session whose dir is gone leaves the table (nothing is
+// left to finish).
+func (d *Daemon) closeSession(ctx context.Context, s *session, lease leaseOnClose) (int64, error) {
+	return d.dismantle(ctx, s, lease, true)
+}
+
+func (d *Daemon) dismantle(ctx context.Context, s *session, lease leaseOnClose, keepFailed bool) (int64, error) {
 	sctx, sp := d.span(ctx, "session.stop", nil)
 	var err error
 	if !s.rec.Warm { // a warm session's rebuild does not take a test's failpoint
@@ -390,7 +429,13 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 		err = d.removeDir(s.dir)
 		sp.End(err)
 	}
-	if releaseLease && s.rec.LeaseID != "" {
+	keep := false
+	if err != nil && keepFailed {
+		s.setState(StateFinalizeFailed)
+		_, serr := os.Stat(s.dir)
+		keep = serr == nil
+	}
+	if s.rec.LeaseID != "" && (lease == leaseReleased || lease == leaseReleasedWhenGone && err == nil) {
 		if rerr := d.store.Release(s.rec.LeaseID); rerr != nil && err == nil {
 			err = rerr
 		} else if rerr == nil {
@@ -398,7 +443,13 @@ func (d *Daemon) teardown(ctx context.Context, s *session, releaseLease bool) (i
 		}
 	}
 	d.mu.Lock()
-	delete(d.sessions, s.rec.ID)
+	if keep {
+		if d.sessions[s.rec.ID] == nil {
+			d.sessions[s.rec.ID] = s
+		}
+	} else {
+		delete(d.sessions, s.rec.ID)
+	}
 	d.mu.Unlock()
 	return bytes, err
 }
@@ -414,24 +465,6 @@ func (d *Daemon) reap(ctx context.Context, s *session) error {
 		return nil
 	}
 	return d.rt.Reap(ctx, s.rec.ID, d.runtimeSpec(s))
-}
-
-// closeFailed marks s finalize_failed after a close failed: the close its
-// committed publish asked for, or its destroy. teardown takes a session out
-// of the table whatever happens; while its dir is left, s is listed again,
-// so that recover_workspace_session or a retried destroy (or the next
-// boot) finds it and finishes the close, from the commit's record or the
-// record that says destroyed.
-func (d *Daemon) closeFailed(s *session) {
-	s.setState(StateFinalizeFailed)
-	if _, err := os.Stat(s.dir); err != nil {
-		return
-	}
-	d.mu.Lock()
-	if d.sessions[s.rec.ID] == nil {
-		d.sessions[s.rec.ID] = s
-	}
-	d.mu.Unlock()
 }
 
 // retire is a destroy's teardown. The destroy waits for what makes the
@@ -452,7 +485,12 @@ func (d *Daemon) closeFailed(s *session) {
 // says destroyed makes the boot remove the session, killing what is left
 // of it (restoreSessions); a session killed whose record does not say so
 // is started again at boot, and the retried destroy removes it.
-func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
+//
+// A runtime the daemon lost track of (s.rt nil: a failed stop, a failed
+// start) is reaped in place of the kill. With force, a reap that fails
+// (the runtime's state cannot be read) is logged and the destroy goes on:
+// the boot reaps again.
+func (d *Daemon) retire(ctx context.Context, s *session, force bool) (int64, error) {
 	killed := make(chan error, 1)
 	go func() {
 		sctx, sp := d.span(ctx, "session.kill", nil)
@@ -461,10 +499,10 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 			if err = d.store.Injected(layerstack.FailRuntimeKill); err == nil {
 				err = s.rt.Kill(sctx)
 			}
-		} else {
-			// A runtime the daemon lost track of (a failed stop, a
-			// failed start) is found by the session's id and ended.
-			err = d.reap(sctx, s)
+		} else if err = d.reap(sctx, s); err != nil && force {
+			d.log.Warn("destroy with force: what is left of the session's runtime could not be reaped; the next daemon start tries again",
+				"workspace_session_id", s.rec.ID, "err", err)
+			err = nil
 		}
 		sp.End(err)
 		killed <- err
@@ -478,19 +516,13 @@ func (d *Daemon) retire(ctx context.Context, s *session) (int64, error) {
 	}
 	killErr := <-killed
 	if err != nil || killErr != nil {
-		if err != nil {
-			s.rec.Destroyed = false
-			_ = s.save()
-		}
-		// The teardown stops the runtime if the kill could not; if that
-		// fails too, the session stays listed (finalize_failed) for a
-		// retried destroy or recover, which end it (reap), rather than
-		// dropped with its processes running until the next boot.
-		bytes, terr := d.teardown(ctx, s, true)
-		if terr != nil {
-			d.closeFailed(s)
-		}
-		return bytes, terr
+		// The teardown stops the runtime if the kill could not. If that
+		// fails too, the session stays listed, still meant to be
+		// destroyed (s.rec.Destroyed, even if the record could not say
+		// so), for a retried destroy or recover, which end it (reap),
+		// rather than dropped with its processes running until the next
+		// boot.
+		return d.closeSession(ctx, s, leaseReleasedWhenGone)
 	}
 	bytes := dirBytes(s.upper())
 	if s.rec.LeaseID != "" {
@@ -564,12 +596,12 @@ func (d *Daemon) destroySession(ctx context.Context, a api.DestroySessionArgs) (
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "active_command_session_ids": active},
 			"workspace session %s has %d active command sessions; cancel them or pass force", s.rec.ID, len(active))
 	}
-	bytes, err := d.retire(ctx, s)
+	bytes, err := d.retire(ctx, s, a.Force)
 	if err != nil {
 		s.setState(StateFinalizeFailed)
 		return nil, api.Errorf(api.KindOperationFailed, map[string]any{"workspace_session_id": s.rec.ID, "stage": "destroy",
 			"destroyed": false, "session_state": StateFinalizeFailed, "recovery_operation": "recover_workspace_session"},
-			"destroy %s failed: %s", s.rec.ID, d.confine(s, err))
+			"destroy %s failed: %s (the session stays listed finalize_failed: destroy it again or recover_workspace_session)", s.rec.ID, d.confine(s, err))
 	}
 	sp.Set("evicted_upperdir_bytes", bytes)
 	d.event(ctx, "workspace_session.destroyed", map[string]any{"workspace_session_id": s.rec.ID})

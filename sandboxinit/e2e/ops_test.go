@@ -417,9 +417,15 @@ func TestCloseAfterFailedDestroyEndsTheSession(t *testing.T) {
 // retried destroy ends it, a recover finishes its destroy (it is not
 // started again), and a daemon restart removes it at boot.
 func TestFailedDestroyStaysListed(t *testing.T) {
-	sb := startSandbox(t, images[0], baseTree())
+	// No warm sessions: a warm build holds a lease, which would move the
+	// lease count this test reads.
+	sb := startSandboxWith(t, images[0], baseTree(), nil, []string{"--warm-sessions", "0"})
+	leases := func() float64 {
+		return sb.ok("daemon", nil)["daemon"].(map[string]any)["ownership"].(map[string]any)["leases"].(float64)
+	}
 	for i, then := range []string{"destroy again", "recover", "restart the daemon"} {
 		ws := sb.session(nil)
+		held := leases()
 		sleep := fmt.Sprintf("sleep 32%d", i)
 		sb.exec(ws, "echo mine > mine.txt")
 		sb.daemonize(ws, "/workspace", sleep)
@@ -441,6 +447,7 @@ func TestFailedDestroyStaysListed(t *testing.T) {
 		}
 		require.NotNil(t, listed, "%s: the session whose destroy failed is still listed: %v", then, list)
 		require.Equal(t, "finalize_failed", listed["finalization_state"], "%v", listed)
+		require.Equal(t, held, leases(), "%s: the lease stays while the session's processes may run over its layers", then)
 
 		switch then {
 		case "destroy again":
@@ -457,6 +464,7 @@ func TestFailedDestroyStaysListed(t *testing.T) {
 		}
 		sb.fail("file_read", map[string]any{"workspace_session_id": ws, "path": "mine.txt"}, "not_found")
 		sb.fail("destroy_workspace_session", map[string]any{"workspace_session_id": ws}, "not_found")
+		require.Equal(t, held-1, leases(), "%s: the lease is released", then)
 		require.Eventually(t, func() bool {
 			return !strings.Contains(docker(t, "exec", sb.name, "ls", "/eos/sessions"), ws)
 		}, 10*time.Second, 50*time.Millisecond, "%s removes the session's dir", then)
