@@ -465,7 +465,7 @@ var catalog = []Operation{
 		Result:      map[string]string{"workspace_session_id": "string"}},
 	{Name: "recover_workspace_session", Group: GroupRuntime, Scope: ScopeSandbox,
 		Summary:     "Bring a stuck workspace session back to active, keeping its work.",
-		Description: "For a session that refuses exec, publish and refresh because it is left publishing or finalize_failed (a publish that never finished, a daemon or container restart, a failed remount): aborts its unfinished uncommitted publish, finalizes a committed one (which ends the session unless that publish kept it), and restarts the session over its upper dir, so its unpublished changes are kept. Safe to repeat; an active session stays as it is.",
+		Description: "For a session that refuses exec, publish and refresh because it is left publishing or finalize_failed (a publish that never finished, a daemon or container restart, a failed remount): aborts its unfinished uncommitted publish, finalizes a committed one (which ends the session unless that publish kept it), finishes a destroy that could not end the session's processes (the session ends), and restarts the session over its upper dir, so its unpublished changes are kept. Safe to repeat; an active session stays as it is.",
 		Args:        []Arg{argWSReq},
 		Result:      map[string]string{"workspace_session_id": "string", "previous_state": "string", "state": "string", "aborted_txids": "array", "finalized_txids": "array", "destroyed": "boolean"}},
 	{Name: "list_archived_sessions", Group: GroupRuntime, Scope: ScopeSandbox,

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
@@ -290,9 +291,77 @@ func (p *probe) phaseReload() bool {
 			want(id != "a" || upperErr == nil, "upper dir lost")),
 			"ms", ms(time.Since(t)))
 	}
+	p.checkReapHalfDestroyed(ctx, rt)
 	ids, err = rt.Sessions()
 	p.errCheck("sessions_empty", errors.Join(err, want(len(ids) == 0, "left: %v", ids)))
 	return p.done()
+}
+
+// checkReapHalfDestroyed: an isolated session destroyed part way (its veth
+// gone, its init and processes alive, its handle dropped: a destroy that
+// failed after removing its network) is refused by Load, and Reap removes
+// the rest: its processes, cgroup and root mount; a Load then finds it gone.
+func (p *probe) checkReapHalfDestroyed(ctx context.Context, rt *runtime.Runtime) {
+	spec := p.specFor("d", true, runtime.Limits{})
+	s, err := rt.Start(ctx, spec)
+	if !p.errCheck("reap_half_destroyed", err) {
+		return
+	}
+	spec.Addr = s.IP()
+	pid, err := s.InitPid()
+	if err == nil {
+		err = deleteLinks("d")
+	}
+	if err != nil {
+		p.errCheck("reap_half_destroyed", err)
+		return
+	}
+	before := running(pid)
+	_, lerr := rt.Load("d", spec)
+	t := time.Now()
+	err = rt.Reap(ctx, "d", spec)
+	_, gone := rt.Load("d", spec)
+	p.errCheck("reap_half_destroyed", errors.Join(err,
+		want(before, "init %d not running before the reap", pid),
+		want(lerr != nil, "load of a session without its veth succeeded"),
+		want(!running(pid), "init %d still runs", pid),
+		want(!cgroupLeft("d"), "cgroup left"),
+		want(!mounted(filepath.Join(spec.Dir, "root", "merged")), "root still mounted"),
+		want(!linkExists("d"), "veth left"),
+		want(errors.Is(gone, runtime.ErrGone), "load after reap: %v", gone)),
+		"load_error", fmt.Sprint(lerr), "ms", ms(time.Since(t)))
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
+}
+
+// deleteLinks deletes session id's veth (its host end; the peer goes with it).
+func deleteLinks(id string) error {
+	ents, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "eos-"+id) {
+			l, err := netlink.LinkByName(e.Name())
+			if err == nil {
+				err = netlink.LinkDel(l)
+			}
+			if err != nil {
+				return fmt.Errorf("delete %s: %w", e.Name(), err)
+			}
+			n++
+		}
+	}
+	return want(n == 1, "%d veths of session %s", n, id)
 }
 
 // checkInitSIGTERM: the session init, sent SIGTERM, terminates the other

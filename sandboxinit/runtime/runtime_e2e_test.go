@@ -41,7 +41,7 @@ var wantChecks = []string{
 	"context_kills", "context_kills_via_init", "stdin_pipe", "stdin_pipe_via_init", "pids",
 	"reexec", "new_after_restart", "sessions_listed",
 	"load_a", "load_b", "exec_after_load_a", "exec_after_load_b", "fast_exec_after_load_a",
-	"load_gone_c", "load_unknown_gone", "reap_unknown", "sessinit_sigterm", "reap_a", "destroy_b", "sessions_empty", "done",
+	"load_gone_c", "load_unknown_gone", "reap_unknown", "sessinit_sigterm", "reap_a", "destroy_b", "reap_half_destroyed", "sessions_empty", "done",
 }
 
 // wantImageChecks are further checks per image: the tools the probe
