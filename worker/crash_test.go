@@ -21,6 +21,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/activities"
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
@@ -443,4 +444,53 @@ func TestWorkerCrashDuringHandOver(t *testing.T) {
 	var final workflows.SandboxState
 	require.NoError(t, r.update(id, workflows.UpdateDestroy, &final))
 	require.Equal(t, workflows.PhaseStopped, final.Phase)
+}
+
+// TestFailedDestroyThroughTheWorkflow: a destroy the daemon cannot finish
+// (the failpoints runtime-kill and runtime-destroy: the session's
+// processes cannot be ended) is answered through the sandbox's workflow as
+// operation_failed with the session finalize_failed, and the workflow keeps
+// the session: before, the daemon dropped it, and a retried destroy's
+// not_found was answered destroyed with its processes still running. The
+// retry through the workflow ends them and the workflow forgets it.
+func TestFailedDestroyThroughTheWorkflow(t *testing.T) {
+	s := startStack(t)
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
+	id, st := s.create(ws)
+	name := workflows.ContainerName(id)
+	var sess map[string]any
+	require.NoError(t, s.update(id, workflows.UpdateCreateSession, &sess, workflows.CreateSessionRequest{}))
+	wsID := sess["workspace_session_id"].(string)
+	out := s.daemon(id, st.Container.Daemon, "exec_command", map[string]any{"workspace_session_id": wsID, "yield_time_ms": 30000,
+		"cmd": "setsid sleep 4711 </dev/null >/dev/null 2>&1 & pid=$!; for i in $(seq 1000); do [ \"$(tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null)\" = 'sleep 4711 ' ] && exit 0; sleep 0.01; done; exit 1"})
+	require.Equal(t, "ok", out["status"], "%v", out)
+	sleeping := func() bool {
+		out, err := exec.Command("docker", "exec", name, "ps", "-o", "args").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.Contains(string(out), "sleep 4711")
+	}
+	require.True(t, sleeping())
+	state := func() workflows.SandboxState {
+		v, err := s.svc.Client.QueryWorkflow(context.Background(), workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+		require.NoError(t, err)
+		var st workflows.SandboxState
+		require.NoError(t, v.Get(&st))
+		return st
+	}
+
+	dockerExec(t, name, "sh", "-c", "printf 'error:runtime-kill\\nerror:runtime-destroy\\n' > /eos/layerstack/.failpoints")
+	err := s.update(id, workflows.UpdateDestroySession, nil, workflows.SessionRequest{WorkspaceSessionID: wsID})
+	ae, ok := apperr.From(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, api.KindOperationFailed, ae.Kind, "%v", err)
+	require.Equal(t, "finalize_failed", ae.Details["session_state"], "%v", ae.Details)
+	require.True(t, sleeping(), "the failed destroy left the session's processes running")
+	require.Contains(t, state().Sessions, wsID, "the workflow keeps the session whose destroy failed")
+
+	var res api.SessionDestroyed
+	require.NoError(t, s.update(id, workflows.UpdateDestroySession, &res, workflows.SessionRequest{WorkspaceSessionID: wsID}))
+	require.True(t, res.Destroyed)
+	require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond, "the retried destroy ended the session's processes")
+	require.NotContains(t, state().Sessions, wsID)
 }
