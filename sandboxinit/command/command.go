@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
@@ -163,8 +165,9 @@ func (c *command) supervise(caughtUp []chan struct{}) {
 func (c *command) read(r *os.File, st stream, caughtUp chan struct{}) {
 	err := c.collect(r, st)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		close(caughtUp)
 		_ = r.SetReadDeadline(time.Time{})
+		c.collectBuffered(r, st)
+		close(caughtUp)
 		if c.e.linger(r, true) {
 			_, _ = io.Copy(io.Discard, r)
 			c.e.linger(r, false)
@@ -189,18 +192,56 @@ func (c *command) collect(r *os.File, st stream) error {
 	for {
 		n, err := r.Read(bp[:])
 		if n > 0 {
-			c.mu.Lock()
-			before := c.out.lines.used()
-			c.out.write(st, bp[:n])
-			delta := c.out.lines.used() - before
-			c.mu.Unlock()
-			if delta != 0 {
-				c.e.account(delta)
-			}
+			c.record(st, bp[:n])
 		}
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// maxBufferedDrain bounds collectBuffered: more than a pipe holds (64 KiB
+// by default), so only a writer still going past the deadline meets it.
+const maxBufferedDrain = 1 << 20
+
+// collectBuffered records what r already holds, without waiting for more:
+// output the command wrote before its main process exited, which a reader
+// the scheduler held back past the drain deadline has not read yet (a
+// read past the deadline fails without looking at the pipe). Only the
+// wait for background children ends at the deadline, not the command's
+// own output.
+func (c *command) collectBuffered(r *os.File, st stream) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return
+	}
+	bp := c.e.bufs.Get().(*[readBufBytes]byte)
+	defer c.e.bufs.Put(bp)
+	_ = rc.Read(func(fd uintptr) bool {
+		if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK == 0 {
+			return true // a blocking pipe would wait for a writer
+		}
+		for total := 0; total < maxBufferedDrain; {
+			n, err := unix.Read(int(fd), bp[:])
+			if n <= 0 || err != nil {
+				break // empty (EAGAIN), or every writer gone (0)
+			}
+			c.record(st, bp[:n])
+			total += n
+		}
+		return true
+	})
+}
+
+// record adds p, read from stream st, to the output.
+func (c *command) record(st stream, p []byte) {
+	c.mu.Lock()
+	before := c.out.lines.used()
+	c.out.write(st, p)
+	delta := c.out.lines.used() - before
+	c.mu.Unlock()
+	if delta != 0 {
+		c.e.account(delta)
 	}
 }
 

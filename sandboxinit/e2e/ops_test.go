@@ -113,17 +113,26 @@ func TestFileOperations(t *testing.T) {
 func TestPTYCommands(t *testing.T) {
 	sb := startSandbox(t, images[0], baseTree())
 	ws := sb.session(nil)
+	// Each step waits for what the command prints when it is ready (a
+	// fixed yield can end before a loaded machine ran it).
+	printed := func(id, what string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			return strings.Contains(fmt.Sprint(sb.ok("read_command_lines", map[string]any{"command_session_id": id})["output"]), what)
+		}, 30*time.Second, 20*time.Millisecond, "%s never printed %q", id, what)
+	}
 	out := sb.ok("exec_command", map[string]any{"cmd": "stty size; read x; stty size", "workspace_session_id": ws, "tty": true, "rows": 30, "cols": 100, "yield_time_ms": 500})
-	require.Contains(t, out["output"], "30 100")
 	id := out["command_session_id"].(string)
+	printed(id, "30 100")
 	sb.ok("resize_command", map[string]any{"command_session_id": id, "rows": 50, "cols": 160})
 	out = sb.ok("write_command_stdin", map[string]any{"command_session_id": id, "stdin": "go\r", "yield_time_ms": 5000})
 	require.Equal(t, "ok", out["status"], "%v", out)
 	all := sb.ok("read_command_lines", map[string]any{"command_session_id": id})
 	require.Contains(t, all["output"], "50 160")
 
-	out = sb.ok("exec_command", map[string]any{"cmd": "trap 'echo got-int; exit 3' INT; while true; do sleep 0.1; done", "workspace_session_id": ws, "tty": true, "yield_time_ms": 300})
+	out = sb.ok("exec_command", map[string]any{"cmd": "trap 'echo got-int; exit 3' INT; echo trapping; while true; do sleep 0.1; done", "workspace_session_id": ws, "tty": true, "yield_time_ms": 300})
 	id = out["command_session_id"].(string)
+	printed(id, "trapping")
 	out = sb.ok("write_command_stdin", map[string]any{"command_session_id": id, "stdin": "\x03", "yield_time_ms": 5000})
 	require.Equal(t, float64(3), out["exit_code"], "%v", out)
 	all = sb.ok("read_command_lines", map[string]any{"command_session_id": id})

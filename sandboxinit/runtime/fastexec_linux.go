@@ -112,12 +112,11 @@ func (s *Session) requestExec(ctx context.Context, conn *net.UnixConn, ps ProcSp
 	}
 	sio.started()
 	// An init that does not serve the socket (not SessionInitMain) would
-	// leave us waiting: bound the start reply.
-	deadline := time.Now().Add(10 * time.Second)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = conn.SetReadDeadline(deadline)
+	// leave us waiting: bound the start reply. Not by ctx: the init may
+	// have started the process, which a reply not read would leave
+	// running unwatched; a ctx that ends first kills it once it is ours
+	// (run, as for any process).
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	rep, fds, err := readReply(conn)
 	if err != nil {
 		sio.abort()
