@@ -138,6 +138,8 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 		round++
 		require.Eventually(t, func() bool { s, ok := sb.probe(iso, "get", "127.0.0.1", "8080"); return ok && s == "iso" },
 			20*time.Second, 200*time.Millisecond, "%s: the isolated session's server", when)
+		require.Eventually(t, func() bool { s, ok := sb.probe(shared, "get", "127.0.0.1", "8081"); return ok && s == "shared" },
+			20*time.Second, 200*time.Millisecond, "%s: the shared session's server", when)
 		require.Equal(t, "iso\n", sb.forward(iso, 8080), "%s: the daemon's forward route", when)
 
 		_, ok := sb.probe(shared, "get", ipIso, "8080")
@@ -158,6 +160,13 @@ func TestSharedSessionsCannotReachIsolatedOnes(t *testing.T) {
 		}
 
 		fromShared, fromOther, self := fmt.Sprintf("shared-%d", round), fmt.Sprintf("other-%d", round), fmt.Sprintf("self-%d", round)
+		// The listener is up (its own datagrams arrive) before the ones
+		// that must not: sent before it bound, they would prove nothing.
+		ready := fmt.Sprintf("ready-%d", round)
+		require.Eventually(t, func() bool {
+			sb.probe(iso, "udp-send", "127.0.0.1", "9000", ready)
+			return strings.Contains(fmt.Sprint(sb.exec(iso, "cat udp.log 2>/dev/null || true")["output"]), ready)
+		}, 20*time.Second, 200*time.Millisecond, "%s: the UDP listener", when)
 		// The sandbox's output chain refuses a shared session's datagram
 		// at sendto (EPERM); another isolated session's is dropped on the
 		// way. Either way it must never arrive.

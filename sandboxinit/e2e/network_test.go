@@ -20,6 +20,10 @@ func (sb *sandbox) serve(ws string, port int, name string) {
 	sb.exec(ws, fmt.Sprintf("mkdir -p %s && echo %s > %s/who.txt", dir, name, dir))
 	out := sb.ok("exec_command", map[string]any{"cmd": fmt.Sprintf("busybox httpd -f -p %d -h %s", port, dir), "workspace_session_id": ws, "yield_time_ms": 300})
 	require.Equal(sb.t, "running", out["status"], "httpd on %d: %v", port, out)
+	// Serving before it returns: a check that it cannot be reached from
+	// elsewhere would otherwise prove nothing.
+	require.Eventually(sb.t, func() bool { return sb.fetch(ws, fmt.Sprintf("127.0.0.1:%d", port)) == name }, 20*time.Second, 100*time.Millisecond,
+		"httpd on %d in %s never served", port, ws)
 }
 
 // fetch GETs who.txt from addr (host:port) in session ws with busybox nc

@@ -167,11 +167,18 @@ func TestObservability(t *testing.T) {
 	require.Equal(t, "e2e-write", hist[0].(map[string]any)["trace"], "newest first")
 
 	// Samples: the sandbox's cgroup and a session's.
-	res := call("resources", map[string]any{"window_ms": 600000})
+	// The sampler runs every 2 s: wait for a round that saw the stack
+	// (after the publishes) and session d.
+	var res map[string]any
 	scopes := map[string]map[string]any{}
-	for _, s := range res["series"].([]any) {
-		scopes[s.(map[string]any)["scope"].(string)] = s.(map[string]any)
-	}
+	require.Eventually(t, func() bool {
+		res = call("resources", map[string]any{"window_ms": 600000})
+		clear(scopes)
+		for _, s := range res["series"].([]any) {
+			scopes[s.(map[string]any)["scope"].(string)] = s.(map[string]any)
+		}
+		return scopes["stack"] != nil && scopes["sandbox"] != nil && scopes[d] != nil
+	}, 30*time.Second, 200*time.Millisecond, "a sampler round after the publishes")
 	require.Greater(t, scopes["sandbox"]["memory_bytes"], float64(0), "%v", scopes["sandbox"])
 	require.Greater(t, scopes["sandbox"]["cpu_usage_usec"], float64(0))
 	require.Nil(t, scopes["sandbox"]["errors"], "the sandbox's cgroup reads cleanly: %v", scopes["sandbox"]["errors"])
