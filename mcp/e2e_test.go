@@ -314,7 +314,7 @@ func TestAgentsOverMCP(t *testing.T) {
 // tool fails.
 func TestStdioWritesOnlyProtocol(t *testing.T) {
 	bins := testenv.Binaries(t)
-	cmd := exec.Command(filepath.Join(bins, "sandbox-mcp"), "--set", "runtime", "--gateway-endpoint", testenv.FreePort(t), "--gateway-auth-token", "x")
+	cmd := exec.Command(filepath.Join(bins, "sandbox-mcp"), "--set", "runtime", "--gateway-endpoint", "127.0.0.1:1", "--gateway-auth-token", "x") // nothing listens on port 1
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)

@@ -116,15 +116,28 @@ func (g *Gateway) Options() GatewayOptions {
 
 // StartGatewayWith is StartGateway in a given place. A port it picked
 // itself that another process took before the gateway bound it (FreePort
-// closes its listener first) is replaced by a new one, at most 3 times.
+// closes its listener first) is replaced by a new one, at most 3 times. A
+// restart on its first address (o.Addr) whose port was taken meanwhile
+// (the kernel hands freed ports to outgoing connections too) tries it
+// again for a few seconds, then takes a new one: clients find a gateway
+// through its home's settings and the returned Gateway, not the port.
 func StartGatewayWith(t testing.TB, o GatewayOptions) *Gateway {
 	t.Helper()
 	if o.Addr != "" {
-		g, err := startGateway(t, o)
-		if err != nil {
-			t.Fatal(err)
+		for attempt := 1; ; attempt++ {
+			g, err := startGateway(t, o)
+			if err == nil {
+				return g
+			}
+			if !errors.Is(err, errPortTaken) {
+				t.Fatal(err)
+			}
+			if attempt == 10 {
+				t.Logf("port %s stayed taken; the gateway starts on another", o.Addr)
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
-		return g
 	}
 	for attempt := 1; ; attempt++ {
 		o.Addr = FreePort(t)
