@@ -817,7 +817,9 @@ static void json_str(struct buf *b, const char *s) {
 	buf_put(b, "\"", 1);
 }
 
-static void send_reply(int fd, const char *json, int passfd) {
+// send_reply sends one reply; it returns -1 when it could not (the daemon
+// hung up: EPIPE, MSG_NOSIGNAL).
+static int send_reply(int fd, const char *json, int passfd) {
 	struct iovec iov = {(void *)json, strlen(json)};
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
 	union {
@@ -834,8 +836,10 @@ static void send_reply(int fd, const char *json, int passfd) {
 		c->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(c), &passfd, sizeof(int));
 	}
-	while (sendmsg(fd, &m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+	ssize_t r;
+	while ((r = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
 	}
+	return r < 0 ? -1 : 0;
 }
 
 static void send_error(int fd, const char *msg) {
@@ -915,7 +919,12 @@ static int serve_request(size_t i) {
 		} else {
 			char reply[64];
 			snprintf(reply, sizeof reply, "{\"pid\":%d}", (int)st.pid);
-			send_reply(fd, reply, st.pidfd);
+			if (send_reply(fd, reply, st.pidfd) < 0) {
+				// The daemon gave up on the start (it hung up): nobody
+				// would watch or end this process, so it is ended now
+				// (reaped, and its connection closed, as any).
+				kill(-st.pid, SIGKILL);
+			}
 			if (st.pidfd >= 0)
 				close(st.pidfd);
 			conns[i].pid = st.pid;

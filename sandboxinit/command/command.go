@@ -223,6 +223,9 @@ func (c *command) collectBuffered(r *os.File, st stream) {
 		}
 		for total := 0; total < maxBufferedDrain; {
 			n, err := unix.Read(int(fd), bp[:])
+			if err == unix.EINTR {
+				continue
+			}
 			if n <= 0 || err != nil {
 				break // empty (EAGAIN), or every writer gone (0)
 			}

@@ -3,6 +3,8 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -159,4 +161,29 @@ func TestPidfdPid(t *testing.T) {
 		require.NoError(t, err)
 		require.Less(t, pid, 1, "reaped")
 	}
+}
+
+// TestExecServerEndsAProcessWhoseStartNobodyHears: the Go session init
+// (sessinit.Server, run where the C one is missing) ends a process whose
+// start reply could not be sent, as the C init does
+// (TestCInitEndsAProcessWhoseStartNobodyHears).
+func TestExecServerEndsAProcessWhoseStartNobodyHears(t *testing.T) {
+	s := startExecServer(t, t.TempDir())
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: s.fastSock, Net: "unixpacket"})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.CloseRead())
+	null, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer null.Close()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	req, _ := json.Marshal(sessinit.Request{Args: []string{"sleep", "1000"}, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/"})
+	_, _, err = c.WriteMsgUnix(req, unix.UnixRights(int(null.Fd()), int(w.Fd()), int(w.Fd())), nil)
+	require.NoError(t, err)
+	w.Close()
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(20*time.Second)))
+	_, err = r.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "the process whose start reply could not be sent still runs")
 }

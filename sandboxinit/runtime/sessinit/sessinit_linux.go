@@ -261,9 +261,10 @@ func (s *Server) handle(conn *net.UnixConn) {
 		var b [1]byte
 		_, _ = conn.Read(b[:])
 	}()
-	reply := func(r Reply, rights []byte) {
+	reply := func(r Reply, rights []byte) error {
 		b, _ := json.Marshal(r)
-		_, _, _ = conn.WriteMsgUnix(b, rights, nil)
+		_, _, err := conn.WriteMsgUnix(b, rights, nil)
+		return err
 	}
 	buf := make([]byte, requestSize(conn))
 	oob := make([]byte, unix.CmsgSpace(3*4))
@@ -274,19 +275,19 @@ func (s *Server) handle(conn *net.UnixConn) {
 	fds, err := ParseRights(oob[:oobn])
 	defer func() { CloseFds(fds) }()
 	if err != nil || len(fds) != 3 {
-		reply(Reply{Error: fmt.Sprintf("want 3 stdio fds, got %d (%v)", len(fds), err)}, nil)
+		_ = reply(Reply{Error: fmt.Sprintf("want 3 stdio fds, got %d (%v)", len(fds), err)}, nil)
 		return
 	}
 	var req Request
 	if err := json.Unmarshal(buf[:n], &req); err != nil || len(req.Args) == 0 {
-		reply(Reply{Error: fmt.Sprintf("bad request: %v", err)}, nil)
+		_ = reply(Reply{Error: fmt.Sprintf("bad request: %v", err)}, nil)
 		return
 	}
 	ch, err := s.start(req, []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])})
 	CloseFds(fds)
 	fds = nil
 	if err != nil {
-		reply(Reply{Error: err.Error()}, nil)
+		_ = reply(Reply{Error: err.Error()}, nil)
 		return
 	}
 	var rights []byte
@@ -294,9 +295,15 @@ func (s *Server) handle(conn *net.UnixConn) {
 		defer unix.Close(ch.pidfd)
 		rights = unix.UnixRights(ch.pidfd)
 	}
-	reply(Reply{Pid: ch.pid}, rights)
+	if err := reply(Reply{Pid: ch.pid}, rights); err != nil {
+		// The daemon gave up on the start (it hung up): nobody would
+		// watch or end this process, so it is ended now.
+		_ = unix.Kill(-ch.pid, unix.SIGKILL)
+		<-ch.exit
+		return
+	}
 	code := <-ch.exit
-	reply(Reply{Exit: &code}, nil)
+	_ = reply(Reply{Exit: &code}, nil)
 }
 
 type started struct {
