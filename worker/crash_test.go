@@ -334,9 +334,7 @@ func ptr[T any](v T) *T { return &v }
 // commit, is on disk and the commit is not: the boot finds it void.
 func TestDaemonCrashMidCommit(t *testing.T) {
 	s := startStack(t)
-	ws := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
-	id, st := s.create(ws)
+	id, st := s.createWith("a\n")
 	name := workflows.ContainerName(id)
 	for i, tc := range []struct {
 		fp               string
@@ -455,9 +453,7 @@ func TestWorkerCrashDuringHandOver(t *testing.T) {
 // retry through the workflow ends them and the workflow forgets it.
 func TestFailedDestroyThroughTheWorkflow(t *testing.T) {
 	s := startStack(t)
-	ws := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte("a\n"), 0o644))
-	id, st := s.create(ws)
+	id, st := s.createWith("a\n")
 	name := workflows.ContainerName(id)
 	var sess map[string]any
 	require.NoError(t, s.update(id, workflows.UpdateCreateSession, &sess, workflows.CreateSessionRequest{}))
@@ -471,13 +467,6 @@ func TestFailedDestroyThroughTheWorkflow(t *testing.T) {
 		return strings.Contains(string(out), "sleep 4711")
 	}
 	require.True(t, sleeping())
-	state := func() workflows.SandboxState {
-		v, err := s.svc.Client.QueryWorkflow(context.Background(), workflows.SandboxWorkflowID(id), "", workflows.QueryState)
-		require.NoError(t, err)
-		var st workflows.SandboxState
-		require.NoError(t, v.Get(&st))
-		return st
-	}
 
 	dockerExec(t, name, "sh", "-c", "printf 'error:runtime-kill\\nerror:runtime-destroy\\n' > /eos/layerstack/.failpoints")
 	err := s.update(id, workflows.UpdateDestroySession, nil, workflows.SessionRequest{WorkspaceSessionID: wsID})
@@ -486,11 +475,11 @@ func TestFailedDestroyThroughTheWorkflow(t *testing.T) {
 	require.Equal(t, api.KindOperationFailed, ae.Kind, "%v", err)
 	require.Equal(t, "finalize_failed", ae.Details["session_state"], "%v", ae.Details)
 	require.True(t, sleeping(), "the failed destroy left the session's processes running")
-	require.Contains(t, state().Sessions, wsID, "the workflow keeps the session whose destroy failed")
+	require.Contains(t, s.state(id).Sessions, wsID, "the workflow keeps the session whose destroy failed")
 
 	var res api.SessionDestroyed
 	require.NoError(t, s.update(id, workflows.UpdateDestroySession, &res, workflows.SessionRequest{WorkspaceSessionID: wsID}))
 	require.True(t, res.Destroyed)
 	require.Eventually(t, func() bool { return !sleeping() }, 10*time.Second, 50*time.Millisecond, "the retried destroy ended the session's processes")
-	require.NotContains(t, state().Sessions, wsID)
+	require.NotContains(t, s.state(id).Sessions, wsID)
 }

@@ -216,14 +216,7 @@ func recordLifecycleTTL(t *testing.T, s *stack, out string) {
 	require.NoError(t, s.update(id, workflows.UpdateCreateSession, &o, workflows.CreateSessionRequest{Agent: "idler"}))
 	sess := o["workspace_session_id"].(string)
 	s.daemon(id, st.Container.Daemon, "file_write", map[string]any{"workspace_session_id": sess, "path": "idle.txt", "content": "kept"})
-	state := func() workflows.SandboxState {
-		v, err := s.svc.Client.QueryWorkflow(context.Background(), workflows.SandboxWorkflowID(id), "", workflows.QueryState)
-		require.NoError(t, err)
-		var st workflows.SandboxState
-		require.NoError(t, v.Get(&st))
-		return st
-	}
-	require.Eventually(t, func() bool { _, live := state().Sessions[sess]; return !live }, time.Minute, 200*time.Millisecond, "archived")
+	require.Eventually(t, func() bool { _, live := s.state(id).Sessions[sess]; return !live }, time.Minute, 200*time.Millisecond, "archived")
 	var r map[string]any
 	require.NoError(t, s.update(id, workflows.UpdateRestoreSession, &r, workflows.SessionRequest{WorkspaceSessionID: sess}))
 	var lr workflows.LifecycleResult
@@ -232,7 +225,7 @@ func recordLifecycleTTL(t *testing.T, s *stack, out string) {
 	require.True(t, lr.Already)
 	require.NoError(t, s.update(id, workflows.UpdateResume, &lr))
 	require.Eventually(t, func() bool {
-		st := state()
+		st := s.state(id)
 		return st.Phase == workflows.PhasePaused && st.Lifecycle.PausedBy == workflows.PausedByTTL
 	},
 		2*time.Minute, 200*time.Millisecond, "the ttl pauses")

@@ -83,6 +83,14 @@ func (s *stack) create(workspace string) (string, *workflows.SandboxState) {
 	return id, &st
 }
 
+// createWith creates a sandbox of a workspace holding f.txt with content.
+func (s *stack) createWith(content string) (string, *workflows.SandboxState) {
+	s.t.Helper()
+	ws := s.t.TempDir()
+	require.NoError(s.t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte(content), 0o644))
+	return s.create(ws)
+}
+
 func (s *stack) update(id, name string, out any, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -92,6 +100,16 @@ func (s *stack) update(id, name string, out any, args ...any) error {
 		return err
 	}
 	return h.Get(ctx, out)
+}
+
+// state is sandbox id's workflow state, as its query answers it.
+func (s *stack) state(id string) workflows.SandboxState {
+	s.t.Helper()
+	v, err := s.svc.Client.QueryWorkflow(context.Background(), workflows.SandboxWorkflowID(id), "", workflows.QueryState)
+	require.NoError(s.t, err)
+	var st workflows.SandboxState
+	require.NoError(s.t, v.Get(&st))
+	return st
 }
 
 // daemon calls a runtime op directly, as the gateway will.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime/sessinit"
 	"golang.org/x/sys/unix"
 )
@@ -169,21 +169,6 @@ func TestPidfdPid(t *testing.T) {
 // (TestCInitEndsAProcessWhoseStartNobodyHears).
 func TestExecServerEndsAProcessWhoseStartNobodyHears(t *testing.T) {
 	s := startExecServer(t, t.TempDir())
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: s.fastSock, Net: "unixpacket"})
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.CloseRead())
-	null, err := os.Open(os.DevNull)
-	require.NoError(t, err)
-	defer null.Close()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	defer r.Close()
 	req, _ := json.Marshal(sessinit.Request{Args: []string{"sleep", "1000"}, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/"})
-	_, _, err = c.WriteMsgUnix(req, unix.UnixRights(int(null.Fd()), int(w.Fd()), int(w.Fd())), nil)
-	require.NoError(t, err)
-	w.Close()
-	require.NoError(t, r.SetReadDeadline(time.Now().Add(20*time.Second)))
-	_, err = r.Read(make([]byte, 1))
-	require.ErrorIs(t, err, io.EOF, "the process whose start reply could not be sent still runs")
+	testenv.RequireUnheardStartEnds(t, s.fastSock, req)
 }

@@ -2,7 +2,6 @@ package sessinit_test
 
 import (
 	"encoding/json"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -472,21 +471,5 @@ func TestCInitEveryAnswerArrives(t *testing.T) {
 // process running with nobody to watch or end it: the init ends it.
 func TestCInitEndsAProcessWhoseStartNobodyHears(t *testing.T) {
 	p := startInit(t, false)
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: p.sock, Net: "unixpacket"})
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.CloseRead())
-	null, err := os.Open(os.DevNull)
-	require.NoError(t, err)
-	defer null.Close()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	defer r.Close()
-	_, _, err = c.WriteMsgUnix(request([]string{"sleep", "1000"}, nil, "/"), unix.UnixRights(int(null.Fd()), int(w.Fd()), int(w.Fd())), nil)
-	require.NoError(t, err)
-	w.Close()
-	// The process holds the pipe's only other write end: EOF once it is gone.
-	require.NoError(t, r.SetReadDeadline(time.Now().Add(20*time.Second)))
-	_, err = r.Read(make([]byte, 1))
-	require.ErrorIs(t, err, io.EOF, "the process whose start reply could not be sent still runs")
+	testenv.RequireUnheardStartEnds(t, p.sock, request([]string{"sleep", "1000"}, nil, "/"))
 }
