@@ -919,10 +919,12 @@ static int serve_request(size_t i) {
 		} else {
 			char reply[64];
 			snprintf(reply, sizeof reply, "{\"pid\":%d}", (int)st.pid);
-			if (send_reply(fd, reply, st.pidfd) < 0) {
+			if (send_reply(fd, reply, st.pidfd) < 0 && (errno == EPIPE || errno == ECONNRESET)) {
 				// The daemon gave up on the start (it hung up): nobody
 				// would watch or end this process, so it is ended now
-				// (reaped, and its connection closed, as any).
+				// (reaped, and its connection closed, as any). Only
+				// then: a reply that failed otherwise (the socket is
+				// non-blocking) says nothing of the daemon.
 				kill(-st.pid, SIGKILL);
 			}
 			if (st.pidfd >= 0)
