@@ -379,9 +379,7 @@ func (p *probe) checkInitSIGTERM(ctx context.Context, s *runtime.Session) {
 	code, werr := pr.Wait()
 	exited := false
 	for i := 0; i < 300 && !exited; i++ {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		f := strings.Fields(string(b))
-		exited = len(f) < 3 || f[2] == "Z"
+		exited = !running(pid)
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.errCheck("sessinit_sigterm", errors.Join(err, werr, want(code == -15, "sleep exit %d", code), want(exited, "init still running")),
