@@ -256,18 +256,22 @@ func TestCluster(t *testing.T) {
 	answers := make(chan string, len(justDead))
 	for op, args := range justDead {
 		go func(op string, args map[string]any) {
-			sent := time.Now()
 			st, e := c.op(t, op, ids[h1], args)
+			answered := time.Now()
 			d, _ := e["details"].(map[string]any)
 			// A create was accepted and finishes when the host is back;
-			// a daemon call was never made. A create sent when h1 was
-			// nearly lost may also be refused up front, as on a lost host
-			// (stopping an Engine can take most of the stale window, and
-			// a beat can be late): either answer is right then.
+			// a daemon call was never made. A create the gateway took up
+			// only once h1 was lost (stopping an Engine can take most of
+			// the stale window, a beat can be late, and finding the
+			// sandbox's host can wait on the dead worker first) is refused
+			// up front, as on a lost host: right whenever h1 was stale by
+			// the answer (the gateway checks before it answers; it was
+			// measured from the send, and a create the gateway reached
+			// seconds later failed CI).
 			inFlight := d["in_flight"] == true
 			wantInFlight := op == "create_workspace_session"
 			if seen, err := time.Parse(time.RFC3339Nano, fmt.Sprint(d["last_seen"])); err == nil && wantInFlight && !inFlight &&
-				sent.Sub(seen) > workflows.HostStaleAfter-time.Second {
+				answered.Sub(seen) > workflows.HostStaleAfter-time.Second {
 				wantInFlight = false
 			}
 			if st == http.StatusOK || e["kind"] != "operation_failed" || d["availability"] != "unavailable" || inFlight != wantInFlight {
