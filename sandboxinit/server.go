@@ -38,7 +38,7 @@ type Server struct {
 	slots    chan struct{}
 	closing  atomic.Bool
 	http     *http.Server
-	inflight atomic.Int64
+	inflight inFlight
 	red      *redactor
 	importMu sync.Mutex // one base import at a time (a retried stream waits for the first)
 }
@@ -178,8 +178,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.inflight.Add(1)
-	defer s.inflight.Add(-1)
+	defer s.inflight.begin(op)()
 	rid := r.Header.Get("X-Request-Id")
 	// Every path, streamed or not, runs through dispatch: the request's
 	// trace, and quiet for the observability views.
@@ -304,7 +303,7 @@ func writeError(w http.ResponseWriter, err error) {
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	m, err := s.d.store.Manifest()
 	res := map[string]any{"status": "ok", "service": "daemon_http", "uptime_seconds": int(time.Since(s.d.started).Seconds()),
-		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.Load(), "daemon_pid": os.Getpid(),
+		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.total(), "in_flight_ops": s.inflight.byOp(), "daemon_pid": os.Getpid(),
 		"observability_dropped": s.d.obs.Store.Dropped()}
 	if err == nil {
 		res["manifest_version"], res["layer_count"] = m.Version, len(m.Layers)
@@ -338,3 +337,46 @@ func (s *Server) serveFilesList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) String() string { return fmt.Sprintf("daemon rpc (%d ops)", len(s.ops)) }
+
+// inFlight counts the requests being served, by operation: /health shows
+// both, so an operator (or a test) sees what a busy daemon is doing.
+type inFlight struct {
+	mu  sync.Mutex
+	ops map[string]int
+	n   int
+}
+
+// begin counts one request of op until the returned func is called.
+func (f *inFlight) begin(op string) func() {
+	f.mu.Lock()
+	if f.ops == nil {
+		f.ops = map[string]int{}
+	}
+	f.ops[op]++
+	f.n++
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		if f.ops[op]--; f.ops[op] == 0 {
+			delete(f.ops, op)
+		}
+		f.n--
+		f.mu.Unlock()
+	}
+}
+
+func (f *inFlight) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+func (f *inFlight) byOp() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.ops))
+	for op, n := range f.ops {
+		out[op] = n
+	}
+	return out
+}

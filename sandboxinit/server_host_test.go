@@ -44,3 +44,20 @@ func TestDaemonRefusesForeignHost(t *testing.T) {
 		require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), host)
 	}
 }
+
+// TestInFlightByOp: /health's in_flight_ops counts each request being
+// served under its operation until it ends, and drops an operation with
+// none left.
+func TestInFlightByOp(t *testing.T) {
+	var f inFlight
+	a1, a2, b := f.begin("publish_workspace_session"), f.begin("publish_workspace_session"), f.begin("exec_command")
+	require.Equal(t, 3, f.total())
+	require.Equal(t, map[string]int{"publish_workspace_session": 2, "exec_command": 1}, f.byOp())
+	a1()
+	b()
+	require.Equal(t, 1, f.total())
+	require.Equal(t, map[string]int{"publish_workspace_session": 1}, f.byOp())
+	a2()
+	require.Equal(t, 0, f.total())
+	require.Equal(t, map[string]int{}, f.byOp(), "an empty object, not null")
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +17,9 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/worker"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -71,6 +75,35 @@ func (d *drill) servedWithin(since time.Time, max time.Duration, ws, path, want 
 	}
 	d.t.Fatalf("not served within %s after the event: %v", max, last)
 	return 0
+}
+
+// waitInFlight waits until the sandbox's daemon is serving a request of
+// op, as its /health (with the sandbox token) says.
+func (d *drill) waitInFlight(op string) {
+	d.t.Helper()
+	secret, err := worker.LoadOrCreateSecret(filepath.Join(d.g.StateDir, "gateway.secret"))
+	require.NoError(d.t, err)
+	port := d.must("inspect_sandbox", nil)["daemon"].(map[string]any)["port"].(float64)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	var last string
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", int(port)), nil)
+		req.Header.Set("Authorization", "Bearer "+daemonclient.Token(secret, d.id))
+		if resp, err := hc.Do(req); err == nil {
+			var h struct {
+				Ops map[string]int `json:"in_flight_ops"`
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = string(b)
+			if json.Unmarshal(b, &h) == nil && h.Ops[op] > 0 {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.t.Fatalf("the daemon never served %s: %s", op, last)
 }
 
 func (d *drill) manifestVersion() float64 {
@@ -276,7 +309,10 @@ func TestRecoveryDrills(t *testing.T) {
 			_, _, _ = g.HTTPOp("publish_workspace_session", map[string]any{"scope": map[string]any{"kind": "sandbox", "sandbox_id": d.id},
 				"args": map[string]any{"workspace_session_id": ws}})
 		}()
-		time.Sleep(200 * time.Millisecond)
+		// Killed once the daemon has the publish: before that, the update
+		// is not yet durable in Temporal and the kill loses the call itself
+		// (its client sees the connection drop and retries).
+		d.waitInFlight("publish_workspace_session")
 		g.Kill()
 		start := time.Now()
 		g2 := testenv.StartGatewayWith(top, g.Options())

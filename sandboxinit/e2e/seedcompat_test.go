@@ -37,6 +37,7 @@ func TestDaemonHTTPWithoutToken(t *testing.T) {
 	status, h = get("/health", "Bearer "+sb.token)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, h, "daemon_pid", "the full health document with the token")
+	require.Contains(t, h, "in_flight_ops")
 
 	for path, want := range map[string]int{
 		"/forward/shared/not-a-port/":     http.StatusBadRequest,
