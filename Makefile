@@ -88,7 +88,8 @@ BENCH_INNER := -run '^$$' -bench 'Merge3|DiffLines|ViewStat|DispatchSpan|QueryNe
 BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 bench: daemon test-deps
-	$(GO) run ./cmd/sandbox-bench -out bench/results -readme README.md $(BENCH_FLAGS)
+	ref=$$(bash scripts/bench-reference.sh) && \
+	$(GO) run ./cmd/sandbox-bench -out bench/results -readme README.md -loops-reference "$$ref" $(BENCH_FLAGS)
 	$(MAKE) bench-cluster
 	$(MAKE) bench-inner
 

@@ -106,7 +106,7 @@ func runSmallPublish(ctx context.Context, s *Suite) (Section, error) {
 		gits := s.summary("p", "git", "", 0, 0)
 		s.target(Target{Measure: "small publish (one 4 KiB file), durable", Ours: fmt.Sprintf("%v ms (p50 of all rounds)", Ms(all.P50)),
 			Baseline: fmt.Sprintf("`git add -A && git commit` %v ms", Ms(gits.P50)),
-			Ratio:    fmt.Sprintf("%sx (median of %d rounds; %s–%s)", sig2(med), len(ratios), sig2(ratios[0]), sig2(ratios[len(ratios)-1])),
+			Ratio:    fmt.Sprintf("%sx (median of %d rounds; %s–%s)", sig3(med), len(ratios), sig2(ratios[0]), sig2(ratios[len(ratios)-1])),
 			Goal:     "≥ 3x faster", Met: med >= 3})
 	}
 	return sec, nil

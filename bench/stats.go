@@ -185,5 +185,5 @@ func (rs Rounds) String() string {
 	}
 	c := append([]float64(nil), rs...)
 	sort.Float64s(c)
-	return fmt.Sprintf("%sx (%s–%s over %d rounds)", sig2(rs.Median()), sig2(c[0]), sig2(c[len(c)-1]), len(c))
+	return fmt.Sprintf("%sx (%s–%s over %d rounds)", sig3(rs.Median()), sig2(c[0]), sig2(c[len(c)-1]), len(c))
 }

@@ -26,6 +26,8 @@ type Options struct {
 	// Profile, when set, is where CPU profiles of the slowest scenarios go
 	// (this process: gateway, workers, embedded Temporal; and the daemon).
 	Profile string
+	// LoopsReference, when set, is run for the loops/s target (reference.go).
+	LoopsReference *Reference
 }
 
 // Suite runs the scenarios and keeps what the report needs.
@@ -206,6 +208,15 @@ func sig2(r float64) string {
 		return strconv.FormatFloat(math.Round(r), 'f', -1, 64)
 	}
 	return strconv.FormatFloat(r, 'g', 2, 64)
+}
+
+// sig3 is a target's ratio: three significant digits, so that a ratio
+// just under its goal (14.6x against 15x) does not read as the goal.
+func sig3(r float64) string {
+	if math.Abs(r) >= 100 {
+		return strconv.FormatFloat(math.Round(r), 'f', -1, 64)
+	}
+	return strconv.FormatFloat(r, 'g', 3, 64)
 }
 
 func fops(v float64) string {

@@ -5,7 +5,7 @@
 # machine, in alternating runs (ref, this, ref, this, ...), so both see the
 # same load. Each side is built whole from its own tree (bench harness,
 # gateway, worker and embedded Temporal in-process, static daemon and session
-# init), in a git worktree of REF under $WORK.
+# init), REF's by scripts/bench-reference.sh under $WORK.
 #
 #   bash scripts/bench-loops-vs-reference.sh            # make bench-loops
 #   REF=<rev> PAIRS=5 AGENTS=50 SCALE=0.5 OUT=bench/results/<date>-loops.md bash scripts/...
@@ -26,12 +26,9 @@ case "$PAIRS$AGENTS" in *[!0-9]*) echo "PAIRS and AGENTS must be numbers" >&2; e
 mkdir -p "$WORK"
 refsha=$(git -C "$ROOT" rev-parse --verify "$REF^{commit}")
 thissha=$(git -C "$ROOT" rev-parse HEAD)
-reftree=$WORK/ref-$refsha
-if [ ! -d "$reftree" ]; then
-	git -C "$ROOT" worktree add --detach "$reftree" "$refsha" >/dev/null
-fi
-echo "building $REF ($refsha) and this tree ($thissha)" >&2
-(cd "$reftree" && make -s daemon >/dev/null && $GO build -o "$WORK/bench-ref" ./cmd/sandbox-bench)
+reftree=$(REF=$REF WORK=$WORK GO=$GO bash "$ROOT/scripts/bench-reference.sh")
+cp "$reftree/bin/sandbox-bench" "$WORK/bench-ref"
+echo "building this tree ($thissha)" >&2
 (cd "$ROOT" && make -s daemon >/dev/null && $GO build -o "$WORK/bench-this" ./cmd/sandbox-bench)
 
 # loops <report.md>: the loops/s and failed ops and conflicts of the AGENTS row

@@ -44,6 +44,7 @@ func run() int {
 		profile   = flag.Bool("profile", true, "write CPU profiles of the publish and parallel-agents scenarios")
 		verbose   = flag.Bool("v", false, "log the product's own messages too")
 		noStandby = flag.Bool("no-standby", false, "run the gateway without standby sandboxes (sandbox-gateway --standby=false)")
+		loopsRef  = flag.String("loops-reference", "", "tree of the loops/s target's reference code, built by scripts/bench-reference.sh (make bench): its scenario (e) runs right before ours at the top agent level")
 	)
 	flag.Parse()
 	level := slog.LevelWarn
@@ -64,6 +65,14 @@ func run() int {
 	}
 	if *only != "" {
 		o.Only = strings.Split(*only, ",")
+	}
+	if *loopsRef != "" {
+		ref, err := bench.LoadReference(*loopsRef)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-bench: -loops-reference:", err)
+			return 2
+		}
+		o.LoopsReference = ref
 	}
 	if *profile {
 		o.Profile = filepath.Join(*out, *date+"-profiles")

@@ -1,0 +1,39 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestThroughputRowOfTheReferencesReport: the loops/s, conflicts and failed
+// ops of the n-agent row are read from a report the reference code wrote
+// (its 2026-12-01 run), not from the latency table's row of the same n.
+func TestThroughputRowOfTheReferencesReport(t *testing.T) {
+	f, err := os.Open("results/2026-12-01.md")
+	require.NoError(t, err)
+	defer f.Close()
+	r, ok := throughputRow(f, 50)
+	require.True(t, ok)
+	require.Equal(t, referenceRun{loops: 20.3, conflicts: 54, failures: 0}, r)
+
+	_, ok = throughputRow(strings.NewReader("| 50 | 838 / 1449 / 1939 | 15.7 / 106 / 206 | 17.7 / 116 / 193 | 12.9 / 111 / 162 | 87.9 / 281 / 350 | 1289 / 2158 / 2563 |\n"), 50)
+	require.False(t, ok, "a latency row is not a throughput row")
+	_, ok = throughputRow(strings.NewReader("| 5 | 122 | 20.3 | 377 | 54 | 0 | 97% / 131% | 113.2 MiB / 162.2 MiB | 76 KiB | 1.6 MiB |\n"), 50)
+	require.False(t, ok, "another level's row")
+}
+
+// TestUnmeasuredTargetIsNeitherMetNorMissed: a target the run could not
+// judge says why in the met column.
+func TestUnmeasuredTargetIsNeitherMetNorMissed(t *testing.T) {
+	s := &Suite{}
+	s.target(Target{Measure: "m", Met: true, Unmeasured: "not measured same-run"})
+	s.target(Target{Measure: "n", Met: true})
+	s.target(Target{Measure: "o"})
+	tab := s.TargetsTable()
+	require.Contains(t, tab, "| m |  |  |  |  | not measured same-run |")
+	require.Contains(t, tab, "| n |  |  |  |  | yes |")
+	require.Contains(t, tab, "| o |  |  |  |  | **missed** |")
+}
