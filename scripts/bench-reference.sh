@@ -13,7 +13,10 @@ GO=${GO:-go}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${WORK:-${TMPDIR:-/var/tmp}/eos-bench-loops}
 
-refsha=$(git -C "$ROOT" rev-parse --verify "$REF^{commit}")
+if ! refsha=$(git -C "$ROOT" rev-parse --verify --quiet "$REF^{commit}"); then
+	echo "bench-reference: $REF is not in this clone's history (a shallow clone?); git fetch --unshallow, or set REF" >&2
+	exit 1
+fi
 tree=$WORK/ref-$refsha
 if [ ! -x "$tree/bin/sandbox-bench" ]; then
 	echo "building the reference $REF ($refsha) in $tree" >&2
