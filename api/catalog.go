@@ -526,7 +526,7 @@ var catalog = []Operation{
 		Summary: "Processes grouped per workspace.", Description: "One bounded /proc namespace walk.",
 		Result: map[string]string{"view": "string", "scope": "string", "topology": "object"}},
 	{Name: "daemon", Group: GroupObservability, Scope: ScopeSandbox,
-		Summary: "Daemon process diagnostics.", Description: "The daemon's process, runtime and ownership sample, and its observability store with drop counters.",
+		Summary: "Daemon process diagnostics.", Description: "The daemon's process, runtime and ownership sample, the requests it is serving now (requests.in_flight_ops, by operation), and its observability store with drop counters.",
 		Result: map[string]string{"view": "string", "scope": "string", "daemon": "object"}},
 	{Name: "publish_history", Group: GroupObservability, Scope: ScopeSandbox,
 		Summary:     "Who published what, and when.",

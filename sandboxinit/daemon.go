@@ -163,6 +163,9 @@ type Daemon struct {
 	started time.Time
 	// lane admits the heavy background operations (lane.go).
 	lane *lane
+	// inflight counts the requests being served, by operation (server.go):
+	// /health and the daemon view show them.
+	inflight inFlight
 }
 
 // New opens the state volume, the layer store and the session runtime, and

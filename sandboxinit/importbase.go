@@ -35,7 +35,7 @@ func (s *Server) serveImportBase(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "all"}, "all must be true or false, not %q", v))
 		return
 	}
-	defer s.inflight.begin("import_base")()
+	defer s.d.inflight.begin("import_base")()
 	s.d.touch()
 	rid := r.Header.Get("X-Request-Id")
 	ctx, sp := s.d.span(telemetry.WithTrace(r.Context(), rid), "daemon.dispatch", map[string]any{"op": "import_base"})

@@ -87,6 +87,11 @@ func (o observed) Session(id string) (observe.Session, error) {
 
 func (o observed) Layers() *layerstack.Store { return o.d.store }
 
+// Requests is what the daemon is serving now, for the daemon view.
+func (o observed) Requests() map[string]any {
+	return map[string]any{"in_flight": o.d.inflight.total(), "in_flight_ops": o.d.inflight.byOp()}
+}
+
 // WarmStats is the warm session's state for the daemon view.
 func (o observed) WarmStats() map[string]any {
 	d := o.d

@@ -38,7 +38,6 @@ type Server struct {
 	slots    chan struct{}
 	closing  atomic.Bool
 	http     *http.Server
-	inflight inFlight
 	red      *redactor
 	importMu sync.Mutex // one base import at a time (a retried stream waits for the first)
 }
@@ -178,7 +177,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	defer s.inflight.begin(op)()
+	defer s.d.inflight.begin(op)()
 	rid := r.Header.Get("X-Request-Id")
 	// Every path, streamed or not, runs through dispatch: the request's
 	// trace, and quiet for the observability views.
@@ -303,7 +302,7 @@ func writeError(w http.ResponseWriter, err error) {
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	m, err := s.d.store.Manifest()
 	res := map[string]any{"status": "ok", "service": "daemon_http", "uptime_seconds": int(time.Since(s.d.started).Seconds()),
-		"sessions": len(s.d.listSessions()), "in_flight": s.inflight.total(), "in_flight_ops": s.inflight.byOp(), "daemon_pid": os.Getpid(),
+		"sessions": len(s.d.listSessions()), "in_flight": s.d.inflight.total(), "in_flight_ops": s.d.inflight.byOp(), "daemon_pid": os.Getpid(),
 		"observability_dropped": s.d.obs.Store.Dropped()}
 	if err == nil {
 		res["manifest_version"], res["layer_count"] = m.Version, len(m.Layers)

@@ -61,3 +61,17 @@ func TestInFlightByOp(t *testing.T) {
 	require.Equal(t, 0, f.total())
 	require.Equal(t, map[string]int{}, f.byOp(), "an empty object, not null")
 }
+
+// TestRequestsInTheDaemonView: the daemon view (every door's, not only the
+// daemon port's /health) says what the daemon is serving, by operation.
+func TestRequestsInTheDaemonView(t *testing.T) {
+	d := newViewDaemon(t, map[string]string{"a": "a\n"})
+	requests := func() map[string]any {
+		return d.obs.DaemonView()["daemon"].(map[string]any)["requests"].(map[string]any)
+	}
+	require.Equal(t, map[string]any{"in_flight": 0, "in_flight_ops": map[string]int{}}, requests())
+	end := d.inflight.begin("publish_workspace_session")
+	require.Equal(t, map[string]any{"in_flight": 1, "in_flight_ops": map[string]int{"publish_workspace_session": 1}}, requests())
+	end()
+	require.Equal(t, 0, requests()["in_flight"])
+}

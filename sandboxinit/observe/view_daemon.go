@@ -49,8 +49,13 @@ func (o *Observer) DaemonView() map[string]any {
 	if ws, ok := o.src.(interface{ WarmStats() map[string]any }); ok {
 		warm = ws.WarmStats()
 	}
+	var requests any // the requests being served (this view's own among them)
+	if rs, ok := o.src.(interface{ Requests() map[string]any }); ok {
+		requests = rs.Requests()
+	}
 	return map[string]any{"view": "daemon", "scope": "sandbox", "daemon": map[string]any{
 		"warm_session":  warm,
+		"requests":      requests,
 		"ingress_guard": o.cfg.IngressGuard,
 		"process":       proc,
 		"runtime": map[string]any{"go_version": goruntime.Version(), "goroutines": goruntime.NumGoroutine(), "gomaxprocs": goruntime.GOMAXPROCS(0),
