@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -77,33 +76,50 @@ func (d *drill) servedWithin(since time.Time, max time.Duration, ws, path, want 
 	return 0
 }
 
-// waitInFlight waits until the sandbox's daemon is serving a request of
-// op, as its /health (with the sandbox token) says.
-func (d *drill) waitInFlight(op string) {
+// daemonHealth returns a reader of the sandbox's daemon's /health (with the
+// sandbox token), straight to its port: made before a call that keeps the
+// sandbox's workflow busy, since inspect_sandbox would wait for it.
+func (d *drill) daemonHealth() func() (map[string]any, error) {
 	d.t.Helper()
 	secret, err := worker.LoadOrCreateSecret(filepath.Join(d.g.StateDir, "gateway.secret"))
 	require.NoError(d.t, err)
-	port := d.must("inspect_sandbox", nil)["daemon"].(map[string]any)["port"].(float64)
+	port := int(d.must("inspect_sandbox", nil)["daemon"].(map[string]any)["port"].(float64))
 	hc := &http.Client{Timeout: 5 * time.Second}
-	var last string
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", int(port)), nil)
+	return func() (map[string]any, error) {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", port), nil)
 		req.Header.Set("Authorization", "Bearer "+daemonclient.Token(secret, d.id))
-		if resp, err := hc.Do(req); err == nil {
-			var h struct {
-				Ops map[string]int `json:"in_flight_ops"`
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			last = string(b)
-			if json.Unmarshal(b, &h) == nil && h.Ops[op] > 0 {
-				return
-			}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
 		}
-		time.Sleep(5 * time.Millisecond)
+		defer resp.Body.Close()
+		var h map[string]any
+		return h, json.NewDecoder(resp.Body).Decode(&h)
 	}
-	d.t.Fatalf("the daemon never served %s: %s", op, last)
+}
+
+// waitPublishReached waits until the daemon has a publish in flight, or
+// has committed one since manifest version v (a publish quicker than the
+// first look), as health says.
+func (d *drill) waitPublishReached(health func() (map[string]any, error), v float64) {
+	d.t.Helper()
+	var last map[string]any
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		h, err := health()
+		if err != nil {
+			continue
+		}
+		last = h
+		ops, _ := h["in_flight_ops"].(map[string]any)
+		if n, _ := ops["publish_workspace_session"].(float64); n > 0 {
+			return
+		}
+		if mv, _ := h["manifest_version"].(float64); mv > v {
+			d.t.Logf("the publish committed before the first look (manifest version %v)", mv)
+			return
+		}
+	}
+	d.t.Fatalf("the daemon never had the publish: %v", last)
 }
 
 func (d *drill) manifestVersion() float64 {
@@ -304,6 +320,7 @@ func TestRecoveryDrills(t *testing.T) {
 		ws := session(d, "gateway-killed")
 		bulk(d, ws, "g")
 		v := d.manifestVersion()
+		health := d.daemonHealth()
 		go func() {
 			// The gateway dies under this call: its answer is lost, not its publish.
 			_, _, _ = g.HTTPOp("publish_workspace_session", map[string]any{"scope": map[string]any{"kind": "sandbox", "sandbox_id": d.id},
@@ -312,7 +329,7 @@ func TestRecoveryDrills(t *testing.T) {
 		// Killed once the daemon has the publish: before that, the update
 		// is not yet durable in Temporal and the kill loses the call itself
 		// (its client sees the connection drop and retries).
-		d.waitInFlight("publish_workspace_session")
+		d.waitPublishReached(health, v)
 		g.Kill()
 		start := time.Now()
 		g2 := testenv.StartGatewayWith(top, g.Options())
