@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +75,47 @@ func TestRequestsInTheDaemonView(t *testing.T) {
 	require.Equal(t, map[string]any{"in_flight": 1, "in_flight_ops": map[string]int{"publish_workspace_session": 1}}, requests())
 	end()
 	require.Equal(t, 0, requests()["in_flight"])
+}
+
+// TestInFlightOpsTakeNoHostileNames: over a real listener, requests for
+// operations that do not exist (made-up, 8 KiB long, path tricks), a wrong
+// token, and a real operation with a malformed body each get a structured
+// 4xx and leave nothing counted once answered (no error path skips the
+// count's end). serveRPC refuses an unknown operation before it counts
+// anything, so in_flight_ops names only operations the daemon has.
+func TestInFlightOpsTakeNoHostileNames(t *testing.T) {
+	d := newViewDaemon(t, map[string]string{"a": "a\n"})
+	srv := NewServer(d)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.http.Close() })
+	cl := &http.Client{Timeout: 10 * time.Second}
+	do := func(method, path, token, body string) (int, string) {
+		req, _ := http.NewRequest(method, fmt.Sprintf("http://%s%s", l.Addr(), path), strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := cl.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct{ path, token, body string }{
+		{"/rpc/no_such_op", testToken, "{}"},
+		{"/rpc/" + strings.Repeat("x", 8192), testToken, "{}"},
+		{"/rpc/..%2fhealth", testToken, "{}"},
+		{"/rpc/publish_workspace_session", "wrong-token", "{}"},
+		{"/rpc/publish_workspace_session", testToken, "{not json"},
+	} {
+		st, body := do(http.MethodPost, c.path, c.token, c.body)
+		require.True(t, st >= 400 && st < 500, "%.60s: %d %s", c.path, st, body)
+		require.Contains(t, body, `"error"`, "a structured error: %.60s", c.path)
+	}
+	st, body := do(http.MethodGet, "/health", testToken, "")
+	require.Equal(t, http.StatusOK, st)
+	require.Contains(t, body, `"in_flight":0`)
+	require.Contains(t, body, `"in_flight_ops":{}`)
+	require.Equal(t, map[string]int{}, d.inflight.byOp())
 }
