@@ -58,14 +58,16 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 
 	var runs []agentRun
 	var ref *referenceRun
+	refFailed := ""
 	for i, n := range s.o.Agents {
 		if i == len(s.o.Agents)-1 && n >= 50 && s.o.LoopsReference != nil {
-			// The reference's loops/s, measured now, beside ours.
-			rr, err := s.runReference(ctx, n)
-			if err != nil {
-				return Section{}, err
+			// The reference's loops/s, measured now, beside ours. A
+			// reference that fails costs its row's ratio, not our scenario.
+			if rr, err := s.runReference(ctx, n); err != nil {
+				refFailed = err.Error()
+			} else {
+				ref = &rr
 			}
-			ref = &rr
 		}
 		r, err := s.agents(ctx, repo, n)
 		if err != nil {
@@ -123,8 +125,11 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 			// No reference in this run (make bench builds one): a stored
 			// figure of another day, which says nothing about this machine.
 			t.Baseline = fmt.Sprintf("c73852f on another day, %.1f", referenceLoops)
-			t.Ratio = "(" + sig2(loops/referenceLoops) + "x, not same-run)"
+			t.Ratio = "(" + sig3(loops/referenceLoops) + "x, not same-run)"
 			t.Unmeasured = "not measured same-run"
+			if refFailed != "" {
+				notes = append(notes, "The loops/s target's reference run failed, so its row is not same-run: "+refFailed)
+			}
 		}
 		s.target(t)
 	}
