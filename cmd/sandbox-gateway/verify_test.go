@@ -121,39 +121,44 @@ func TestVerifiedPublish(t *testing.T) {
 		var wg sync.WaitGroup
 		outs := make([]map[string]any, 2)
 		errs := make([]*api.Error, 2)
-		for i, s := range []string{s1, s2} {
+		publish := func(i int, s, verify string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				outs[i], errs[i] = d.opFull("publish_workspace_session", map[string]any{"workspace_session_id": s, "verify": "sleep 2; ls"})
+				outs[i], errs[i] = d.opFull("publish_workspace_session", map[string]any{"workspace_session_id": s, "verify": verify})
 			}()
 		}
-		// While they run, the snapshot shows the queue.
-		maxQueued := 0
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-	poll:
-		for {
-			select {
-			case <-done:
-				break poll
-			default:
+		// The first verification holds until the test releases it (a file in
+		// its throwaway session), so the second is sent while the first
+		// verifies however slow the machine is: no timing guess.
+		publish(0, s1, "while [ ! -e /tmp/release ]; do sleep 0.1; done; ls")
+		var throwaway string
+		require.Eventually(t, func() bool {
+			tw := d.throwaways()
+			if len(tw) == 1 {
+				throwaway = tw[0]
 			}
+			return throwaway != ""
+		}, 2*time.Minute, 50*time.Millisecond, "the first publish's verification never started")
+		publish(1, s2, "ls")
+		// While the first verifies, the snapshot shows the second queued behind it.
+		require.Eventually(t, func() bool {
 			snap, err := d.opFull("snapshot", nil)
 			require.Nil(t, err, "%v", err)
 			q, ok := snap["publish_queue"].([]any)
 			require.True(t, ok, "the snapshot has publish_queue: %v", snap["publish_queue"])
-			if len(q) > maxQueued {
-				maxQueued = len(q)
-				first := q[0].(map[string]any)
-				require.EqualValues(t, 1, first["position"])
-				require.Equal(t, "verifying", first["state"])
-				require.NotEmpty(t, first["started_at"])
-			}
-		}
+			require.NotEmpty(t, q, "the first publish is verifying")
+			first := q[0].(map[string]any)
+			require.EqualValues(t, 1, first["position"])
+			require.Equal(t, "verifying", first["state"])
+			require.NotEmpty(t, first["started_at"])
+			return len(q) == 2
+		}, 2*time.Minute, 50*time.Millisecond, "the second publish never queued behind the first")
+		require.Len(t, d.throwaways(), 1, "the second waits without a throwaway session of its own")
+		d.must("exec_command", map[string]any{"workspace_session_id": throwaway, "cmd": "touch /tmp/release"})
+		wg.Wait()
 		require.Nil(t, errs[0], "%v", errs[0])
 		require.Nil(t, errs[1], "%v", errs[1])
-		require.Equal(t, 2, maxQueued, "the second waited behind the first")
 		require.Equal(t, v+2, d.manifestVersion(), "both committed")
 		heads := []float64{outs[0]["verify"].(map[string]any)["verified_head"].(map[string]any)["manifest_version"].(float64),
 			outs[1]["verify"].(map[string]any)["verified_head"].(map[string]any)["manifest_version"].(float64)}
