@@ -68,6 +68,43 @@ func TestLostTxRecordIsRebuilt(t *testing.T) {
 	}
 }
 
+// A lost record that cannot be written again (a full volume) does not hide
+// the commit: TxRecord answers from the layer's metadata, with the owner and
+// the lease the publish was made on, and writes the record once it can.
+func TestTxRecordAnswersFromTheLayerWhenTheRecordCannotBeRewritten(t *testing.T) {
+	s := newTestStore(t, tree{"a": "a\n"})
+	l := mustLease(t, s, sess1)
+	first, err := s.Publish(context.Background(), PublishRequest{TxID: "tx-full", LeaseID: l.ID, Changes: writes("a", "b\n"), Owner: sess1})
+	require.NoError(t, err)
+	tearTxRecord(t, s, "tx-full", true)
+	require.NoError(t, os.WriteFile(filepath.Join(s.Root(), FailpointFile), []byte(errorArm(FailRebuildRecord)+"\n"), 0o600))
+
+	ok, err := s.Committed("tx-full")
+	require.True(t, ok, "found in the head")
+	require.ErrorIs(t, err, ErrInjected, "the record could not be written again")
+	require.NoError(t, os.WriteFile(filepath.Join(s.Root(), FailpointFile), []byte(errorArm(FailRebuildRecord)+"\n"), 0o600))
+	r, err := s.TxRecord("tx-full")
+	require.NoError(t, err)
+	require.True(t, r.Replayed)
+	require.Equal(t, first.LayerID, r.LayerID)
+	require.Equal(t, first.Revision, r.Revision)
+	require.Equal(t, sess1, r.Owner)
+	require.Equal(t, l.ID, r.FromLease)
+	_, err = s.readTx("tx-full")
+	require.True(t, isNotExist(err), "still not written: %v", err)
+
+	// The volume has room again: the record is written back.
+	r, err = s.TxRecord("tx-full")
+	require.NoError(t, err)
+	require.Equal(t, first.LayerID, r.LayerID)
+	_, err = s.readTx("tx-full")
+	require.NoError(t, err)
+	// A txid the head does not hold is still unknown.
+	_, err = s.TxRecord("tx-never")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	requireHealthy(t, s)
+}
+
 // A retried publish whose record a commit never wrote (it failed after its
 // commit point: re-leasing, the directory's flush) is replayed from the
 // layer, not committed a second time; with keep it gets its lease.

@@ -66,6 +66,9 @@ const (
 	// (sandboxinit: a publish with keep, or one whose commit could not
 	// write the record).
 	FailPublishRecord = "publish-record"
+	// A lost transaction record written again from its layer's metadata
+	// (Committed): TxRecord then answers from the metadata.
+	FailRebuildRecord = "rebuild-record"
 	// The lease a publish with keep takes for its session after its
 	// commit point (acquireKeptLocked).
 	FailKeepLease = "keep-lease"

@@ -46,7 +46,11 @@ func (s *Store) Committed(txid string) (bool, error) {
 			return true, err
 		}
 		if meta.Result != nil {
-			if err := s.writeTx(meta.Result); err != nil {
+			err := s.Injected(FailRebuildRecord)
+			if err == nil {
+				err = s.writeTx(meta.Result)
+			}
+			if err != nil {
 				return true, err
 			}
 		}
@@ -63,6 +67,13 @@ func (s *Store) Committed(txid string) (bool, error) {
 // wrapping fs.ErrNotExist when the store did not commit txid.
 func (s *Store) TxRecord(txid string) (*PublishResult, error) {
 	ok, err := s.Committed(txid) // rebuilds a lost record from the head
+	if ok && err != nil {
+		// In the head, but its lost record could not be written again (a
+		// full volume): the layer's metadata answers without it.
+		if r := s.headResult(txid); r != nil {
+			return r, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +87,31 @@ func (s *Store) TxRecord(txid string) (*PublishResult, error) {
 	r.Replayed = true
 	r.Owner = s.recordOwner(r)
 	return r, nil
+}
+
+// headResult is the result the head's layer of txid keeps in its metadata,
+// as TxRecord answers it (nil: no such layer, or its metadata unreadable).
+func (s *Store) headResult(txid string) *PublishResult {
+	m := s.head.Load()
+	if m == nil {
+		return nil
+	}
+	for _, l := range m.Layers {
+		if l.TxID != txid {
+			continue
+		}
+		meta, err := s.meta(l.ID)
+		if err != nil || meta.Result == nil || meta.Result.TxID != txid {
+			return nil
+		}
+		r := *meta.Result
+		r.Replayed = true
+		if r.Owner == "" {
+			r.Owner = meta.Owner
+		}
+		return &r
+	}
+	return nil
 }
 
 // recordOwner is the owner of committed transaction r: its record's, or

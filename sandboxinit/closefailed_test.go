@@ -2,6 +2,9 @@ package sandboxinit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,4 +227,43 @@ func restartWithRestore(t *testing.T, d *Daemon) *Daemon {
 		require.ErrorIs(t, nd.restore(context.Background(), s), errClosedByCommit)
 		s.setState(StateFinalizeFailed)
 	})
+}
+
+// An implicit session whose commit stands although the store failed after
+// its commit point, on a volume too full to write the commit's lost record
+// again, reports the publish as its command's outcome (from the layer's
+// metadata), not publish_failed: an agent told otherwise would run the
+// command again.
+func TestImplicitPublishCommittedRecordNotRewritable(t *testing.T) {
+	ctx := context.Background()
+	d := publishDaemon(t, t.TempDir(), map[string]string{"f.txt": base10})
+	s := workSession(t, d, "ws-i", map[string]string{"cmd.txt": "ran\n"})
+	s.rec.Implicit = true
+	// The commit, its session left over (its close failing twice), then
+	// its record lost.
+	armErrors(t, d, layerstack.FailSessionTeardown, layerstack.FailSessionTeardown)
+	first, _, err := implicitCommand(t, d, s)
+	require.NoError(t, err)
+	require.Equal(t, false, first["destroyed"])
+	sum := sha256.Sum256([]byte(s.ownTxID()))
+	record := filepath.Join(d.store.Root(), "txns", hex.EncodeToString(sum[:16])+".json")
+	require.FileExists(t, record)
+	require.NoError(t, os.Remove(record))
+
+	// What finishImplicit sees when the store fails after the commit point
+	// (the root's fsync) and the record cannot be written again.
+	armErrors(t, d, layerstack.FailRebuildRecord)
+	res, err := d.closeImplicit(ctx, s, d.committedButFailed(s, s.ownTxID(), errors.New("sync the store's root: input/output error")))
+	require.NoError(t, err)
+	out := &api.CommandOutput{Status: api.StatusOK}
+	implicitOutcome(res, err)(out)
+	require.Nil(t, out.PublishRejected, "%+v", out)
+	pub, ok := res["publish"].(*api.PublishSummary)
+	require.True(t, ok, "%v", res)
+	require.Equal(t, s.ownTxID(), pub.TxID)
+	require.Equal(t, first["publish"].(*api.PublishSummary).LayerID, pub.LayerID)
+	require.Equal(t, true, res["destroyed"])
+	_, err = d.session("ws-i")
+	requireKind(t, err, api.KindNotFound)
+	require.Equal(t, "ran\n", headFile(t, d, "cmd.txt"))
 }
