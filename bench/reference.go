@@ -8,9 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Reference is the code before issue 17's round two, built in a tree of its
@@ -41,58 +41,85 @@ func LoadReference(tree string) (*Reference, error) {
 	return r, nil
 }
 
-// referenceRun is what the reference's own scenario (e) measured.
-type referenceRun struct {
+// benchRun is what one side's own scenario (e) measured at n agents.
+type benchRun struct {
 	loops               float64
 	conflicts, failures int64
-	took                time.Duration
 }
 
-// runReference runs the reference's sandbox-bench, scenario (e) at n agents
-// with this run's scale, agent time and image, from its own tree (its
-// gateway, workers, Temporal and daemon, none of ours), and reads the n
-// row of its throughput table.
-func (s *Suite) runReference(ctx context.Context, n int) (referenceRun, error) {
-	r := s.o.LoopsReference
-	out := filepath.Join(s.o.WorkDir, "reference-e")
+// runBench runs a sandbox-bench (bin, from tree dir) as a process of its
+// own: scenario (e) at n agents with this run's scale, agent time and
+// image, its own gateway, workers, Temporal and daemon, and reads the n
+// row of its throughput table. extra are more flags for it.
+func (s *Suite) runBench(ctx context.Context, label, bin, dir string, n int, extra ...string) (benchRun, error) {
+	out := filepath.Join(s.o.WorkDir, "pair-"+label)
 	if err := os.RemoveAll(out); err != nil {
-		return referenceRun{}, err
+		return benchRun{}, err
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return referenceRun{}, err
+		return benchRun{}, err
 	}
 	logPath := out + ".log"
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return referenceRun{}, err
+		return benchRun{}, err
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(ctx, r.Bench, "-only", "e", "-agents", strconv.Itoa(n), "-scale", strconv.FormatFloat(s.o.Scale, 'g', -1, 64),
-		"-agent-time", s.o.AgentTime.String(), "-image", s.o.Image, "-profile=false", "-out", out, "-workdir", filepath.Join(s.o.WorkDir, "reference"))
-	cmd.Dir, cmd.Stdout, cmd.Stderr = r.Tree, logf, logf
-	t0 := time.Now()
+	args := append([]string{"-only", "e", "-agents", strconv.Itoa(n), "-scale", strconv.FormatFloat(s.o.Scale, 'g', -1, 64),
+		"-agent-time", s.o.AgentTime.String(), "-image", s.o.Image, "-profile=false", "-out", out, "-workdir", filepath.Join(s.o.WorkDir, "pair-work")}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
 	if err := cmd.Run(); err != nil {
-		return referenceRun{}, fmt.Errorf("the reference %s's bench: %w (log: %s)", r.Name, err, logPath)
+		return benchRun{}, fmt.Errorf("%s's bench: %w (log: %s)", label, err, logPath)
 	}
 	reports, _ := filepath.Glob(filepath.Join(out, "*.md"))
 	for _, p := range reports {
 		f, err := os.Open(p)
 		if err != nil {
-			return referenceRun{}, err
+			return benchRun{}, err
 		}
 		rr, ok := throughputRow(f, n)
 		f.Close()
 		if ok {
-			rr.took = time.Since(t0)
 			return rr, nil
 		}
 	}
-	return referenceRun{}, fmt.Errorf("the reference %s's report in %s has no throughput row for %d agents", r.Name, out, n)
+	return benchRun{}, fmt.Errorf("%s's report in %s has no throughput row for %d agents", label, out, n)
+}
+
+// runReference runs the reference's own bench (its tree, its binaries).
+func (s *Suite) runReference(ctx context.Context, n int) (benchRun, error) {
+	r := s.o.LoopsReference
+	return s.runBench(ctx, "reference "+r.Name, r.Bench, r.Tree, n)
+}
+
+// runSelf runs this bench again, as a process of its own from the same
+// directory, with this run's daemon: the same footing as the reference.
+func (s *Suite) runSelf(ctx context.Context, n int) (benchRun, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return benchRun{}, err
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return benchRun{}, err
+	}
+	extra := []string{}
+	if st := s.o.Stack; st.DaemonBinary != "" {
+		extra = append(extra, "-daemon-binary", st.DaemonBinary)
+	}
+	if st := s.o.Stack; len(st.DaemonArgs) > 0 {
+		extra = append(extra, "-daemon-args", strings.Join(st.DaemonArgs, " "))
+	}
+	if s.o.Stack.NoStandby {
+		extra = append(extra, "-no-standby")
+	}
+	return s.runBench(ctx, "this code", self, dir, n, extra...)
 }
 
 // throughputRow finds the n-agent row of a report's throughput table
 // (columns: agents, ops/s, loops/s, publishes, conflicts, failed ops, ...).
-func throughputRow(r io.Reader, n int) (referenceRun, bool) {
+func throughputRow(r io.Reader, n int) (benchRun, bool) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -104,8 +131,58 @@ func throughputRow(r io.Reader, n int) (referenceRun, bool) {
 		conflicts, err2 := strconv.ParseInt(strings.TrimSpace(cells[5]), 10, 64)
 		failures, err3 := strconv.ParseInt(strings.TrimSpace(cells[6]), 10, 64)
 		if err1 == nil && err2 == nil && err3 == nil {
-			return referenceRun{loops: loops, conflicts: conflicts, failures: failures}, true
+			return benchRun{loops: loops, conflicts: conflicts, failures: failures}, true
 		}
 	}
-	return referenceRun{}, false
+	return benchRun{}, false
+}
+
+// loopsPair is one alternating pair of the loops/s target: the reference's
+// run, then ours, each a bench process of its own.
+type loopsPair struct{ ref, ours benchRun }
+
+// pairsSummary is the loops/s target over its pairs: the medians, the
+// spread of the per-pair ratios, and every failure and conflict.
+type pairsSummary struct {
+	ours, ref, ratio, lo, hi  float64
+	failures, conflicts       int64
+	refFailures, refConflicts int64
+}
+
+func summarizePairs(pairs []loopsPair) pairsSummary {
+	var sum pairsSummary
+	var ours, refs, ratios []float64
+	for _, p := range pairs {
+		o := p.ours.loops
+		ours, refs = append(ours, o), append(refs, p.ref.loops)
+		if p.ref.loops > 0 {
+			ratios = append(ratios, o/p.ref.loops)
+		}
+		sum.failures += p.ours.failures
+		sum.conflicts += p.ours.conflicts
+		sum.refFailures += p.ref.failures
+		sum.refConflicts += p.ref.conflicts
+	}
+	sum.ours, sum.ref, sum.ratio = median(ours), median(refs), median(ratios)
+	if len(ratios) > 0 {
+		sum.lo, sum.hi = slices.Min(ratios), slices.Max(ratios)
+	}
+	return sum
+}
+
+// pairsText lists the pairs for the report's note.
+func pairsText(pairs []loopsPair) string {
+	var b strings.Builder
+	for i, p := range pairs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		ratio := "–"
+		if p.ref.loops > 0 {
+			ratio = sig3(p.ours.loops/p.ref.loops) + "x"
+		}
+		fmt.Fprintf(&b, "pair %d: %s against %s loops/s, %s (ours %d failed ops, %d conflicts; the reference's %d, %d)",
+			i+1, fops(p.ours.loops), fops(p.ref.loops), ratio, p.ours.failures, p.ours.conflicts, p.ref.failures, p.ref.conflicts)
+	}
+	return b.String()
 }

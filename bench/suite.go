@@ -28,6 +28,19 @@ type Options struct {
 	Profile string
 	// LoopsReference, when set, is run for the loops/s target (reference.go).
 	LoopsReference *Reference
+	// LoopsPairs is how many alternating pairs (the reference's run, then
+	// ours) the loops/s target takes its median over (0: DefaultLoopsPairs).
+	LoopsPairs int
+}
+
+// DefaultLoopsPairs is the loops/s target's pairs unless told.
+const DefaultLoopsPairs = 3
+
+func (o Options) loopsPairs() int {
+	if o.LoopsPairs > 0 {
+		return o.LoopsPairs
+	}
+	return DefaultLoopsPairs
 }
 
 // Suite runs the scenarios and keeps what the report needs.

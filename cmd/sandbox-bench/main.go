@@ -30,21 +30,22 @@ func main() { os.Exit(run()) }
 func run() int {
 	worker.TuneGC() // this process is the gateway of the runs, as sandbox-gateway sets it
 	var (
-		out       = flag.String("out", "bench/results", "directory of the report, CSV and plots")
-		readme    = flag.String("readme", "", "also write the run's targets table into this README's bench-targets block (make bench: README.md)")
-		date      = flag.String("date", time.Now().Format("2006-01-02"), "name of this run's files")
-		scale     = flag.Float64("scale", 1, "multiply every sample count and duration (0.2: a quick look)")
-		agents    = flag.String("agents", "1,5,20,50", "concurrency levels of the parallel-agents scenario")
-		agentTime = flag.Duration("agent-time", 20*time.Second, "how long each level of the parallel-agents scenario runs (before -scale)")
-		only      = flag.String("only", "", "comma-separated scenarios to run (a,b,c,d,e,f,g,h,i,p; default all)")
-		image     = flag.String("image", "eos-test-busybox:1", "image of the sandboxes and the baseline containers")
-		daemon    = flag.String("daemon-binary", "bin/sandbox-daemon", "the static sandbox-daemon (make daemon)")
-		daemonArg = flag.String("daemon-args", "", "more sandbox-daemon flags for every sandbox, space-separated (e.g. '--background-lanes 2')")
-		workDir   = flag.String("workdir", filepath.Join(os.TempDir(), "eos-bench"), "scratch: repositories, worktrees, Temporal state")
-		profile   = flag.Bool("profile", true, "write CPU profiles of the publish and parallel-agents scenarios")
-		verbose   = flag.Bool("v", false, "log the product's own messages too")
-		noStandby = flag.Bool("no-standby", false, "run the gateway without standby sandboxes (sandbox-gateway --standby=false)")
-		loopsRef  = flag.String("loops-reference", "", "tree of the loops/s target's reference code, built by scripts/bench-reference.sh (make bench): its scenario (e) runs right before ours at the top agent level")
+		out        = flag.String("out", "bench/results", "directory of the report, CSV and plots")
+		readme     = flag.String("readme", "", "also write the run's targets table into this README's bench-targets block (make bench: README.md)")
+		date       = flag.String("date", time.Now().Format("2006-01-02"), "name of this run's files")
+		scale      = flag.Float64("scale", 1, "multiply every sample count and duration (0.2: a quick look)")
+		agents     = flag.String("agents", "1,5,20,50", "concurrency levels of the parallel-agents scenario")
+		agentTime  = flag.Duration("agent-time", 20*time.Second, "how long each level of the parallel-agents scenario runs (before -scale)")
+		only       = flag.String("only", "", "comma-separated scenarios to run (a,b,c,d,e,f,g,h,i,p; default all)")
+		image      = flag.String("image", "eos-test-busybox:1", "image of the sandboxes and the baseline containers")
+		daemon     = flag.String("daemon-binary", "bin/sandbox-daemon", "the static sandbox-daemon (make daemon)")
+		daemonArg  = flag.String("daemon-args", "", "more sandbox-daemon flags for every sandbox, space-separated (e.g. '--background-lanes 2')")
+		workDir    = flag.String("workdir", filepath.Join(os.TempDir(), "eos-bench"), "scratch: repositories, worktrees, Temporal state")
+		profile    = flag.Bool("profile", true, "write CPU profiles of the publish and parallel-agents scenarios")
+		verbose    = flag.Bool("v", false, "log the product's own messages too")
+		noStandby  = flag.Bool("no-standby", false, "run the gateway without standby sandboxes (sandbox-gateway --standby=false)")
+		loopsRef   = flag.String("loops-reference", "", "tree of the loops/s target's reference code, built by scripts/bench-reference.sh (make bench): its scenario (e) and ours run in alternating pairs (-loops-pairs) at the top agent level")
+		loopsPairs = flag.Int("loops-pairs", bench.DefaultLoopsPairs, "with -loops-reference: alternating pairs (the reference, then ours) at the top agent count; the loops/s target is their median ratio")
 	)
 	flag.Parse()
 	level := slog.LevelWarn
@@ -74,6 +75,11 @@ func run() int {
 		}
 		o.LoopsReference = ref
 	}
+	if *loopsPairs < 1 {
+		fmt.Fprintln(os.Stderr, "sandbox-bench: -loops-pairs: want at least 1")
+		return 2
+	}
+	o.LoopsPairs = *loopsPairs
 	if *profile {
 		o.Profile = filepath.Join(*out, *date+"-profiles")
 	}
