@@ -58,7 +58,7 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 
 	var runs []agentRun
 	for _, n := range s.o.Agents {
-		r, err := s.agents(ctx, repo, n, fmt.Sprint(n))
+		r, err := s.agents(ctx, repo, n)
 		if err != nil {
 			return Section{}, fmt.Errorf("%d agents: %w", n, err)
 		}
@@ -256,9 +256,7 @@ func (s *Suite) agentTime() time.Duration {
 var lineRe = regexp.MustCompile(`(?m)^line \d{3}.*$`)
 
 // agents runs one concurrency level in a fresh sandbox.
-// cas labels its samples: the level's own run is "<n>"; a loops/s pair's
-// extra run has a case of its own, out of the level's tables.
-func (s *Suite) agents(ctx context.Context, repo string, n int, cas string) (agentRun, error) {
+func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error) {
 	id, err := s.st.CreateSandbox(ctx, s.o.Image, repo)
 	if err != nil {
 		return agentRun{}, err
@@ -275,11 +273,12 @@ func (s *Suite) agents(ctx context.Context, repo string, n int, cas string) (age
 		mu.Unlock()
 	}
 	stopSampler := s.sampleUsage(ctx, id, &r)
-	if n == s.o.Agents[len(s.o.Agents)-1] && cas == fmt.Sprint(n) {
+	if n == s.o.Agents[len(s.o.Agents)-1] {
 		stopProfile := s.profile(ctx, fmt.Sprintf("agents-%d", n), id)
 		defer stopProfile()
 	}
 	deadline := time.Now().Add(s.agentTime())
+	cas := fmt.Sprint(n)
 	// timed records op's latency, and for a successful op whose answer
 	// says (Server-Timing) where its time went, those parts as op/part
 	// samples (timingParts).
