@@ -54,5 +54,12 @@ func (p Plot) Save(path string) error {
 		pl.Add(line, points)
 		pl.Legend.Add(s.Name, line, points)
 	}
+	// One value on a log axis (a run of one level): gonum would widen the
+	// range by ±1, to 0, which a log scale cannot draw.
+	for _, ax := range []*plot.Axis{&pl.X, &pl.Y} {
+		if _, isLog := ax.Scale.(plot.LogScale); isLog && ax.Min == ax.Max && ax.Min > 0 {
+			ax.Min, ax.Max = ax.Min/2, ax.Max*2
+		}
+	}
 	return pl.Save(9*vg.Inch, 6*vg.Inch, path)
 }

@@ -104,7 +104,7 @@ func (s *Suite) runSelf(ctx context.Context, n int) (benchRun, error) {
 	if err != nil {
 		return benchRun{}, err
 	}
-	extra := []string{}
+	extra := []string{"-no-console"} // the reference's loop has none
 	if st := s.o.Stack; st.DaemonBinary != "" {
 		extra = append(extra, "-daemon-binary", st.DaemonBinary)
 	}

@@ -28,6 +28,9 @@ type Options struct {
 	Profile string
 	// LoopsReference, when set, is run for the loops/s target (reference.go).
 	LoopsReference *Reference
+	// NoConsole leaves out scenario (e)'s console, which reads the
+	// sandbox's record every 250 ms beside the agents.
+	NoConsole bool
 	// LoopsPairs is how many alternating pairs (the reference's run, then
 	// ours) the loops/s target takes its median over (0: DefaultLoopsPairs).
 	LoopsPairs int

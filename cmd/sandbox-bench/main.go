@@ -46,6 +46,7 @@ func run() int {
 		noStandby  = flag.Bool("no-standby", false, "run the gateway without standby sandboxes (sandbox-gateway --standby=false)")
 		loopsRef   = flag.String("loops-reference", "", "tree of the loops/s target's reference code, built by scripts/bench-reference.sh (make bench): its scenario (e) and ours run in alternating pairs (-loops-pairs) at the top agent level")
 		loopsPairs = flag.Int("loops-pairs", bench.DefaultLoopsPairs, "with -loops-reference: alternating pairs (the reference, then ours) at the top agent count; the loops/s target is their median ratio")
+		noConsole  = flag.Bool("no-console", false, "scenario (e) without its console (inspect_sandbox every 250 ms beside the agents)")
 	)
 	flag.Parse()
 	level := slog.LevelWarn
@@ -80,6 +81,7 @@ func run() int {
 		return 2
 	}
 	o.LoopsPairs = *loopsPairs
+	o.NoConsole = *noConsole
 	if *profile {
 		o.Profile = filepath.Join(*out, *date+"-profiles")
 	}
