@@ -38,7 +38,7 @@ func (b *TemporalBackend) fleet(ctx context.Context) ([]fleetEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.each(ctx, out, func(ctx context.Context, f *fleetEntry) { f.State, f.Err = b.state(ctx, f.ID) })
+	b.each(ctx, out, func(ctx context.Context, f *fleetEntry) { f.State, _, f.Err = b.viewState(ctx, f.ID) })
 	kept := out[:0]
 	for _, f := range out {
 		if standby, _ := f.Memo[workflows.MemoStandby].(bool); (f.State != nil && f.State.Standby) || (f.State == nil && standby) {

@@ -30,7 +30,7 @@ var recordHandlers = map[string]recordHandler{
 	"wait_operation":          (*TemporalBackend).waitOperation,
 	"cancel_operation":        (*TemporalBackend).cancelOperation,
 	"inspect_sandbox": func(b *TemporalBackend, ctx context.Context, id string, _ map[string]any, _ bool, _ func(string)) (any, error) {
-		st, err := b.state(ctx, id)
+		st, memo, err := b.viewState(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -39,7 +39,7 @@ var recordHandlers = map[string]recordHandler{
 			// workflow history still answers the query).
 			return nil, notFoundSandbox(id)
 		}
-		return b.record(ctx, st), nil
+		return b.recordWith(st, memo), nil
 	},
 	"list_sandboxes": func(b *TemporalBackend, ctx context.Context, _ string, _ map[string]any, _ bool, _ func(string)) (any, error) {
 		return b.listSandboxes(ctx)

@@ -82,7 +82,7 @@ func durationString(d time.Duration) string {
 // snapshot with the lifecycle added; a paused sandbox (no daemon) answers
 // its lifecycle alone, availability "paused".
 func (b *TemporalBackend) sandboxSnapshot(ctx context.Context, sandboxID string, args map[string]any) (any, error) {
-	st, err := b.state(ctx, sandboxID)
+	st, _, err := b.viewState(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}

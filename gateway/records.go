@@ -33,6 +33,87 @@ func (b *TemporalBackend) state(ctx context.Context, sandboxID string) (*workflo
 	return &st, nil
 }
 
+// viewState is the sandbox's state for a view (inspect_sandbox, snapshot,
+// the fleet): the copy the sandbox workflow left in this process while it
+// is as new as the run's history (workflows.MirroredState), else the state
+// query. A query waits for the workflow task in flight and is answered by
+// the next one; while it waits, the copy is checked again every
+// mirrorRecheck, and served once the next task has made it current. With
+// the state, the run's memo when a describe had it.
+func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*workflows.SandboxState, map[string]any, error) {
+	if sandboxID == "" {
+		return nil, nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
+	}
+	st, memo, ok := b.mirrored(ctx, sandboxID)
+	if ok {
+		return st, memo, nil
+	}
+	type answer struct {
+		st  *workflows.SandboxState
+		err error
+	}
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queried := make(chan answer, 1)
+	go func() {
+		st, err := b.state(qctx, sandboxID)
+		queried <- answer{st, err}
+	}()
+	var recheck <-chan time.Time
+	if workflows.HasMirrored(workflows.SandboxWorkflowID(sandboxID)) { // else its workflow runs elsewhere
+		t := time.NewTicker(mirrorRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
+	for {
+		select {
+		case a := <-queried:
+			if a.err != nil {
+				return nil, nil, a.err
+			}
+			if memo == nil {
+				memo = b.memo(ctx, sandboxID)
+			}
+			return a.st, memo, nil
+		case <-recheck:
+			if st, m, ok := b.mirrored(ctx, sandboxID); ok {
+				return st, m, nil
+			}
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// mirrorRecheck is how often a view waiting on the state query checks the
+// sandbox workflow's copy again.
+const mirrorRecheck = 20 * time.Millisecond
+
+// mirrored is the sandbox workflow's copy of its state in this process
+// while it has seen every event of the run's history, with the run's memo
+// (which the describe that checks it returns, whatever it finds).
+func (b *TemporalBackend) mirrored(ctx context.Context, sandboxID string) (*workflows.SandboxState, map[string]any, bool) {
+	wid := workflows.SandboxWorkflowID(sandboxID)
+	d, err := b.Client.DescribeWorkflowExecution(ctx, wid, "")
+	if err != nil {
+		return nil, nil, false
+	}
+	info := d.GetWorkflowExecutionInfo()
+	var memo map[string]any
+	if m := info.GetMemo(); m != nil {
+		memo = decodeMemo(m.GetFields())
+	}
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		workflows.ForgetMirrored(wid)
+		return nil, memo, false
+	}
+	st, ok := workflows.MirroredState(wid, info.GetExecution().GetRunId(), info.GetHistoryLength())
+	if ok {
+		b.rememberQueue(sandboxID, st.HostQueue)
+	}
+	return st, memo, ok
+}
+
 func (b *TemporalBackend) memo(ctx context.Context, sandboxID string) map[string]any {
 	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(sandboxID), "")
 	if err != nil || d.GetWorkflowExecutionInfo().GetMemo() == nil {

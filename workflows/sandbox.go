@@ -90,9 +90,10 @@ func SandboxWorkflow(ctx workflow.Context, in SandboxInput) (SandboxResult, erro
 }
 
 type sandbox struct {
-	in       SandboxInput
-	state    *SandboxState
-	commitMu workflow.Mutex
+	mirrorStale bool // an update handler started since the state was last mirrored (mirror.go)
+	in          SandboxInput
+	state       *SandboxState
+	commitMu    workflow.Mutex
 	// publishing holds the sessions whose publish runs now (publishes of
 	// different sessions run side by side; one session's do not).
 	publishing map[string]bool
@@ -171,6 +172,7 @@ func newSandbox(ctx workflow.Context, in SandboxInput) (*sandbox, error) {
 	if err := s.registerLifecycle(ctx); err != nil {
 		return nil, err
 	}
+	workflow.Go(ctx, s.mirrorLoop)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, SignalContainerLost)
 		for {
@@ -497,6 +499,7 @@ func (s *sandbox) counted(name string, fn any) any {
 	v := reflect.ValueOf(fn)
 	busy := trackedUpdates[name]
 	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
+		s.mirrorStale = true // the state handlers start from is copied (mirrorLoop)
 		s.handlerSeq++
 		s.inFlight++
 		if busy {

@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/ephemeral-sandbox/sandbox/workflows"
+)
+
+// viewTemporal answers the two calls a view makes: the run's description
+// and the state query (counted).
+type viewTemporal struct {
+	client.Client
+	mu      sync.Mutex
+	run     string
+	status  enumspb.WorkflowExecutionStatus
+	length  int64
+	state   *workflows.SandboxState
+	queried int
+	hold    chan struct{} // non-nil: a query waits for it (a workflow task in flight)
+}
+
+func (f *viewTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: f.run}, Status: f.status, HistoryLength: f.length}}, nil
+}
+
+func (f *viewTemporal) QueryWorkflow(ctx context.Context, _, _, _ string, _ ...interface{}) (converter.EncodedValue, error) {
+	f.mu.Lock()
+	f.queried++
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b, err := json.Marshal(f.state)
+	return jsonValue(b), err
+}
+
+type jsonValue []byte
+
+func (v jsonValue) HasValue() bool            { return len(v) > 0 }
+func (v jsonValue) Get(ptr interface{}) error { return json.Unmarshal(v, ptr) }
+
+// A view of a busy sandbox reads the copy its workflow left in this
+// process while that copy has seen every event of the run's history, and
+// queries otherwise: a newer history, another run, a run that ended, no
+// copy.
+func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
+	const id = "view-test"
+	wid := workflows.SandboxWorkflowID(id)
+	t.Cleanup(func() { workflows.ForgetMirrored(wid) })
+	queried := &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 7}
+	f := &viewTemporal{run: "run-1", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, length: 40, state: queried}
+	b := &TemporalBackend{Client: f}
+	ctx := context.Background()
+
+	st, _, err := b.viewState(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 7, st.Publishes)
+	require.Equal(t, 1, f.queried, "no copy: the query")
+
+	require.NoError(t, workflows.Mirror(wid, "run-1", 40, &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 8}))
+	st, _, err = b.viewState(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 8, st.Publishes, "the copy")
+	require.Equal(t, 1, f.queried, "no query")
+
+	for _, c := range []struct {
+		name   string
+		run    string
+		length int64
+		status enumspb.WorkflowExecutionStatus
+	}{
+		{"a newer history", "run-1", 41, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		{"another run", "run-2", 40, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		{"a run that ended", "run-1", 40, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED},
+	} {
+		before := f.queried
+		f.run, f.length, f.status = c.run, c.length, c.status
+		st, _, err = b.viewState(ctx, id)
+		require.NoError(t, err, c.name)
+		require.Equal(t, 7, st.Publishes, "%s: the query's answer", c.name)
+		require.Equal(t, before+1, f.queried, c.name)
+	}
+	_, ok := workflows.MirroredState(wid, "run-1", 40)
+	require.False(t, ok, "the copy of a run that ended is dropped")
+
+	// A query held by a workflow task in flight: the copy the next task
+	// leaves is served as soon as it is current, without the query's answer.
+	f.run, f.length, f.status, f.hold = "run-1", 50, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, make(chan struct{})
+	defer close(f.hold)
+	require.NoError(t, workflows.Mirror(wid, "run-1", 45, &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 8}))
+	go func() {
+		time.Sleep(3 * mirrorRecheck)
+		_ = workflows.Mirror(wid, "run-1", 52, &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 9})
+	}()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, _, err = b.viewState(wctx, id)
+	require.NoError(t, err, "served by the copy, not the held query")
+	require.Equal(t, 9, st.Publishes)
+}
