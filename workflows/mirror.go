@@ -64,6 +64,13 @@ func (s *sandbox) mirrorState(ctx workflow.Context) {
 	_ = Mirror(info.WorkflowExecution.ID, info.WorkflowExecution.RunID, int64(info.GetCurrentHistoryLength()), s.state)
 }
 
+// forgetMirrored drops the run's copy when it ends (outside replay).
+func (s *sandbox) forgetMirrored(ctx workflow.Context) {
+	if !workflow.IsReplaying(ctx) {
+		ForgetMirrored(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	}
+}
+
 // Mirror leaves a copy of st, the state run runID of workflow id had after
 // historyLen events, in this process's mirror: what the sandbox workflow
 // does outside replay (readers' tests call it too).

@@ -59,6 +59,7 @@ func TestSandboxMirrorsItsState(t *testing.T) {
 	require.Empty(t, during[0].Sessions, "the state the first create started from")
 	require.Contains(t, during[1].Sessions, "ws-1", "the state the second create started from")
 	require.NotContains(t, during[1].Sessions, "ws-2")
+	require.False(t, HasMirrored(id), "the run ended: its copy is gone")
 }
 
 // MirroredState answers only for the run it was left by, and only while the

@@ -71,6 +71,7 @@ func SandboxWorkflow(ctx workflow.Context, in SandboxInput) (SandboxResult, erro
 	if err != nil {
 		return SandboxResult{}, err
 	}
+	defer s.forgetMirrored(ctx) // the run ends: its copy goes (the next run leaves its own)
 	if in.State == nil {
 		if err := s.create(ctx); errors.Is(err, errStandbyEnded) {
 			// An unclaimed standby removed what it made: nothing failed.
