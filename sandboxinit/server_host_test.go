@@ -12,16 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDaemonRefusesForeignHost: over a real listener, the daemon answers
-// a loopback Host (whatever the port) and refuses a name such as
-// evil.example (DNS rebinding) before authentication, with no CORS grant.
-func TestDaemonRefusesForeignHost(t *testing.T) {
+// serveViewDaemon serves a daemon over a base of one file on a real
+// loopback listener until the test ends.
+func serveViewDaemon(t *testing.T) (*Daemon, net.Listener) {
+	t.Helper()
 	d := newViewDaemon(t, map[string]string{"a": "a\n"})
 	srv := NewServer(d)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.http.Close() })
+	return d, l
+}
+
+// TestDaemonRefusesForeignHost: over a real listener, the daemon answers
+// a loopback Host (whatever the port) and refuses a name such as
+// evil.example (DNS rebinding) before authentication, with no CORS grant.
+func TestDaemonRefusesForeignHost(t *testing.T) {
+	_, l := serveViewDaemon(t)
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	cl := &http.Client{Timeout: 10 * time.Second}
 	for host, want := range map[string]int{
@@ -84,12 +92,7 @@ func TestRequestsInTheDaemonView(t *testing.T) {
 // count's end). serveRPC refuses an unknown operation before it counts
 // anything, so in_flight_ops names only operations the daemon has.
 func TestInFlightOpsTakeNoHostileNames(t *testing.T) {
-	d := newViewDaemon(t, map[string]string{"a": "a\n"})
-	srv := NewServer(d)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.http.Close() })
+	d, l := serveViewDaemon(t)
 	cl := &http.Client{Timeout: 10 * time.Second}
 	do := func(method, path, token, body string) (int, string) {
 		req, _ := http.NewRequest(method, fmt.Sprintf("http://%s%s", l.Addr(), path), strings.NewReader(body))
