@@ -6,8 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/api/serviceerror"
 	tclient "go.temporal.io/sdk/client"
 
@@ -66,6 +68,16 @@ type TemporalBackend struct {
 	hostsAt  time.Time
 	placed   map[string][]time.Time // when this gateway placed sandboxes, per queue
 	standby  *standbys
+	// viewReads counts the views' reads of a sandbox's state by source
+	// (viewState), when the server's metrics are set.
+	viewReads atomic.Pointer[prometheus.CounterVec]
+}
+
+// countView counts one read of a sandbox's state for a view.
+func (b *TemporalBackend) countView(source string) {
+	if cv := b.viewReads.Load(); cv != nil {
+		cv.WithLabelValues(source).Inc()
+	}
 }
 
 func (b *TemporalBackend) log() *slog.Logger {

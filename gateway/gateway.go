@@ -101,6 +101,9 @@ func (s *Server) SetMetrics(m *Metrics) {
 		m.fleet.lister = fl
 		m.fleet.mu.Unlock()
 	}
+	if tb, ok := s.Backend.(*TemporalBackend); ok {
+		tb.viewReads.Store(m.views)
+	}
 	s.Metrics = m
 }
 

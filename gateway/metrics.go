@@ -27,6 +27,7 @@ type Metrics struct {
 	opTime   *prometheus.HistogramVec
 	publish  *prometheus.CounterVec
 	temporal *prometheus.HistogramVec
+	views    *prometheus.CounterVec
 	fleet    *fleetCollector
 
 	// counted remembers the commands whose implicit publish was counted
@@ -56,12 +57,15 @@ func NewMetrics() *Metrics {
 	m.temporal = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "eos", Name: "temporal_request_duration_seconds",
 		Help: "Round-trip latency of Temporal RPCs made by this process (long polls excluded), by method.", Buckets: latencyBuckets},
 		[]string{"method", "code"})
+	m.views = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "eos", Name: "sandbox_view_reads_total",
+		Help: "Reads of a sandbox's state for a view (inspect_sandbox, snapshot, the fleet), by source: copy (the sandbox workflow's copy in this process, current), " +
+			"copy_after_wait (the same, once the workflow task in flight made it current), query (the workflow's state query)."}, []string{"source"})
 	m.fleet = &fleetCollector{
 		sandboxes: prometheus.NewDesc("eos_sandboxes", "Sandboxes by lifecycle state.", []string{"state"}, nil),
 		sessions:  prometheus.NewDesc("eos_workspace_sessions", "Live workspace sessions over all sandboxes.", nil, nil),
 		up:        prometheus.NewDesc("eos_fleet_scrape_ok", "1 if the fleet could be listed at the last scrape.", nil, nil),
 	}
-	m.Registry.MustRegister(m.ops, m.opTime, m.publish, m.temporal, m.fleet,
+	m.Registry.MustRegister(m.ops, m.opTime, m.publish, m.temporal, m.views, m.fleet,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

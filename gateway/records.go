@@ -46,6 +46,7 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 	}
 	st, memo, ok := b.mirrored(ctx, sandboxID)
 	if ok {
+		b.countView("copy")
 		return st, memo, nil
 	}
 	type answer struct {
@@ -74,9 +75,11 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 			if memo == nil {
 				memo = b.memo(ctx, sandboxID)
 			}
+			b.countView("query")
 			return a.st, memo, nil
 		case <-recheck:
 			if st, m, ok := b.mirrored(ctx, sandboxID); ok {
+				b.countView("copy_after_wait")
 				return st, m, nil
 			}
 		case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -70,6 +71,13 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 	queried := &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 7}
 	f := &viewTemporal{run: "run-1", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, length: 40, state: queried}
 	b := &TemporalBackend{Client: f}
+	m := NewMetrics()
+	b.viewReads.Store(m.views)
+	reads := func(source string) float64 {
+		var v dto.Metric
+		require.NoError(t, m.views.WithLabelValues(source).Write(&v))
+		return v.GetCounter().GetValue()
+	}
 	ctx := context.Background()
 
 	st, _, err := b.viewState(ctx, id)
@@ -82,6 +90,7 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 8, st.Publishes, "the copy")
 	require.Equal(t, 1, f.queried, "no query")
+	require.Equal(t, []float64{1, 1, 0}, []float64{reads("query"), reads("copy"), reads("copy_after_wait")})
 
 	for _, c := range []struct {
 		name   string
@@ -117,4 +126,5 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 	st, _, err = b.viewState(wctx, id)
 	require.NoError(t, err, "served by the copy, not the held query")
 	require.Equal(t, 9, st.Publishes)
+	require.Equal(t, []float64{4, 1, 1}, []float64{reads("query"), reads("copy"), reads("copy_after_wait")})
 }
