@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -37,12 +36,7 @@ type refusal struct {
 // same kind, message and details, and none of Temporal's, Docker's or the
 // daemon's internals.
 func TestRefusalsReachEveryDoorIntact(t *testing.T) {
-	g := startGatewayProcess(t)
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, "f.txt"), "one\ntwo\nthree\n")
-	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
-	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	g, id, ws := gatewayWithSandbox(t, "one\ntwo\nthree\n")
 	rt := func(argv ...string) map[string]any {
 		t.Helper()
 		return mustCLI(t, g, "sandbox-runtime-cli", append([]string{"--sandbox-id", id}, argv...)...)

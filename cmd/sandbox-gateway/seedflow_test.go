@@ -145,6 +145,21 @@ func dockerList(t testing.TB, kind, id string) []string { return testenv.DockerO
 
 func removeSandboxObjects(t testing.TB, id string) { testenv.RemoveSandboxObjects(t, id) }
 
+// gatewayWithSandbox starts a gateway and creates one sandbox over a new
+// workspace that holds f.txt (content); the sandbox's objects are removed
+// when the test ends. It returns the gateway, the sandbox id and the
+// workspace.
+func gatewayWithSandbox(t *testing.T, content string) (*gatewayProc, string, string) {
+	t.Helper()
+	g := startGatewayProcess(t)
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, "f.txt"), content)
+	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
+	id := rec["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	return g, id, ws
+}
+
 const (
 	mgr = "sandbox-manager-cli"
 	rt  = "sandbox-runtime-cli"

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
-	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
 // opFull is drill.op with the error's details.
@@ -54,12 +52,7 @@ func (d *drill) throwaways() []string {
 // sessions are gone after every path, and a container restart in the middle
 // of a verification commits once or rejects, leaving no throwaway.
 func TestVerifiedPublish(t *testing.T) {
-	g := startGatewayProcess(t)
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, "f.txt"), "one\ntwo\nthree\n")
-	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
-	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	g, id, _ := gatewayWithSandbox(t, "one\ntwo\nthree\n")
 	d := &drill{t: t, g: g, id: id}
 	session := func(path, content string) string {
 		s := d.must("create_workspace_session", nil)["workspace_session_id"].(string)

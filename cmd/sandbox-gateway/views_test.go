@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
-	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
 // TestViewsOfABusySandboxReadTheirWrites: the views of a sandbox whose
@@ -30,12 +28,7 @@ import (
 // real stack: gateway, embedded Temporal, worker, Docker, daemon. Then a
 // pause and a resume show in the next read after their answers.
 func TestViewsOfABusySandboxReadTheirWrites(t *testing.T) {
-	g := startGatewayProcess(t)
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, "f.txt"), "base\n")
-	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
-	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	g, id, _ := gatewayWithSandbox(t, "base\n")
 
 	call := func(name string, args map[string]any) (map[string]any, error) {
 		scope := map[string]any{"kind": "sandbox", "sandbox_id": id}

@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
 // TestWorkflowsFromTheCLI: an --async publish answers at once; its result
@@ -17,12 +15,7 @@ import (
 // and status; describe_workflow shows one; cancel_operation refuses a
 // sandbox's own workflow; bad ids are refused before any work.
 func TestWorkflowsFromTheCLI(t *testing.T) {
-	g := startGatewayProcess(t)
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, "f.txt"), "base\n")
-	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
-	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	g, id, _ := gatewayWithSandbox(t, "base\n")
 	rtc := func(argv ...string) map[string]any {
 		t.Helper()
 		return mustCLI(t, g, "sandbox-runtime-cli", append([]string{"--sandbox-id", id}, argv...)...)
