@@ -18,6 +18,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostdir"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 )
@@ -115,6 +116,30 @@ type Activities struct {
 	cluster   string // the Temporal cluster id (SetOwner)
 	ns        string // the Temporal namespace
 	hostQueue string // this host's task queue (SetHostQueue)
+
+	// The cluster's hosts (SetHostRegistry), and a daemon client for the
+	// daemons of the others, reached through their forwarders.
+	registry hostdir.Querier
+	hosts    hostdir.Directory
+	remote   *daemonclient.Client
+	// unreachable holds the forwarders this worker could not dial, until
+	// when their calls fall back at once (callOtherHost).
+	unreachable sync.Map // address -> time.Time
+}
+
+// SetHostRegistry lets a's local daemon calls reach a sandbox of another
+// host through that host's forwarder (CallDaemonHere), as the registry q
+// describes the hosts.
+func SetHostRegistry(a *Activities, q hostdir.Querier) {
+	a.ownerMu.Lock()
+	defer a.ownerMu.Unlock()
+	a.registry = q
+}
+
+func (a *Activities) hostRegistry() hostdir.Querier {
+	a.ownerMu.RLock()
+	defer a.ownerMu.RUnlock()
+	return a.registry
 }
 
 // SetHostQueue records the task queue of the host whose worker runs a.
@@ -158,6 +183,9 @@ func New(cfg Config, docker Docker) *Activities {
 	}
 	a := &Activities{cfg: cfg, docker: docker, log: log.With("component", "activities")}
 	a.daemon = daemonclient.New(cfg.Secret, a.resolveDaemon)
+	// Another host's daemon is looked up by its forwarder, not in this
+	// host's Docker: no resolver.
+	a.remote = daemonclient.New(cfg.Secret, nil, daemonclient.DialTimeout(forwarderDialTimeout))
 	return a
 }
 

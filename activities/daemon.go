@@ -16,6 +16,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostdir"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 	"go.temporal.io/sdk/temporal"
@@ -42,20 +43,79 @@ func (a *Activities) CallDaemon(ctx context.Context, call workflows.DaemonCall) 
 }
 
 // CallDaemonHere is CallDaemon as a local activity, in the workflow
-// task of the sandbox's workflow: it runs only on the sandbox's host (a
-// worker of another host answers not_here at once, and the workflow calls
-// CallDaemon on the host queue instead), and it does not heartbeat.
+// task of the sandbox's workflow, without heartbeats. A sandbox's workflow
+// runs on any worker of the cluster: on a worker of another host than the
+// sandbox's, the call goes through that host's forwarder (hostlink), as
+// the gateway's calls do. Only the daemon's own answer counts as one:
+// anything else — no live host with a forwarder in the registry, a
+// forwarder that cannot reach or find the daemon, a broken connection —
+// answers not_here or a plain error, and the workflow calls CallDaemon on
+// the sandbox's host queue instead, as it does for a call that could not
+// reach a daemon of this host.
 func (a *Activities) CallDaemonHere(ctx context.Context, call workflows.DaemonCall) (json.RawMessage, error) {
 	if err := checkSandboxID(call.SandboxID); err != nil {
 		return nil, err
 	}
 	if call.HostQueue != "" && call.HostQueue != HostQueueOf(a) {
-		return nil, temporal.NewNonRetryableApplicationError("the sandbox's daemon is on another host", workflows.ErrTypeNotHere, nil)
+		return a.callOtherHost(ctx, call)
 	}
 	out, _, err := a.daemon.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Direct: call.Direct, Op: call.Op,
 		Args: call.Args, RequestID: call.RequestID, Timeout: call.Timeout})
 	return out, activityError(err)
 }
+
+// callOtherHost is CallDaemonHere for a sandbox of another host: through
+// its forwarder, or not_here.
+func (a *Activities) callOtherHost(ctx context.Context, call workflows.DaemonCall) (json.RawMessage, error) {
+	notHere := func(why string) error {
+		return temporal.NewNonRetryableApplicationError("the sandbox's daemon is on another host: "+why, workflows.ErrTypeNotHere, nil)
+	}
+	reg := a.hostRegistry()
+	if reg == nil {
+		return nil, notHere("this worker knows no other host")
+	}
+	h, found, err := a.hosts.Host(ctx, reg, call.HostQueue)
+	switch {
+	case err != nil:
+		return nil, notHere(err.Error())
+	case !found:
+		return nil, notHere("no host of queue " + call.HostQueue + " is registered")
+	case !h.Live(time.Now()):
+		return nil, notHere("host " + h.Name + " is not live")
+	case hostdir.Via(h) == nil:
+		return nil, notHere("host " + h.Name + " advertises no forwarder")
+	}
+	via := hostdir.Via(h)
+	if until, ok := a.unreachable.Load(via.Addr); ok && time.Now().Before(until.(time.Time)) {
+		return nil, notHere("this worker could not reach the forwarder of host " + h.Name + " lately")
+	}
+	out, _, err := a.remote.Do(ctx, daemonclient.Call{SandboxID: call.SandboxID, Endpoint: call.Daemon, Op: call.Op, Args: call.Args, RequestID: call.RequestID,
+		Timeout: call.Timeout, Via: via})
+	var ce *daemonclient.ConnError
+	if errors.As(err, &ce) && ce.Refused && !daemonclient.IsForwardRefused(err) {
+		// The forwarder itself could not be dialled (a firewall between
+		// the hosts, say): the host's queue serves this sandbox's calls
+		// for a while, without a dial each.
+		a.unreachable.Store(via.Addr, time.Now().Add(forwarderRetryAfter))
+		a.log.Warn("the forwarder of another host cannot be reached from this worker; its sandboxes' calls go through its queue", "host", h.Name,
+			"forwarder", via.Addr, "retry_after", forwarderRetryAfter, "err", err)
+	}
+	var ae *api.Error
+	var fe *daemonclient.ForwarderError
+	if err != nil && (!errors.As(err, &ae) || errors.As(err, &fe)) {
+		return nil, fmt.Errorf("%s through the forwarder of host %s: %w", call.Op, h.Name, err)
+	}
+	return out, activityError(err)
+}
+
+// forwarderDialTimeout bounds a dial of another host's forwarder from a
+// local daemon call (whose own bound is 500 ms for a publish): hosts of
+// one cluster connect in milliseconds. One that cannot be dialled is left
+// alone for forwarderRetryAfter.
+const (
+	forwarderDialTimeout = 300 * time.Millisecond
+	forwarderRetryAfter  = 30 * time.Second
+)
 
 // activityError maps the daemon client's errors to activity failures.
 func activityError(err error) error {

@@ -58,10 +58,14 @@ type Client struct {
 }
 
 // New builds a client whose tokens derive from secret. resolve may be nil.
-func New(secret []byte, resolve Resolver) *Client {
+func New(secret []byte, resolve Resolver, opts ...Option) *Client {
+	o := options{dialTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := &pins{m: map[string]string{}}
 	d := &directs{}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		DialContext:         d.dialer(dialer.DialContext),
 		DialTLSContext:      p.dialTLS(dialer),
@@ -72,6 +76,16 @@ func New(secret []byte, resolve Resolver) *Client {
 	}
 	return &Client{secret: secret, http: &http.Client{Transport: tr}, resolve: resolve, pins: p, direct: d}
 }
+
+// Option sets up a Client (New).
+type Option func(*options)
+
+type options struct{ dialTimeout time.Duration }
+
+// DialTimeout bounds each connection's dial (and a forwarder's TLS
+// handshake) to d (default 5 s): a caller with a short budget learns an
+// unreachable address as a refused dial, not as its own deadline.
+func DialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
 
 // WithHTTP returns a copy of c that sends through hc (tests, custom
 // transports), without direct paths (hc's dialer does not bound them).
@@ -268,7 +282,11 @@ func (c *Client) answer(resp *http.Response, call Call) (json.RawMessage, error)
 		}
 		return json.RawMessage(raw), nil
 	}
-	return nil, Failure(call.Op, resp.StatusCode, raw)
+	err = Failure(call.Op, resp.StatusCode, raw)
+	if ae, ok := err.(*api.Error); ok && resp.Header.Get(HeaderForward) == ForwardFailed {
+		return nil, &ForwarderError{Err: ae}
+	}
+	return nil, err
 }
 
 func connError(call Call, err error) error {

@@ -35,11 +35,22 @@ const ViaPrefix = "/v1/daemon/"
 // HeaderForward marks an answer of the forwarder itself (not of the
 // daemon behind it); ForwardRefused says the daemon refused the
 // forwarder's connection — as a refused dial, the request never reached
-// it.
+// it; ForwardFailed marks the forwarder's other error answers (it could
+// not look the sandbox up, refused the token, or the daemon's answer broke
+// off).
 const (
 	HeaderForward  = "X-Eos-Hostlink"
 	ForwardRefused = "refused"
+	ForwardFailed  = "error"
 )
+
+// ForwarderError is an error answer of a forwarder itself, not of the
+// daemon behind it (HeaderForward: ForwardFailed). It unwraps to the
+// forwarder's *api.Error, which callers show as they show the daemon's.
+type ForwarderError struct{ Err *api.Error }
+
+func (e *ForwarderError) Error() string { return e.Err.Error() }
+func (e *ForwarderError) Unwrap() error { return e.Err }
 
 // Fingerprint is the pin of a certificate: hex SHA-256 of its DER.
 func Fingerprint(der []byte) string {
@@ -48,6 +59,13 @@ func Fingerprint(der []byte) string {
 }
 
 type forwardRefused struct{ addr string }
+
+// IsForwardRefused reports whether err is a forwarder's answer that its
+// daemon refused the connection (the forwarder itself was reached).
+func IsForwardRefused(err error) bool {
+	var fr *forwardRefused
+	return errors.As(err, &fr)
+}
 
 func (e *forwardRefused) Error() string {
 	return "the forwarder at " + e.addr + " could not connect to the daemon"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostdir"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
@@ -62,12 +63,11 @@ type TemporalBackend struct {
 	endpoints map[string]api.Endpoint
 	// directs holds each sandbox's direct daemon address with the published
 	// endpoint it came with (records.go: rememberDirect).
-	directs  map[string][2]api.Endpoint
-	queues   map[string]string // sandbox id -> its host's queue
-	hostList []workflows.HostInfo
-	hostsAt  time.Time
-	placed   map[string][]time.Time // when this gateway placed sandboxes, per queue
-	standby  *standbys
+	directs map[string][2]api.Endpoint
+	queues  map[string]string // sandbox id -> its host's queue
+	hostDir hostdir.Directory
+	placed  map[string][]time.Time // when this gateway placed sandboxes, per queue
+	standby *standbys
 	// viewReads counts the views' reads of a sandbox's state by source
 	// (viewState), when the server's metrics are set.
 	viewReads atomic.Pointer[prometheus.CounterVec]

@@ -7,10 +7,9 @@ import (
 	"sort"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostdir"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -21,70 +20,18 @@ import (
 // this machine (a single-machine deployment): its daemon is dialled
 // directly, as always.
 
-// hostsCacheFor is how long one registry answer is reused; when the
-// registry is slow to answer (hostsQueryPatience), one up to
-// hostsStaleServe old serves instead.
-const (
-	hostsCacheFor      = time.Second
-	hostsQueryPatience = time.Second
-	hostsStaleServe    = workflows.HostStaleAfter / 2
-)
-
 var hostNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
-// hosts is the registry's list (cached briefly); no registry yet is none.
+// hosts is the registry's list (cached briefly: hostdir.Directory); no
+// registry yet is none.
 func (b *TemporalBackend) hosts(ctx context.Context) ([]workflows.HostInfo, error) {
-	b.mu.Lock()
-	if time.Since(b.hostsAt) < hostsCacheFor {
-		h := b.hostList
-		b.mu.Unlock()
-		return h, nil
-	}
-	b.mu.Unlock()
-	// The registry's query waits for the worker that last ran its
-	// workflow; when that worker just died (its host is the one being
-	// lost) the server tries it for seconds before another takes over.
-	// Every operation checks its host here, so meanwhile a recent answer
-	// serves (the next call asks again): a host is then judged by beats up
-	// to hostsStaleServe old, never by a wait on the dead worker.
-	qctx, cancel := context.WithTimeout(ctx, hostsQueryPatience)
-	v, err := b.Client.QueryWorkflow(qctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
-	cancel()
-	if err != nil && qctx.Err() != nil && ctx.Err() == nil {
-		b.mu.Lock()
-		h, at := b.hostList, b.hostsAt
-		b.mu.Unlock()
-		if !at.IsZero() && time.Since(at) < hostsStaleServe {
-			return h, nil
-		}
-		v, err = b.Client.QueryWorkflow(ctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
-	}
-	var list []workflows.HostInfo
-	if err != nil {
-		var nf *serviceerror.NotFound
-		if !errors.As(err, &nf) {
-			return nil, api.Errorf(api.KindOperationFailed, nil, "the host registry does not answer: %v", mapErr("", err))
-		}
-	} else if err := v.Get(&list); err != nil {
-		return nil, api.Errorf(api.KindInternal, nil, "decode host registry: %v", err)
-	}
-	b.mu.Lock()
-	b.hostList, b.hostsAt = list, time.Now()
-	b.mu.Unlock()
-	return list, nil
+	return b.hostDir.Hosts(ctx, b.Client)
 }
 
 // cachedHost is the host of queue from the last registry answer, without
 // asking (records, rendered without a context).
 func (b *TemporalBackend) cachedHost(queue string) (workflows.HostInfo, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, h := range b.hostList {
-		if h.Queue == queue {
-			return h, true
-		}
-	}
-	return workflows.HostInfo{}, false
+	return b.hostDir.Cached(queue)
 }
 
 // isLocalQueue: the sandbox's activities run on this process's own
@@ -139,23 +86,14 @@ func (b *TemporalBackend) via(ctx context.Context, id string) (*daemonclient.Via
 	if err != nil || b.isLocalQueue(q) {
 		return nil, err
 	}
-	hosts, err := b.hosts(ctx)
-	if err != nil {
-		return nil, err
+	h, found, err := b.hostDir.Host(ctx, b.Client, q)
+	if err != nil || !found {
+		return nil, err // not a registered host: this machine's
 	}
-	for _, h := range hosts {
-		if h.Queue != q {
-			continue
-		}
-		if !h.Live(time.Now()) {
-			return nil, hostLost(id, h)
-		}
-		if h.Advertise == "" {
-			return nil, nil
-		}
-		return &daemonclient.Via{Addr: h.Advertise, Fingerprint: h.Fingerprint}, nil
+	if !h.Live(time.Now()) {
+		return nil, hostLost(id, h)
 	}
-	return nil, nil // not a registered host: this machine's
+	return hostdir.Via(h), nil
 }
 
 // checkHost refuses at once an operation on a sandbox whose host is lost

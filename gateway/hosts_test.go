@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/mocks"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
@@ -18,7 +15,9 @@ import (
 // clusterBackend is a gateway without workers of its own whose registry
 // answer is given (cached, so no Temporal is asked).
 func clusterBackend(hosts ...workflows.HostInfo) *TemporalBackend {
-	return &TemporalBackend{hostList: hosts, hostsAt: time.Now().Add(time.Hour)}
+	b := &TemporalBackend{}
+	b.hostDir.Seed(hosts, time.Now().Add(time.Hour))
+	return b
 }
 
 func host(name string, sandboxes int, seen time.Time) workflows.HostInfo {
@@ -67,7 +66,9 @@ func TestPlacement(t *testing.T) {
 	// No live host at all: refused; no host registered: the old single
 	// queue.
 	requireKind(t, ignore(clusterBackend(lost).place(ctx, "", true)), api.KindOperationFailed)
-	q, err = (&TemporalBackend{HostQueue: "eos-host-x", hostsAt: time.Now().Add(time.Hour)}).place(ctx, "", true)
+	none := clusterBackend()
+	none.HostQueue = "eos-host-x"
+	q, err = none.place(ctx, "", true)
 	require.NoError(t, err)
 	require.Equal(t, "eos-host-x", q)
 	// A gateway with its own workers keeps new sandboxes on them.
@@ -139,35 +140,9 @@ func TestOrphanQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []hostQueue{{"h1", "eos-host-h1"}}, qs, "the gateway's own host is asked once")
 
-	qs, err = (&TemporalBackend{HostQueue: "eos-host-x", hostsAt: time.Now().Add(time.Hour)}).orphanQueues(ctx, "")
+	none := clusterBackend()
+	none.HostQueue = "eos-host-x"
+	qs, err = none.orphanQueues(ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []hostQueue{{"", "eos-host-x"}}, qs)
-}
-
-// A registry query stuck on a dead worker (its host is the one being lost)
-// does not hold up every operation's host check: after hostsQueryPatience
-// a recent answer serves; an older one does not, and the registry is asked
-// again with the caller's own time.
-func TestHostsServeARecentAnswerWhileTheRegistryIsSlow(t *testing.T) {
-	stuck := func(a mock.Arguments) { <-a.Get(0).(context.Context).Done() }
-	now := time.Now()
-	c := mocks.NewClient(t)
-	b := &TemporalBackend{Client: c, hostList: []workflows.HostInfo{host("h1", 0, now)}, hostsAt: now.Add(-2 * time.Second)}
-	c.On("QueryWorkflow", mock.Anything, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts).Run(stuck).
-		Return(nil, serviceerror.NewDeadlineExceeded("sticky worker gone")).Once()
-	list, err := b.hosts(context.Background()) // the stuck query ends only by the patience: a wait on it would never end
-	require.NoError(t, err)
-	require.Len(t, list, 1)
-
-	b.hostsAt = now.Add(-hostsStaleServe - time.Second) // too old to serve
-	v := mocks.NewEncodedValue(t)
-	v.On("Get", mock.Anything).Run(func(a mock.Arguments) {
-		*a.Get(0).(*[]workflows.HostInfo) = []workflows.HostInfo{host("h1", 0, now), host("h2", 0, now)}
-	}).Return(nil)
-	c.On("QueryWorkflow", mock.Anything, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts).Run(stuck).
-		Return(nil, serviceerror.NewDeadlineExceeded("sticky worker gone")).Once()
-	c.On("QueryWorkflow", mock.Anything, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts).Return(v, nil).Once()
-	list, err = b.hosts(context.Background())
-	require.NoError(t, err)
-	require.Len(t, list, 2, "an old answer is not served: the registry is asked again")
 }

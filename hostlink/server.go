@@ -173,6 +173,10 @@ func writeError(w http.ResponseWriter, status int, e *api.Error) {
 	if e.Details == nil {
 		e.Details = map[string]any{}
 	}
+	if w.Header().Get(daemonclient.HeaderForward) == "" {
+		// The forwarder's own answer, not the daemon's.
+		w.Header().Set(daemonclient.HeaderForward, daemonclient.ForwardFailed)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(api.Envelope{Error: e})

@@ -138,6 +138,10 @@ func TestForwardCallsAndStreams(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Kind != api.KindConflict || ae.Details["path"] != "a" {
 		t.Fatalf("refusal through the forwarder: %v", err)
 	}
+	var fe *daemonclient.ForwarderError
+	if errors.As(err, &fe) {
+		t.Fatalf("the daemon's refusal is marked as the forwarder's: %v", err)
+	}
 }
 
 func TestForwarderRefusesStrangers(t *testing.T) {
@@ -149,14 +153,15 @@ func TestForwarderRefusesStrangers(t *testing.T) {
 	other := daemonclient.New([]byte("another deployment"), nil)
 	_, _, err := other.Do(ctx, daemonclient.Call{SandboxID: f.id, Endpoint: api.Endpoint{Port: 1}, Op: "echo", Via: f.via()})
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Kind != api.KindUnauthorized {
-		t.Fatalf("foreign token: %v", err)
+	var fe *daemonclient.ForwarderError
+	if !errors.As(err, &ae) || ae.Kind != api.KindUnauthorized || !errors.As(err, &fe) {
+		t.Fatalf("foreign token: want the forwarder's own unauthorized, got %v", err)
 	}
 	// A sandbox not on this host, with its own valid token.
 	c := daemonclient.New(f.secret, nil)
 	_, _, err = c.Do(ctx, daemonclient.Call{SandboxID: "eos-elsewhere", Endpoint: api.Endpoint{Port: 1}, Op: "echo", Via: f.via()})
-	if !errors.As(err, &ae) || ae.Kind != api.KindNotFound {
-		t.Fatalf("sandbox of another host: %v", err)
+	if !errors.As(err, &ae) || ae.Kind != api.KindNotFound || !errors.As(err, &fe) {
+		t.Fatalf("sandbox of another host: want the forwarder's own not_found, got %v", err)
 	}
 	// A forwarder whose certificate is not the pinned one is never sent
 	// the token.

@@ -87,7 +87,12 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 		}
 		svc.Dev, addr = dev, dev.Address
 	}
-	copts := client.Options{HostPort: addr, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(o.Logger.With("component", "temporal-sdk"))}
+	// The SDK's default identity (pid@hostname@) with the host's queue, so
+	// the Temporal UI and a workflow's history say which host's worker
+	// ran each task.
+	hostname, _ := os.Hostname()
+	copts := client.Options{HostPort: addr, Namespace: o.Namespace, Logger: sdklog.NewStructuredLogger(o.Logger.With("component", "temporal-sdk")),
+		Identity: fmt.Sprintf("%d@%s@%s", os.Getpid(), hostname, o.HostQueue)}
 	tlsCfg, err := tlsFromEnv()
 	if err != nil {
 		svc.Stop()
@@ -118,6 +123,9 @@ func Start(ctx context.Context, o Options) (*Service, error) {
 	// and namespace own it, so no other deployment takes it for its own.
 	activities.SetOwner(o.Activities, svc.ClusterID, o.Namespace)
 	activities.SetHostQueue(o.Activities, o.HostQueue)
+	// A sandbox's workflow may run here while its daemon is on another
+	// host: its local daemon calls go through that host's forwarder.
+	activities.SetHostRegistry(o.Activities, c)
 	ics := o.Interceptors
 	if fp := FailpointInterceptor(); fp != nil { // crash drills only: armed by the environment
 		o.Logger.Warn("worker failpoint armed: the process kills itself after that activity", "failpoint", os.Getenv(FailpointEnv))

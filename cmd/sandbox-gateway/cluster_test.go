@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
@@ -234,6 +235,12 @@ func TestCluster(t *testing.T) {
 		t.FailNow()
 	}
 
+	// Each sandbox's workflow runs on whichever host's worker took it; its
+	// daemon calls reached the daemon from there (through the forwarder of
+	// the sandbox's host when that is another), none fell back for being
+	// on another host.
+	clusterLocalCalls(t, c, ids)
+
 	// Streams cross the host link: a command's output as SSE progress.
 	sse := sseOp(t, c.g, "exec_command", ids[h2], map[string]any{"cmd": "for i in 1 2 3; do echo line-$i; done"})
 	if !strings.Contains(sse, "line-1") || !strings.Contains(sse, "line-3") || !strings.Contains(sse, "event: result") {
@@ -430,6 +437,108 @@ func clusterSeedFlow(t *testing.T, c *cluster, host, id string) {
 	}
 }
 
+// clusterTemporal dials the cluster's Temporal with its client
+// certificate.
+func clusterTemporal(t *testing.T, c *cluster) tclient.Client {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(c.env["TLS_CERT"], c.env["TLS_KEY"])
+	if err != nil {
+		t.Fatalf("cluster client certificate: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if b, err := os.ReadFile(c.env["TLS_CA"]); err != nil || !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("cluster CA: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := tclient.DialContext(ctx, tclient.Options{HostPort: c.env["TEMPORAL"],
+		ConnectionOptions: tclient.ConnectionOptions{TLS: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{pair}}}})
+	if err != nil {
+		t.Fatalf("dial the cluster's Temporal: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// workflowRun is what a sandbox workflow's history says about where it
+// ran and how its daemon calls went.
+type workflowRun struct {
+	workers               []string // identities of the workers that ran its tasks (pid@hostname@host queue)
+	local, failed, regular int      // local daemon calls, of them failed; regular CallDaemon activities
+	notHere               []string // local calls that failed for their host
+}
+
+// elsewhere reports whether a worker of another host than host ran it.
+func (r workflowRun) elsewhere(host string) bool {
+	for _, w := range r.workers {
+		if !strings.HasSuffix(w, "@eos-host-"+host) { // the worker identity names its host's queue
+			return true
+		}
+	}
+	return false
+}
+
+func sandboxWorkflowRun(t *testing.T, cl tclient.Client, id string) workflowRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var r workflowRun
+	seen := map[string]bool{}
+	it := cl.GetWorkflowHistory(ctx, workflows.SandboxWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s: %v", id, err)
+		}
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			if w := ev.GetWorkflowTaskStartedEventAttributes().GetIdentity(); !seen[w] {
+				seen[w] = true
+				r.workers = append(r.workers, w)
+			}
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			m := ev.GetMarkerRecordedEventAttributes()
+			if m.GetMarkerName() != "LocalActivity" {
+				continue
+			}
+			r.local++
+			if f := m.GetFailure(); f != nil {
+				r.failed++
+				if f.GetApplicationFailureInfo().GetType() == workflows.ErrTypeNotHere || strings.Contains(f.GetMessage(), "forwarder") {
+					r.notHere = append(r.notHere, f.GetMessage())
+				}
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "CallDaemon" {
+				r.regular++
+			}
+		}
+	}
+	sort.Strings(r.workers)
+	return r
+}
+
+// clusterLocalCalls reads the histories of the sandboxes' workflows: no
+// local daemon call failed for running on a worker of another host than
+// its sandbox's (it goes through that host's forwarder); it logs where
+// each workflow ran and how its calls went.
+func clusterLocalCalls(t *testing.T, c *cluster, ids map[string]string) {
+	t.Helper()
+	cl := clusterTemporal(t, c)
+	crossed := 0
+	for h, id := range ids {
+		r := sandboxWorkflowRun(t, cl, id)
+		for _, f := range r.notHere {
+			t.Errorf("sandbox %s (host %s): a local daemon call failed for its host: %s", id, h, f)
+		}
+		t.Logf("sandbox %s on %s: workflow tasks on workers %v; %d local daemon calls (%d failed), %d regular", id, h, r.workers, r.local, r.failed, r.regular)
+		if r.elsewhere(h) {
+			crossed++
+		}
+	}
+	t.Logf("%d of %d sandboxes' workflows ran on a worker of another host", crossed, len(ids))
+}
+
 // sseOp posts an op with Accept: text/event-stream and returns the whole
 // stream (progress frames, then the result).
 func sseOp(t *testing.T, g *testenv.Gateway, op, sandboxID string, args map[string]any) string {
@@ -477,7 +586,9 @@ func firstEvent(t *testing.T, g *testenv.Gateway, sandboxID string) string {
 // TestClusterBench measures what the extra hop costs (make bench-cluster,
 // in make bench): session create, exec and a small publish through the
 // cluster's gateway on a sandbox of a remote host (Temporal on
-// PostgreSQL, the daemon behind the host's forwarder), beside the same on
+// PostgreSQL, the daemon behind the host's forwarder) — one whose workflow
+// runs on its own host's worker and one whose workflow runs on the other
+// host's (its daemon calls through the forwarder) — beside the same on
 // `make run` (a gateway with the embedded Temporal and its own workers);
 // then how many sandboxes the two hosts take at once and how many
 // publishes per second one cluster serves. It writes a Markdown page to
@@ -494,27 +605,56 @@ func TestClusterBench(t *testing.T) {
 	}
 	local := testenv.StartGateway(t)
 	lc := &cluster{g: local, work: testenv.TempRoot(t)}
+	cl := clusterTemporal(t, c)
 
+	// A sandbox's workflow runs on whichever host's worker takes its first
+	// task: on the sandbox's own host, or on another, whose daemon calls go
+	// through the forwarder of the sandbox's host. Sandboxes on the second
+	// host are created until there is one of each (at most 10 tries).
 	type target struct {
-		name string
-		c    *cluster
-		host string
+		name, id, host string
+		c              *cluster
 	}
-	targets := []target{{"make run (embedded Temporal, local daemon)", lc, ""}, {"cluster, remote host " + c.hosts[1], c, c.hosts[1]}}
-	ops := []string{"create_workspace_session", "exec_command", "publish (small)"}
-	lat := map[string]map[string][]time.Duration{}
-	for _, tg := range targets {
-		ws := filepath.Join(tg.c.work, "bench-ws-"+strings.ReplaceAll(client6(), "-", ""))
+	newSandbox := func(tc *cluster, host string) string {
+		ws := filepath.Join(tc.work, "bench-ws-"+strings.ReplaceAll(client6(), "-", ""))
 		if err := os.MkdirAll(ws, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		writeFile(t, filepath.Join(ws, "a.txt"), "a\n")
 		args := map[string]any{"image": testenv.Images[0], "workspace_root": ws}
-		if tg.host != "" {
-			args["host"] = tg.host
+		if host != "" {
+			args["host"] = host
 		}
-		rec := tg.c.must(t, "create_sandbox", "", args)
-		id := rec["id"].(string)
+		return tc.must(t, "create_sandbox", "", args)["id"].(string)
+	}
+	h := c.hosts[1]
+	targets := []target{{name: "make run (embedded Temporal, local daemon)", id: newSandbox(lc, ""), c: lc}}
+	var own, other string
+	for try := 0; try < 10 && (own == "" || other == ""); try++ {
+		id := newSandbox(c, h)
+		c.must(t, "exec_command", id, map[string]any{"cmd": "true"}) // its workflow has run a task by now
+		switch elsewhere := sandboxWorkflowRun(t, cl, id).elsewhere(h); {
+		case !elsewhere && own == "":
+			own = id
+		case elsewhere && other == "":
+			other = id
+		default:
+			c.must(t, "destroy_sandbox", "", map[string]any{"sandbox_id": id})
+		}
+	}
+	names := []string{"cluster, workflow on the sandbox's host " + h, "cluster, workflow on another host's worker (through " + h + "'s forwarder)"}
+	for i, id := range []string{own, other} {
+		if id == "" {
+			t.Logf("no sandbox of %s had its workflow %s in 10 tries", h, map[int]string{0: "on its own host", 1: "on another host"}[i])
+			continue
+		}
+		targets = append(targets, target{name: names[i], id: id, host: h, c: c})
+	}
+	ops := []string{"create_workspace_session", "exec_command", "publish (small)"}
+	lat := map[string]map[string][]time.Duration{}
+	runs := map[string]workflowRun{}
+	for _, tg := range targets {
+		id := tg.id
 		lat[tg.name] = map[string][]time.Duration{}
 		timed := func(op string, f func()) {
 			start := time.Now()
@@ -536,6 +676,9 @@ func TestClusterBench(t *testing.T) {
 					lat[tg.name][op] = nil
 				}
 			}
+		}
+		if tg.c == c {
+			runs[tg.name] = sandboxWorkflowRun(t, cl, id)
 		}
 		tg.c.must(t, "destroy_sandbox", "", map[string]any{"sandbox_id": id})
 	}
@@ -595,12 +738,32 @@ func TestClusterBench(t *testing.T) {
 	fmt.Fprintf(&b, "Measured by `make bench-cluster` (TestClusterBench) on this machine: the cluster of `make test-cluster` "+
 		"(Temporal server on PostgreSQL, two Docker hosts in network namespaces, one `sandbox-gateway --no-workers`) beside "+
 		"`make run` (embedded Temporal, in-process workers), both on the same %d-core machine, %d samples per op after 2 warm-ups, "+
-		"sequential, over HTTP.\n\n", runtimeCPUs(), n)
-	b.WriteString("| op | make run p50 | p90 | cluster p50 | p90 | ratio (p50) |\n|---|---|---|---|---|---|\n")
+		"sequential, over HTTP. A sandbox's workflow runs on whichever host's worker takes it; one of each kind is measured.\n\n", runtimeCPUs(), n)
+	b.WriteString("| op |")
+	for _, tg := range targets {
+		fmt.Fprintf(&b, " %s p50 | p90 |", tg.name)
+		if tg.c == c {
+			b.WriteString(" ratio to make run (p50) |")
+		}
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", 2*len(targets)+len(targets)-1) + "\n")
 	for _, op := range ops {
-		l, r := lat[targets[0].name][op], lat[targets[1].name][op]
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f× |\n", op, ms(pct(l, 50)), ms(pct(l, 90)), ms(pct(r, 50)), ms(pct(r, 90)),
-			float64(pct(r, 50))/float64(max(pct(l, 50), 1)))
+		fmt.Fprintf(&b, "| %s |", op)
+		base := pct(lat[targets[0].name][op], 50)
+		for _, tg := range targets {
+			l := lat[tg.name][op]
+			fmt.Fprintf(&b, " %s | %s |", ms(pct(l, 50)), ms(pct(l, 90)))
+			if tg.c == c {
+				fmt.Fprintf(&b, " %.2f× |", float64(pct(l, 50))/float64(max(base, 1)))
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nWhere each cluster sandbox's workflow ran (its history: the workers that ran its tasks; its daemon calls " +
+		"as local activities, failed ones among them, and regular CallDaemon activities):\n\n")
+	for _, tg := range targets[1:] {
+		r := runs[tg.name]
+		fmt.Fprintf(&b, "- %s: workers %v; %d local daemon calls (%d failed), %d regular.\n", tg.name, r.workers, r.local, r.failed, r.regular)
 	}
 	fmt.Fprintf(&b, "\nCapacity through the one cluster: %d sandboxes created at once (least-loaded placement put %v) in %s "+
 		"(%.2f sandboxes/s); then one agent per sandbox, %d publishes each (session, write, publish): %d publishes in %s = **%.1f publishes/s**.\n",

@@ -182,7 +182,7 @@ func startGateway(t testing.TB, o GatewayOptions) (*Gateway, error) {
 		// test; the tests of them turn them on (a later flag wins).
 		"--standby=false"}
 	cmd := exec.Command(filepath.Join(bins, "sandbox-gateway"), append(args, o.Args...)...)
-	cmd.Env = append(append(os.Environ(), "HOME="+g.Home), o.Env...)
+	cmd.Env = append(append(ownTemporal(os.Environ()), "HOME="+g.Home), o.Env...)
 	cmd.Stderr = g.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -350,4 +350,18 @@ func RemoveSandboxObjects(t testing.TB, id string) {
 	if ids := DockerObjects(t, "volume", id); len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"volume", "rm", "-f"}, ids...)...).Run()
 	}
+}
+
+// ownTemporal is env without the TEMPORAL_* settings that would point a
+// test's gateway at another Temporal (make test-cluster exports the
+// cluster's to its tests): a test gateway runs its embedded one unless
+// its Env says otherwise.
+func ownTemporal(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TEMPORAL_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

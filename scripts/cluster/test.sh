@@ -56,6 +56,9 @@ teardown() {
 		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/pg" -m immediate stop >/dev/null 2>&1
 	fi
 	ip link del "$CLUSTER_BRIDGE" 2>/dev/null
+	for chain in DOCKER-USER FORWARD; do
+		while iptables -w -D "$chain" -i "$CLUSTER_BRIDGE" -o "$CLUSTER_BRIDGE" -j ACCEPT 2>/dev/null; do :; done
+	done
 	if [ -d "$CLUSTER_DIR" ]; then
 		rm -rf "$CLUSTER_DIR.logs"; mkdir -p "$CLUSTER_DIR.logs"
 		find "$CLUSTER_DIR" -maxdepth 3 -name '*.log' -not -path '*/docker/*' -exec cp {} "$CLUSTER_DIR.logs/" \; 2>/dev/null
@@ -73,6 +76,13 @@ echo "test-cluster: network $CLUSTER_SUBNET.0/24 on $CLUSTER_BRIDGE"
 ip link add "$CLUSTER_BRIDGE" type bridge
 ip addr add "$CLUSTER_SUBNET.1/24" dev "$CLUSTER_BRIDGE"
 ip link set "$CLUSTER_BRIDGE" up
+# The hosts reach each other as machines of one LAN do (a sandbox's
+# workflow may run on another host's worker, which calls its daemon through
+# the host's forwarder). This machine's Docker drops bridged traffic it
+# did not set up (FORWARD policy DROP with br_netfilter): let the cluster's
+# bridge through, until the teardown.
+iptables -w -I DOCKER-USER -i "$CLUSTER_BRIDGE" -o "$CLUSTER_BRIDGE" -j ACCEPT 2>/dev/null ||
+	iptables -w -I FORWARD -i "$CLUSTER_BRIDGE" -o "$CLUSTER_BRIDGE" -j ACCEPT
 
 # mTLS everywhere: Temporal's frontend and internode traffic require a
 # certificate of the cluster's CA; the hosts' forwarders use CA-signed
@@ -117,6 +127,8 @@ HOSTS=$HOSTS
 HOST_SCRIPT=$repo/scripts/cluster/host.sh
 TEMPORAL=$TEMPORAL_ADDRESS
 TLS_CA=$CLUSTER_TLS/ca.pem
+TLS_CERT=$CLUSTER_TLS/client.pem
+TLS_KEY=$CLUSTER_TLS/client.key
 ENV
 for h in $HOSTS; do echo "DOCKER_$h=unix://$CLUSTER_DIR/hosts/$h/docker.sock" >>"$CLUSTER_DIR/env"; done
 echo "test-cluster: running ${CLUSTER_RUN:-TestCluster}"
