@@ -463,9 +463,9 @@ func clusterTemporal(t *testing.T, c *cluster) tclient.Client {
 // workflowRun is what a sandbox workflow's history says about where it
 // ran and how its daemon calls went.
 type workflowRun struct {
-	workers               []string // identities of the workers that ran its tasks (pid@hostname@host queue)
+	workers                []string // identities of the workers that ran its tasks (pid@hostname@host queue)
 	local, failed, regular int      // local daemon calls, of them failed; regular CallDaemon activities
-	notHere               []string // local calls that failed for their host
+	notHere                []string // local calls that failed for their host
 }
 
 // elsewhere reports whether a worker of another host than host ran it.
