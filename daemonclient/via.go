@@ -6,11 +6,14 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +34,45 @@ type Via struct {
 // ViaPrefix is the forwarder's route: ViaPrefix + sandbox id + the
 // daemon's own path (/rpc/<op>, /health, ...).
 const ViaPrefix = "/v1/daemon/"
+
+// StatePrefix is the forwarder's route to the copy of a sandbox's state
+// that its workflow left in the host's worker: StatePrefix + sandbox id +
+// ?run_id=&history_length= (MirroredState).
+const StatePrefix = "/v1/state/"
+
+// MirroredState asks the forwarder via for the copy of sandbox id's state
+// that the sandbox workflow's run runID left in that host's worker, if it
+// has seen every event of a history historyLen long (false: the worker
+// holds none that new).
+func (c *Client) MirroredState(ctx context.Context, via *Via, sandboxID, runID string, historyLen int64) (json.RawMessage, bool, error) {
+	base, err := c.viaBase(via, sandboxID)
+	if err != nil {
+		return nil, false, err
+	}
+	u := strings.Replace(base, ViaPrefix, StatePrefix, 1) + "?" + url.Values{"run_id": {runID}, "history_length": {strconv.FormatInt(historyLen, 10)}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token(sandboxID))
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
+	switch {
+	case err != nil:
+		return nil, false, err
+	case resp.StatusCode == http.StatusNoContent:
+		return nil, false, nil
+	case resp.StatusCode != http.StatusOK:
+		return nil, false, Failure("state", resp.StatusCode, raw)
+	case len(raw) > MaxResponse || !json.Valid(raw):
+		return nil, false, api.Errorf(api.KindInternal, map[string]any{"via": via.Addr}, "the state copy from %s is not a JSON answer", via.Addr)
+	}
+	return raw, true, nil
+}
 
 // HeaderForward marks an answer of the forwarder itself (not of the
 // daemon behind it); ForwardRefused says the daemon refused the

@@ -66,8 +66,11 @@ type TemporalBackend struct {
 	directs map[string][2]api.Endpoint
 	queues  map[string]string // sandbox id -> its host's queue
 	hostDir hostdir.Directory
-	placed  map[string][]time.Time // when this gateway placed sandboxes, per queue
-	standby *standbys
+	// copyHosts: per sandbox, the queue of the host whose forwarder served
+	// its last state copy (records.go: hostCopy).
+	copyHosts map[string]string
+	placed    map[string][]time.Time // when this gateway placed sandboxes, per queue
+	standby   *standbys
 	// viewReads counts the views' reads of a sandbox's state by source
 	// (viewState), when the server's metrics are set.
 	viewReads atomic.Pointer[prometheus.CounterVec]

@@ -59,7 +59,8 @@ func NewMetrics() *Metrics {
 		[]string{"method", "code"})
 	m.views = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "eos", Name: "sandbox_view_reads_total",
 		Help: "Reads of a sandbox's state for a view (inspect_sandbox, snapshot, the fleet), by source: copy (the sandbox workflow's copy in this process, current), " +
-			"copy_after_wait (the same, once the workflow task in flight made it current), query (the workflow's state query)."}, []string{"source"})
+			"copy_after_wait (the same, once the workflow task in flight made it current), host_copy and host_copy_after_wait (the same, from the cluster host whose worker runs the workflow, through its forwarder), " +
+			"query (the workflow's state query)."}, []string{"source"})
 	m.fleet = &fleetCollector{
 		sandboxes: prometheus.NewDesc("eos_sandboxes", "Sandboxes by lifecycle state.", []string{"state"}, nil),
 		sessions:  prometheus.NewDesc("eos_workspace_sessions", "Live workspace sessions over all sandboxes.", nil, nil),

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/hostdir"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -34,20 +35,28 @@ func (b *TemporalBackend) state(ctx context.Context, sandboxID string) (*workflo
 }
 
 // viewState is the sandbox's state for a view (inspect_sandbox, snapshot,
-// the fleet): the copy the sandbox workflow left in this process while it
-// is as new as the run's history (workflows.MirroredState), else the state
-// query. A query waits for the workflow task in flight and is answered by
-// the next one; while it waits, the copy is checked again every
-// mirrorRecheck, and served once the next task has made it current. With
-// the state, the run's memo when a describe had it.
+// the fleet): the copy the sandbox workflow left in the process whose
+// worker runs it, while that copy is as new as the run's history
+// (workflows.MirroredState), else the state query. The copy is this
+// process's when its workers run the workflow; else the forwarder of the
+// cluster host whose worker runs it serves it (hostCopy: the host that
+// served the sandbox's last copy is asked first, the others side by side
+// while the query is on its way). A query waits for the workflow task in
+// flight and is answered by the next one; while it waits, the copy is
+// checked again every mirrorRecheck, and served once the next task has
+// made it current. With the state, the run's memo when a describe had it.
 func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*workflows.SandboxState, map[string]any, error) {
 	if sandboxID == "" {
 		return nil, nil, api.Errorf(api.KindInvalidRequest, nil, "sandbox_id is required")
 	}
-	st, memo, ok := b.mirrored(ctx, sandboxID)
-	if ok {
-		b.countView("copy")
-		return st, memo, nil
+	wid := workflows.SandboxWorkflowID(sandboxID)
+	rv, described := b.describeRun(ctx, sandboxID)
+	memo := rv.memo
+	if described && rv.running {
+		if st, ok := b.localCopy(sandboxID, rv); ok {
+			b.countView("copy")
+			return st, memo, nil
+		}
 	}
 	type answer struct {
 		st  *workflows.SandboxState
@@ -60,8 +69,16 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 		st, err := b.state(qctx, sandboxID)
 		queried <- answer{st, err}
 	}()
+	// Another process runs the workflow: a cluster host's worker, whose
+	// forwarder serves its copy.
+	remote := !workflows.HasMirrored(wid) && b.hasHosts(ctx)
+	var fanned chan *workflows.SandboxState
+	if remote && described && rv.running {
+		fanned = make(chan *workflows.SandboxState, 1)
+		go func() { fanned <- b.hostCopy(qctx, sandboxID, rv, true) }()
+	}
 	var recheck <-chan time.Time
-	if workflows.HasMirrored(workflows.SandboxWorkflowID(sandboxID)) { // else its workflow runs elsewhere
+	if remote || workflows.HasMirrored(wid) {
 		t := time.NewTicker(mirrorRecheck)
 		defer t.Stop()
 		recheck = t.C
@@ -77,10 +94,26 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 			}
 			b.countView("query")
 			return a.st, memo, nil
+		case st := <-fanned:
+			fanned = nil
+			if st != nil {
+				b.countView("host_copy")
+				return st, memo, nil
+			}
 		case <-recheck:
-			if st, m, ok := b.mirrored(ctx, sandboxID); ok {
+			rv, ok := b.describeRun(ctx, sandboxID)
+			if !ok || !rv.running {
+				continue // the query answers
+			}
+			if st, ok := b.localCopy(sandboxID, rv); ok {
 				b.countView("copy_after_wait")
-				return st, m, nil
+				return st, rv.memo, nil
+			}
+			if remote {
+				if st := b.hostCopy(ctx, sandboxID, rv, false); st != nil {
+					b.countView("host_copy_after_wait")
+					return st, rv.memo, nil
+				}
 			}
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
@@ -92,29 +125,108 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 // sandbox workflow's copy again.
 const mirrorRecheck = 20 * time.Millisecond
 
-// mirrored is the sandbox workflow's copy of its state in this process
-// while it has seen every event of the run's history, with the run's memo
-// (which the describe that checks it returns, whatever it finds).
-func (b *TemporalBackend) mirrored(ctx context.Context, sandboxID string) (*workflows.SandboxState, map[string]any, bool) {
+// runView is what one describe of a sandbox's workflow said: its run, the
+// length of its history, whether it runs, and its memo.
+type runView struct {
+	run     string
+	length  int64
+	running bool
+	memo    map[string]any
+}
+
+func (b *TemporalBackend) describeRun(ctx context.Context, sandboxID string) (runView, bool) {
 	wid := workflows.SandboxWorkflowID(sandboxID)
 	d, err := b.Client.DescribeWorkflowExecution(ctx, wid, "")
 	if err != nil {
-		return nil, nil, false
+		return runView{}, false
 	}
 	info := d.GetWorkflowExecutionInfo()
-	var memo map[string]any
+	rv := runView{run: info.GetExecution().GetRunId(), length: info.GetHistoryLength(), running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
 	if m := info.GetMemo(); m != nil {
-		memo = decodeMemo(m.GetFields())
+		rv.memo = decodeMemo(m.GetFields())
 	}
-	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	if !rv.running {
 		workflows.ForgetMirrored(wid)
-		return nil, memo, false
 	}
-	st, ok := workflows.MirroredState(wid, info.GetExecution().GetRunId(), info.GetHistoryLength())
+	return rv, true
+}
+
+// localCopy is the copy in this process, if it is current for rv.
+func (b *TemporalBackend) localCopy(sandboxID string, rv runView) (*workflows.SandboxState, bool) {
+	st, ok := workflows.MirroredState(workflows.SandboxWorkflowID(sandboxID), rv.run, rv.length)
 	if ok {
 		b.rememberQueue(sandboxID, st.HostQueue)
 	}
-	return st, memo, ok
+	return st, ok
+}
+
+// hostCopyTimeout bounds one ask of a host's forwarder for a copy.
+const hostCopyTimeout = 250 * time.Millisecond
+
+// hasHosts reports whether the registry lists hosts of a cluster.
+func (b *TemporalBackend) hasHosts(ctx context.Context) bool {
+	hosts, err := b.hosts(ctx)
+	return err == nil && len(hosts) > 0
+}
+
+// hostCopy is the copy of the sandbox's state, current for rv, that a
+// cluster host's worker holds (nil: none has one): the host that served
+// the last one is asked first; with fanOut, then every other live host
+// side by side, and the one that has it is remembered.
+func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv runView, fanOut bool) *workflows.SandboxState {
+	hosts, err := b.hosts(ctx)
+	if err != nil {
+		return nil
+	}
+	b.mu.Lock()
+	last := b.copyHosts[sandboxID]
+	b.mu.Unlock()
+	ask := func(ctx context.Context, h workflows.HostInfo) *workflows.SandboxState {
+		ctx, cancel := context.WithTimeout(ctx, hostCopyTimeout)
+		defer cancel()
+		raw, ok, err := b.daemons().MirroredState(ctx, hostdir.Via(h), sandboxID, rv.run, rv.length)
+		var st workflows.SandboxState
+		if err != nil || !ok || json.Unmarshal(raw, &st) != nil || st.SandboxID != sandboxID {
+			return nil
+		}
+		b.mu.Lock()
+		if b.copyHosts == nil {
+			b.copyHosts = map[string]string{}
+		}
+		b.copyHosts[sandboxID] = h.Queue
+		b.mu.Unlock()
+		b.rememberQueue(sandboxID, st.HostQueue)
+		return &st
+	}
+	now := time.Now()
+	var others []workflows.HostInfo
+	for _, h := range hosts {
+		if !h.Live(now) || hostdir.Via(h) == nil || b.isLocalQueue(h.Queue) {
+			continue
+		}
+		if h.Queue == last {
+			if st := ask(ctx, h); st != nil {
+				return st
+			}
+			continue
+		}
+		others = append(others, h)
+	}
+	if !fanOut || len(others) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make(chan *workflows.SandboxState, len(others))
+	for _, h := range others {
+		go func(h workflows.HostInfo) { found <- ask(ctx, h) }(h)
+	}
+	for range others {
+		if st := <-found; st != nil {
+			return st
+		}
+	}
+	return nil
 }
 
 func (b *TemporalBackend) memo(ctx context.Context, sandboxID string) map[string]any {

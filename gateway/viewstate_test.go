@@ -11,11 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/ephemeral-sandbox/sandbox/hostlink"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -39,7 +41,10 @@ func (f *viewTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string
 		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: f.run}, Status: f.status, HistoryLength: f.length}}, nil
 }
 
-func (f *viewTemporal) QueryWorkflow(ctx context.Context, _, _, _ string, _ ...interface{}) (converter.EncodedValue, error) {
+func (f *viewTemporal) QueryWorkflow(ctx context.Context, id, _, _ string, _ ...interface{}) (converter.EncodedValue, error) {
+	if id == workflows.HostRegistryWorkflowID {
+		return nil, serviceerror.NewNotFound("no host registry: a single machine")
+	}
 	f.mu.Lock()
 	f.queried++
 	hold := f.hold
@@ -127,4 +132,87 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 	require.NoError(t, err, "served by the copy, not the held query")
 	require.Equal(t, 9, st.Publishes)
 	require.Equal(t, []float64{4, 1, 1}, []float64{reads("query"), reads("copy"), reads("copy_after_wait")})
+}
+
+// A gateway without the workflow's worker (a cluster's) reads a busy
+// sandbox's state from the forwarder of the host whose worker runs the
+// workflow, while that copy is current: at once when it is, asking the
+// host that served the last one first; after the next task otherwise,
+// without the query's answer; a host that is not live is not asked.
+func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
+	const id = "view-cluster"
+	secret := []byte("deployment secret")
+	var mu sync.Mutex
+	copyLen := int64(40) // the length of history the host's copy has seen
+	asked := map[string]int{}
+	serve := func(name string) workflows.HostInfo {
+		cert, err := hostlink.LoadOrCreateCert(t.TempDir(), []string{"127.0.0.1"})
+		require.NoError(t, err)
+		s := &hostlink.Server{Secret: secret, Host: name, State: func(sid, run string, n int64) ([]byte, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[name]++
+			if name != "h2" || sid != id || run != "run-1" || n > copyLen {
+				return nil, false
+			}
+			return []byte(`{"sandbox_id":"` + id + `","phase":"ready","publishes":9,"host_queue":"eos-host-h2"}`), true
+		}}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		addr, _, err := hostlink.Listen(ctx, "127.0.0.1:0", cert, s)
+		require.NoError(t, err)
+		return workflows.HostInfo{HostBeat: workflows.HostBeat{Name: name, Queue: "eos-host-" + name, Advertise: addr.String(), Fingerprint: cert.Fingerprint},
+			LastSeen: time.Now()}
+	}
+	h1, h2, h3 := serve("h1"), serve("h2"), serve("h3")
+	h3.LastSeen = time.Now().Add(-time.Hour) // lost
+	f := &viewTemporal{run: "run-1", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, length: 40,
+		state: &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 7}, hold: make(chan struct{})}
+	defer close(f.hold) // every query waits: a workflow task in flight
+	b := &TemporalBackend{Client: f, Secret: secret}
+	b.hostDir.Seed([]workflows.HostInfo{h1, h2, h3}, time.Now().Add(time.Hour))
+	m := NewMetrics()
+	b.viewReads.Store(m.views)
+	reads := func(source string) float64 {
+		var v dto.Metric
+		require.NoError(t, m.views.WithLabelValues(source).Write(&v))
+		return v.GetCounter().GetValue()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	st, _, err := b.viewState(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 9, st.Publishes, "h2's copy")
+	require.Equal(t, 1.0, reads("host_copy"))
+	mu.Lock()
+	require.Equal(t, 1, asked["h2"])
+	require.LessOrEqual(t, asked["h1"], 1, "the other live host, side by side (its ask may be cut short)")
+	require.Zero(t, asked["h3"], "not the lost host")
+	mu.Unlock()
+
+	st, _, err = b.viewState(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 9, st.Publishes)
+	mu.Lock()
+	require.Equal(t, 2, asked["h2"])
+	require.LessOrEqual(t, asked["h1"], 1, "the host that served the last copy is asked first, and alone")
+	mu.Unlock()
+
+	// A task completed since h2's copy: not served until the next task
+	// made the copy current again.
+	f.mu.Lock()
+	f.length = 45
+	f.mu.Unlock()
+	go func() {
+		time.Sleep(3 * mirrorRecheck)
+		mu.Lock()
+		copyLen = 46
+		mu.Unlock()
+	}()
+	st, _, err = b.viewState(ctx, id)
+	require.NoError(t, err, "served by h2's copy, not the held query")
+	require.Equal(t, 9, st.Publishes)
+	require.Equal(t, 1.0, reads("host_copy_after_wait"))
+	require.Zero(t, reads("query"))
 }

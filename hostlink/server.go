@@ -31,11 +31,19 @@ var daemonPath = regexp.MustCompile(`^/(rpc/[a-z][a-z0-9_]{0,63}|health|files/[a
 // listens on this host; a sandbox that is not such gets a *api.Error.
 type Lookup func(ctx context.Context, sandboxID string) (api.Endpoint, error)
 
-// Server forwards authenticated requests to the local daemons.
+// State is the copy of a sandbox's state its workflow left in this
+// host's worker (workflows.MirroredJSON), when it is of run runID and has
+// seen every event of a history historyLen long; false otherwise.
+type State func(sandboxID, runID string, historyLen int64) ([]byte, bool)
+
+// Server forwards authenticated requests to the local daemons, and serves
+// the state copies of the sandbox workflows its worker runs (State, at
+// daemonclient.StatePrefix<sandbox id>) to the gateway's views.
 type Server struct {
 	Secret []byte // the deployment secret the daemon tokens derive from
 	Host   string // this host's name, for errors
 	Lookup Lookup
+	State  State // nil: no copies served
 	Log    *slog.Logger
 
 	once  sync.Once
@@ -83,9 +91,14 @@ func (s *Server) init() {
 	})
 }
 
-// ServeHTTP serves ViaPrefix<sandbox id><daemon path>.
+// ServeHTTP serves ViaPrefix<sandbox id><daemon path>, and
+// StatePrefix<sandbox id>.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.init()
+	if id, ok := strings.CutPrefix(r.URL.Path, daemonclient.StatePrefix); ok {
+		s.serveState(w, r, id)
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, daemonclient.ViaPrefix)
 	if !ok {
 		writeError(w, http.StatusNotFound, api.Errorf(api.KindNotFound, nil, "no such route"))
@@ -97,12 +110,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, api.Errorf(api.KindInvalidRequest, nil, "invalid forwarder path"))
 		return
 	}
-	// The token first: nothing about the host is said to a caller that
-	// does not hold the deployment secret.
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	want := daemonclient.Token(s.Secret, id)
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(want)) != 1 {
-		writeError(w, http.StatusUnauthorized, api.Errorf(api.KindUnauthorized, nil, "missing or invalid sandbox token"))
+	if !s.authorized(w, r, id) {
 		return
 	}
 	ep, err := s.lookup(r.Context(), id)
@@ -118,6 +126,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r2.URL = &url.URL{Path: p, RawQuery: r.URL.RawQuery}
 	r2.RequestURI = ""
 	s.proxy.ServeHTTP(w, r2)
+}
+
+// authorized checks the sandbox's token before anything else: nothing
+// about the host is said to a caller that does not hold the deployment
+// secret.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	want := daemonclient.Token(s.Secret, id)
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(want)) != 1 {
+		writeError(w, http.StatusUnauthorized, api.Errorf(api.KindUnauthorized, nil, "missing or invalid sandbox token"))
+		return false
+	}
+	return true
+}
+
+// runIDPattern is the shape of a Temporal run id (a UUID, or any short
+// token of its characters).
+var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+
+// serveState answers GET StatePrefix<id>?run_id=&history_length= with the
+// copy of the sandbox's state this host's worker holds for that run, when
+// it has seen that much of the history (200, the state's JSON); 204 when
+// it holds none that new.
+func (s *Server) serveState(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	run, n := q.Get("run_id"), q.Get("history_length")
+	length, err := strconv.ParseInt(n, 10, 64)
+	if r.Method != http.MethodGet || !sandboxID.MatchString(id) || !runIDPattern.MatchString(run) || err != nil || length <= 0 {
+		writeError(w, http.StatusBadRequest, api.Errorf(api.KindInvalidRequest, nil, "want GET %s<sandbox id>?run_id=<run>&history_length=<n>", daemonclient.StatePrefix))
+		return
+	}
+	if !s.authorized(w, r, id) {
+		return
+	}
+	var st []byte
+	ok := false
+	if s.State != nil {
+		st, ok = s.State(id, run, length)
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(st)
 }
 
 func (s *Server) lookup(ctx context.Context, id string) (api.Endpoint, error) {

@@ -219,3 +219,71 @@ func TestCertIsKept(t *testing.T) {
 		t.Fatalf("fingerprints %s, %s", a.Fingerprint, b.Fingerprint)
 	}
 }
+
+// The state route serves the copy of a sandbox's state that the host's
+// worker holds, to the sandbox's token only, when it is of the asked run
+// and has seen the asked history (204 otherwise); hostile ids and
+// parameters are refused before the token is even checked.
+func TestForwarderServesStateCopies(t *testing.T) {
+	f := start(t)
+	srvState := func(id, run string, n int64) ([]byte, bool) {
+		if id == f.id && run == "run-1" && n <= 40 {
+			return []byte(`{"sandbox_id":"` + id + `","publishes":7}`), true
+		}
+		return nil, false
+	}
+	// start() serves a Server without State: a second one with it.
+	s := &Server{Secret: f.secret, Host: "h1", State: srvState, Lookup: func(context.Context, string) (api.Endpoint, error) { return f.ep, nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	addr, _, err := Listen(ctx, "127.0.0.1:0", f.cert, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	via := &daemonclient.Via{Addr: addr.String(), Fingerprint: f.cert.Fingerprint}
+	c := daemonclient.New(f.secret, nil)
+	raw, ok, err := c.MirroredState(context.Background(), via, f.id, "run-1", 40)
+	if err != nil || !ok || !strings.Contains(string(raw), `"publishes":7`) {
+		t.Fatalf("a current copy: %s %v %v", raw, ok, err)
+	}
+	for _, ask := range []struct {
+		run string
+		n   int64
+	}{{"run-1", 41}, {"run-2", 40}} {
+		if raw, ok, err := c.MirroredState(context.Background(), via, f.id, ask.run, ask.n); err != nil || ok || raw != nil {
+			t.Fatalf("no copy that new (%v): %s %v %v", ask, raw, ok, err)
+		}
+	}
+	// Without State (start's server): none.
+	if _, ok, err := c.MirroredState(context.Background(), f.via(), f.id, "run-1", 40); err != nil || ok {
+		t.Fatalf("a forwarder without copies: %v %v", ok, err)
+	}
+	// Another deployment's token.
+	other := daemonclient.New([]byte("another deployment"), nil)
+	var ae *api.Error
+	if _, _, err := other.MirroredState(context.Background(), via, f.id, "run-1", 40); !errors.As(err, &ae) || ae.Kind != api.KindUnauthorized {
+		t.Fatalf("foreign token: %v", err)
+	}
+	// Hostile requests, by hand.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: daemonclient.PinnedTLS(f.cert.Fingerprint)}}
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/state/" + f.id},
+		{http.MethodGet, "/v1/state/" + f.id + "?run_id=run-1&history_length=0"},
+		{http.MethodGet, "/v1/state/" + f.id + "?run_id=run-1&history_length=x"},
+		{http.MethodGet, "/v1/state/" + f.id + "?run_id=../x&history_length=4"},
+		{http.MethodGet, "/v1/state/..%2fx?run_id=run-1&history_length=4"},
+		{http.MethodGet, "/v1/state/" + f.id + "/more?run_id=run-1&history_length=4"},
+		{http.MethodPost, "/v1/state/" + f.id + "?run_id=run-1&history_length=4"},
+	} {
+		req, _ := http.NewRequest(r.method, "https://"+addr.String()+r.path, nil)
+		req.Header.Set("Authorization", "Bearer "+daemonclient.Token(f.secret, f.id))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s %s: HTTP %d", r.method, r.path, resp.StatusCode)
+		}
+	}
+}

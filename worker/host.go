@@ -76,6 +76,12 @@ func ServeHost(ctx context.Context, svc *Service, acts *activities.Activities, o
 	srv := &hostlink.Server{Secret: o.Secret, Host: o.Name, Log: svc.log.With("component", "hostlink"),
 		Lookup: func(ctx context.Context, id string) (api.Endpoint, error) {
 			return activities.LocalDaemon(ctx, acts, id)
+		},
+		// The sandbox workflows this worker runs leave copies of their
+		// state in this process: a gateway elsewhere reads a busy
+		// sandbox's state from here rather than wait on its query.
+		State: func(id, run string, historyLen int64) ([]byte, bool) {
+			return workflows.MirroredJSON(workflows.SandboxWorkflowID(id), run, historyLen)
 		}}
 	if _, _, err := hostlink.Listen(hctx, listen, cert, srv); err != nil {
 		cancel()

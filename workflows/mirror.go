@@ -87,6 +87,20 @@ func Mirror(workflowID, runID string, historyLen int64, st *SandboxState) error 
 // if it has seen every event of a history of historyLen events (what
 // DescribeWorkflowExecution says now); false when there is none that new.
 func MirroredState(workflowID, runID string, historyLen int64) (*SandboxState, bool) {
+	b, ok := MirroredJSON(workflowID, runID, historyLen)
+	if !ok {
+		return nil, false
+	}
+	var st SandboxState
+	if json.Unmarshal(b, &st) != nil {
+		return nil, false
+	}
+	return &st, true
+}
+
+// MirroredJSON is MirroredState as the state query's JSON (what a host's
+// forwarder serves a gateway elsewhere).
+func MirroredJSON(workflowID, runID string, historyLen int64) ([]byte, bool) {
 	v, ok := mirror.Load(workflowID)
 	if !ok {
 		return nil, false
@@ -95,11 +109,7 @@ func MirroredState(workflowID, runID string, historyLen int64) (*SandboxState, b
 	if runID == "" || m.runID != runID || historyLen <= 0 || historyLen > m.historyLen {
 		return nil, false
 	}
-	var st SandboxState
-	if json.Unmarshal(m.state, &st) != nil {
-		return nil, false
-	}
-	return &st, true
+	return m.state, true
 }
 
 // HasMirrored is whether this process has a copy of workflow id's state

@@ -241,6 +241,11 @@ func TestCluster(t *testing.T) {
 	// on another host.
 	clusterLocalCalls(t, c, ids)
 
+	// The views of a busy sandbox read the copy of its state that the host
+	// whose worker runs its workflow serves through its forwarder (this
+	// gateway runs no workflow), and read their writes.
+	busyViews(t, c.g, ids[h2], "host_copy", "host_copy_after_wait")
+
 	// Streams cross the host link: a command's output as SSE progress.
 	sse := sseOp(t, c.g, "exec_command", ids[h2], map[string]any{"cmd": "for i in 1 2 3; do echo line-$i; done"})
 	if !strings.Contains(sse, "line-1") || !strings.Contains(sse, "line-3") || !strings.Contains(sse, "event: result") {

@@ -15,20 +15,40 @@ import (
 )
 
 // TestViewsOfABusySandboxReadTheirWrites: the views of a sandbox whose
-// workflow is busy (inspect_sandbox and list_sandboxes, while agents
-// create sessions, publish and destroy them side by side) read the copy of
-// its state that the sandbox workflow keeps in the gateway's process while
-// that copy is as new as the run's history (the metrics count those reads,
-// and the load goes on until some were served that way, and until 40
-// sessions went), and never show
-// less than what was answered before the read was sent, nor more than was
-// sent before it was answered: every publish answered counts in
-// activity_revision; every session whose create was answered and that no
-// publish or destroy was sent for counts in workspace_session_count. The
-// real stack: gateway, embedded Temporal, worker, Docker, daemon. Then a
-// pause and a resume show in the next read after their answers.
+// workflow is busy read the copy of its state that the sandbox workflow
+// keeps in the gateway's process, and read their writes (busyViews); then
+// a pause and a resume show in the next read after their answers. The
+// real stack: gateway, embedded Temporal, worker, Docker, daemon.
 func TestViewsOfABusySandboxReadTheirWrites(t *testing.T) {
 	g, id, _ := gatewayWithSandbox(t, "base\n")
+	call := busyViews(t, g, id, "copy", "copy_after_wait")
+
+	// A pause and a resume show in the read right after their answers.
+	_, err := call("pause_sandbox", nil)
+	require.NoError(t, err)
+	m, err := call("inspect_sandbox", nil)
+	require.NoError(t, err)
+	require.Equal(t, "paused", m["state"], "%v", m)
+	_, err = call("resume_sandbox", nil)
+	require.NoError(t, err)
+	m, err = call("inspect_sandbox", nil)
+	require.NoError(t, err)
+	require.Equal(t, "ready", m["state"], "%v", m)
+}
+
+// busyViews reads the views of sandbox id on gateway g (inspect_sandbox
+// and list_sandboxes) while four agents create sessions, publish and
+// destroy them side by side, and checks that no read shows less than was
+// answered before it was sent, nor more than was sent before it was
+// answered: every publish answered counts in activity_revision; every
+// session whose create was answered and that no publish or destroy was
+// sent for counts in workspace_session_count. The load goes on until 60
+// reads were made, 40 sessions went, and 5 reads came from the sources
+// named (eos_sandbox_view_reads_total: the workflow's copy, not its
+// query). Once quiet, a read names exactly what was answered. It returns
+// the call it made ops with.
+func busyViews(t *testing.T, g *gatewayProc, id string, sources ...string) func(string, map[string]any) (map[string]any, error) {
+	t.Helper()
 
 	call := func(name string, args map[string]any) (map[string]any, error) {
 		scope := map[string]any{"kind": "sandbox", "sandbox_id": id}
@@ -54,9 +74,16 @@ func TestViewsOfABusySandboxReadTheirWrites(t *testing.T) {
 	// What the agents sent and were answered, counted before a send and
 	// after an answer.
 	var createsSent, createsAnswered, removalsSent, removalsAnswered, publishesSent, publishesAnswered atomic.Int64
+	// What the sandbox had before (quiet): the counts start from there.
+	m0, err := call("inspect_sandbox", nil)
+	require.NoError(t, err)
+	baseSessions, basePublishes := int64(m0["workspace_session_count"].(float64)), int64(m0["activity_revision"].(float64))
 	copies := func() float64 {
-		return metricValue(t, g, `eos_sandbox_view_reads_total{source="copy"}`) +
-			metricValue(t, g, `eos_sandbox_view_reads_total{source="copy_after_wait"}`)
+		n := 0.0
+		for _, src := range sources {
+			n += metricValue(t, g, `eos_sandbox_view_reads_total{source="`+src+`"}`)
+		}
+		return n
 	}
 
 	stop := make(chan struct{})
@@ -109,8 +136,8 @@ func TestViewsOfABusySandboxReadTheirWrites(t *testing.T) {
 		created, removed, published := createsAnswered.Load(), removalsAnswered.Load(), publishesAnswered.Load()
 		m, err := call(view, nil)
 		require.NoError(t, err)
-		lowSessions, highSessions := created-removalsSent.Load(), createsSent.Load()-removed
-		lowPublishes, highPublishes := published, publishesSent.Load()
+		lowSessions, highSessions := baseSessions+created-removalsSent.Load(), baseSessions+createsSent.Load()-removed
+		lowPublishes, highPublishes := basePublishes+published, basePublishes+publishesSent.Load()
 		rec := m
 		if view == "list_sandboxes" {
 			rec = nil
@@ -157,18 +184,7 @@ func TestViewsOfABusySandboxReadTheirWrites(t *testing.T) {
 	}
 	m, err := call("inspect_sandbox", nil)
 	require.NoError(t, err)
-	require.EqualValues(t, 0, m["workspace_session_count"])
-	require.EqualValues(t, publishesAnswered.Load(), m["activity_revision"])
-
-	// A pause and a resume show in the read right after their answers.
-	_, err = call("pause_sandbox", nil)
-	require.NoError(t, err)
-	m, err = call("inspect_sandbox", nil)
-	require.NoError(t, err)
-	require.Equal(t, "paused", m["state"], "%v", m)
-	_, err = call("resume_sandbox", nil)
-	require.NoError(t, err)
-	m, err = call("inspect_sandbox", nil)
-	require.NoError(t, err)
-	require.Equal(t, "ready", m["state"], "%v", m)
+	require.EqualValues(t, baseSessions, m["workspace_session_count"])
+	require.EqualValues(t, basePublishes+publishesAnswered.Load(), m["activity_revision"])
+	return call
 }
