@@ -375,13 +375,23 @@ func (b *TemporalBackend) freshLastPublish(ctx context.Context, sandboxID string
 	}
 	info := d.GetWorkflowExecutionInfo()
 	var lp any
-	if v, err := b.Client.QueryWorkflow(ctx, wid, info.GetExecution().GetRunId(), workflows.QueryLastPublish); err == nil && v.HasValue() {
+	asMap := func(rec *workflows.PublishRecord) {
+		var m map[string]any
+		if raw, err := json.Marshal(rec); err == nil && json.Unmarshal(raw, &m) == nil {
+			lp = m
+		}
+	}
+	// The copy the workflow left in this process, while current (as the
+	// views read the state: viewState); else the query, which waits for
+	// the workflow task in flight.
+	if rec, ok := workflows.MirroredLastPublish(wid, info.GetExecution().GetRunId(), info.GetHistoryLength()); ok {
+		if rec != nil {
+			asMap(rec)
+		}
+	} else if v, err := b.Client.QueryWorkflow(ctx, wid, info.GetExecution().GetRunId(), workflows.QueryLastPublish); err == nil && v.HasValue() {
 		var rec *workflows.PublishRecord
 		if v.Get(&rec) == nil && rec != nil {
-			var m map[string]any
-			if raw, err := json.Marshal(rec); err == nil && json.Unmarshal(raw, &m) == nil {
-				lp = m
-			}
+			asMap(rec)
 		}
 	}
 	if lp == nil {

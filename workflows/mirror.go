@@ -28,9 +28,10 @@ import (
 // while the workflow replays, and the workflow's decisions never read it.
 
 type mirrored struct {
-	runID      string
-	historyLen int64
-	state      []byte // JSON, as the state query answers
+	runID       string
+	historyLen  int64
+	state       []byte // JSON, as the state query answers
+	lastPublish []byte // JSON, as the last_publish query answers
 }
 
 var mirror sync.Map // workflow id → *mirrored
@@ -61,7 +62,7 @@ func (s *sandbox) mirrorState(ctx workflow.Context) {
 		return
 	}
 	info := workflow.GetInfo(ctx)
-	_ = Mirror(info.WorkflowExecution.ID, info.WorkflowExecution.RunID, int64(info.GetCurrentHistoryLength()), s.state)
+	_ = mirrorRecords(info.WorkflowExecution.ID, info.WorkflowExecution.RunID, int64(info.GetCurrentHistoryLength()), s.state, s.lastPublish)
 }
 
 // forgetMirrored drops the run's copy when it ends (outside replay).
@@ -75,12 +76,35 @@ func (s *sandbox) forgetMirrored(ctx workflow.Context) {
 // historyLen events, in this process's mirror: what the sandbox workflow
 // does outside replay (readers' tests call it too).
 func Mirror(workflowID, runID string, historyLen int64, st *SandboxState) error {
+	return mirrorRecords(workflowID, runID, historyLen, st, nil)
+}
+
+// mirrorRecords is Mirror with the run's last publish (nil: none yet).
+func mirrorRecords(workflowID, runID string, historyLen int64, st *SandboxState, last *PublishRecord) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	mirror.Store(workflowID, &mirrored{runID: runID, historyLen: historyLen, state: b})
+	lp, err := json.Marshal(last)
+	if err != nil {
+		return err
+	}
+	mirror.Store(workflowID, &mirrored{runID: runID, historyLen: historyLen, state: b, lastPublish: lp})
 	return nil
+}
+
+// MirroredLastPublish is the last publish the run recorded (nil: none
+// yet), from the copy MirroredState reads, under the same condition.
+func MirroredLastPublish(workflowID, runID string, historyLen int64) (*PublishRecord, bool) {
+	m, ok := current(workflowID, runID, historyLen)
+	if !ok {
+		return nil, false
+	}
+	var rec *PublishRecord
+	if len(m.lastPublish) > 0 && json.Unmarshal(m.lastPublish, &rec) != nil {
+		return nil, false
+	}
+	return rec, true
 }
 
 // MirroredState is the state workflow id's run runID left in this process,
@@ -101,6 +125,16 @@ func MirroredState(workflowID, runID string, historyLen int64) (*SandboxState, b
 // MirroredJSON is MirroredState as the state query's JSON (what a host's
 // forwarder serves a gateway elsewhere).
 func MirroredJSON(workflowID, runID string, historyLen int64) ([]byte, bool) {
+	m, ok := current(workflowID, runID, historyLen)
+	if !ok {
+		return nil, false
+	}
+	return m.state, true
+}
+
+// current is workflow id's copy if it is of run runID and has seen every
+// event of a history historyLen long.
+func current(workflowID, runID string, historyLen int64) (*mirrored, bool) {
 	v, ok := mirror.Load(workflowID)
 	if !ok {
 		return nil, false
@@ -109,7 +143,7 @@ func MirroredJSON(workflowID, runID string, historyLen int64) ([]byte, bool) {
 	if runID == "" || m.runID != runID || historyLen <= 0 || historyLen > m.historyLen {
 		return nil, false
 	}
-	return m.state, true
+	return m, true
 }
 
 // HasMirrored is whether this process has a copy of workflow id's state

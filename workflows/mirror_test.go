@@ -88,6 +88,28 @@ func TestMirroredStateFreshness(t *testing.T) {
 	require.False(t, ok)
 }
 
+// The run's last publish is copied with its state and read under the same
+// condition: none yet is nil, a recorded one comes back as recorded.
+func TestMirroredLastPublish(t *testing.T) {
+	id := "sandbox/mirror-last"
+	t.Cleanup(func() { ForgetMirrored(id) })
+	require.NoError(t, mirrorRecords(id, "run-1", 10, &SandboxState{SandboxID: "mirror-last"}, nil))
+	rec, ok := MirroredLastPublish(id, "run-1", 10)
+	require.True(t, ok)
+	require.Nil(t, rec, "no publish in this run yet")
+	at := time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC)
+	require.NoError(t, mirrorRecords(id, "run-1", 12, &SandboxState{SandboxID: "mirror-last", Publishes: 4},
+		&PublishRecord{TxID: "tx-4", Outcome: "committed", Publishes: 4, At: at}))
+	rec, ok = MirroredLastPublish(id, "run-1", 12)
+	require.True(t, ok)
+	require.Equal(t, "tx-4", rec.TxID)
+	require.Equal(t, at, rec.At)
+	_, ok = MirroredLastPublish(id, "run-1", 13)
+	require.False(t, ok, "an event the copy has not seen")
+	_, ok = MirroredLastPublish(id, "run-2", 12)
+	require.False(t, ok, "another run")
+}
+
 // BenchmarkMirror: what one copy of a sandbox's state costs with 50
 // sessions (the sandbox workflow makes one per batch of updates a task
 // starts).
