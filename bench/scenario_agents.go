@@ -144,11 +144,15 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 		s.target(t)
 	}
 	var views []Table
-	view := Table{Caption: "A console beside the agents: inspect_sandbox every 250 ms (the sandbox workflow answers it; ms, p50 / p95 / p99 / max)",
-		Header: []string{"agents", "inspect_sandbox", "samples"}}
+	view := Table{Caption: "A console beside the agents: inspect_sandbox and the workflows view every 250 ms (the sandbox workflow answers both; ms, p50 / p95 / p99 / max)",
+		Header: []string{"agents", "inspect_sandbox", "samples", "workflows", "samples"}}
 	for _, r := range runs {
-		sm := s.summary("e", fmt.Sprint(r.n), "inspect_sandbox", r.n, 0)
-		view.Rows = append(view.Rows, []string{fmt.Sprint(r.n), fmt.Sprintf("%v / %v / %v / %v", Ms(sm.P50), Ms(sm.P95), Ms(sm.P99), Ms(sm.Max)), samplesCell(sm)})
+		row := []string{fmt.Sprint(r.n)}
+		for _, op := range []string{"inspect_sandbox", "workflows"} {
+			sm := s.summary("e", fmt.Sprint(r.n), op, r.n, 0)
+			row = append(row, fmt.Sprintf("%v / %v / %v / %v", Ms(sm.P50), Ms(sm.P95), Ms(sm.P99), Ms(sm.Max)), samplesCell(sm))
+		}
+		view.Rows = append(view.Rows, row)
 	}
 	if !s.o.NoConsole {
 		views = append(views, view)
@@ -165,8 +169,8 @@ func runAgents(ctx context.Context, s *Suite) (Section, error) {
 		"create_workspace_session, file_read of a shared %d-line file, file_write of a 4 KiB file of its own, file_edit of one "+
 		"random line of the shared file, `exec_command` of a test (`grep -c . shared.txt && test -f <its file>`), "+
 		"publish_workspace_session; a rejected publish (another agent changed the same line first) is counted as a conflict and "+
-		"its session discarded. Beside them a console reads the sandbox's record (`inspect_sandbox`, answered by a query of the "+
-		"sandbox's workflow) every 250 ms. Everything goes through the gateway over HTTP. CPU is the sandbox container's (100%% = one "+
+		"its session discarded. Beside them a console reads the sandbox's record (`inspect_sandbox`) and its workflows view (with "+
+		"the last publish) every 250 ms, both answered from the sandbox workflow's state. Everything goes through the gateway over HTTP. CPU is the sandbox container's (100%% = one "+
 		"core of the 2), memory its cgroup's, both sampled from the Docker Engine every 500 ms; disk per session is what one "+
 		"session's directory holds after its edits (upper dir, overlay work dir, records), against a `git worktree add` of the "+
 		"same repository.", s.agentTime(), sharedLines),
@@ -309,15 +313,22 @@ func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error
 	}
 	var wg sync.WaitGroup
 	start := time.Now()
-	// A console beside the agents: the sandbox's record every 250 ms, a
-	// read the sandbox workflow answers (a query). The loops/s pairs' runs
-	// leave it out: the reference's loop has none.
+	// A console beside the agents: every 250 ms the sandbox's record and
+	// its workflows view (with the last publish), the two reads the
+	// sandbox workflow answers (its state; its last publish). The loops/s
+	// pairs' runs leave it out: the reference's loop has none.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for !s.o.NoConsole && time.Now().Before(deadline) {
 			if err := timed("inspect_sandbox", func(ctx context.Context) error {
 				_, err := s.st.Call(ctx, "inspect_sandbox", "", map[string]any{"sandbox_id": id})
+				return err
+			}); err != nil {
+				fail(err)
+			}
+			if err := timed("workflows", func(ctx context.Context) error {
+				_, err := s.st.Call(ctx, "workflows", id, map[string]any{"limit": 50})
 				return err
 			}); err != nil {
 				fail(err)
