@@ -160,8 +160,13 @@ func (b *TemporalBackend) localCopy(sandboxID string, rv runView) (*workflows.Sa
 	return st, ok
 }
 
-// hostCopyTimeout bounds one ask of a host's forwarder for a copy.
-const hostCopyTimeout = 250 * time.Millisecond
+// hostCopyTimeout bounds one ask of a host's forwarder for a copy; a
+// recheck's ask, made while the query's answer may be waiting, gets
+// hostRecheckTimeout.
+const (
+	hostCopyTimeout    = 250 * time.Millisecond
+	hostRecheckTimeout = 50 * time.Millisecond
+)
 
 // hasHosts reports whether the registry lists hosts of a cluster.
 func (b *TemporalBackend) hasHosts(ctx context.Context) bool {
@@ -181,8 +186,12 @@ func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv run
 	b.mu.Lock()
 	last := b.copyHosts[sandboxID]
 	b.mu.Unlock()
+	timeout := hostCopyTimeout
+	if !fanOut {
+		timeout = hostRecheckTimeout
+	}
 	ask := func(ctx context.Context, h workflows.HostInfo) *workflows.SandboxState {
-		ctx, cancel := context.WithTimeout(ctx, hostCopyTimeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, ok, err := b.daemons().MirroredState(ctx, hostdir.Via(h), sandboxID, rv.run, rv.length)
 		var st workflows.SandboxState
