@@ -497,7 +497,8 @@ func sandboxWorkflowRun(t *testing.T, cl tclient.Client, id string) workflowRun 
 		}
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-			if w := ev.GetWorkflowTaskStartedEventAttributes().GetIdentity(); !seen[w] {
+			// (A task the server started itself carries no identity.)
+			if w := ev.GetWorkflowTaskStartedEventAttributes().GetIdentity(); w != "" && !seen[w] {
 				seen[w] = true
 				r.workers = append(r.workers, w)
 			}
