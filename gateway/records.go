@@ -72,9 +72,9 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 	// Another process runs the workflow: a cluster host's worker, whose
 	// forwarder serves its copy.
 	remote := !workflows.HasMirrored(wid) && b.hasHosts(ctx)
-	var fanned chan *workflows.SandboxState
+	var fanned chan *hostCopied
 	if remote && described && rv.running {
-		fanned = make(chan *workflows.SandboxState, 1)
+		fanned = make(chan *hostCopied, 1)
 		go func() { fanned <- b.hostCopy(qctx, sandboxID, rv, true) }()
 	}
 	var recheck <-chan time.Time
@@ -94,11 +94,11 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 			}
 			b.countView("query")
 			return a.st, memo, nil
-		case st := <-fanned:
+		case c := <-fanned:
 			fanned = nil
-			if st != nil {
+			if c != nil {
 				b.countView("host_copy")
-				return st, memo, nil
+				return c.state, memo, nil
 			}
 		case <-recheck:
 			rv, ok := b.describeRun(ctx, sandboxID)
@@ -110,9 +110,9 @@ func (b *TemporalBackend) viewState(ctx context.Context, sandboxID string) (*wor
 				return st, rv.memo, nil
 			}
 			if remote {
-				if st := b.hostCopy(ctx, sandboxID, rv, false); st != nil {
+				if c := b.hostCopy(ctx, sandboxID, rv, false); c != nil {
 					b.countView("host_copy_after_wait")
-					return st, rv.memo, nil
+					return c.state, rv.memo, nil
 				}
 			}
 		case <-ctx.Done():
@@ -178,7 +178,7 @@ func (b *TemporalBackend) hasHosts(ctx context.Context) bool {
 // cluster host's worker holds (nil: none has one): the host that served
 // the last one is asked first; with fanOut, then every other live host
 // side by side, and the one that has it is remembered.
-func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv runView, fanOut bool) *workflows.SandboxState {
+func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv runView, fanOut bool) *hostCopied {
 	hosts, err := b.hosts(ctx)
 	if err != nil {
 		return nil
@@ -190,12 +190,17 @@ func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv run
 	if !fanOut {
 		timeout = hostRecheckTimeout
 	}
-	ask := func(ctx context.Context, h workflows.HostInfo) *workflows.SandboxState {
+	ask := func(ctx context.Context, h workflows.HostInfo) *hostCopied {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, ok, err := b.daemons().MirroredState(ctx, hostdir.Via(h), sandboxID, rv.run, rv.length)
+		var c workflows.MirroredCopy
 		var st workflows.SandboxState
-		if err != nil || !ok || json.Unmarshal(raw, &st) != nil || st.SandboxID != sandboxID {
+		var last *workflows.PublishRecord
+		if err != nil || !ok || json.Unmarshal(raw, &c) != nil || json.Unmarshal(c.State, &st) != nil || st.SandboxID != sandboxID {
+			return nil
+		}
+		if len(c.LastPublish) > 0 && json.Unmarshal(c.LastPublish, &last) != nil {
 			return nil
 		}
 		b.mu.Lock()
@@ -205,7 +210,7 @@ func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv run
 		b.copyHosts[sandboxID] = h.Queue
 		b.mu.Unlock()
 		b.rememberQueue(sandboxID, st.HostQueue)
-		return &st
+		return &hostCopied{state: &st, lastPublish: last}
 	}
 	now := time.Now()
 	var others []workflows.HostInfo
@@ -214,8 +219,8 @@ func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv run
 			continue
 		}
 		if h.Queue == last {
-			if st := ask(ctx, h); st != nil {
-				return st
+			if c := ask(ctx, h); c != nil {
+				return c
 			}
 			continue
 		}
@@ -226,16 +231,32 @@ func (b *TemporalBackend) hostCopy(ctx context.Context, sandboxID string, rv run
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	found := make(chan *workflows.SandboxState, len(others))
+	found := make(chan *hostCopied, len(others))
 	for _, h := range others {
 		go func(h workflows.HostInfo) { found <- ask(ctx, h) }(h)
 	}
 	for range others {
-		if st := <-found; st != nil {
-			return st
+		if c := <-found; c != nil {
+			return c
 		}
 	}
 	return nil
+}
+
+// clusterCopy is hostCopy for a run of a workflow this process does not
+// run, when the registry lists hosts (nil otherwise).
+func (b *TemporalBackend) clusterCopy(ctx context.Context, sandboxID string, rv runView) *hostCopied {
+	if !rv.running || workflows.HasMirrored(workflows.SandboxWorkflowID(sandboxID)) || !b.hasHosts(ctx) {
+		return nil
+	}
+	return b.hostCopy(ctx, sandboxID, rv, true)
+}
+
+// hostCopied is a copy a host served: the state and the run's last
+// publish (nil: none yet).
+type hostCopied struct {
+	state       *workflows.SandboxState
+	lastPublish *workflows.PublishRecord
 }
 
 func (b *TemporalBackend) memo(ctx context.Context, sandboxID string) map[string]any {
@@ -393,9 +414,14 @@ func (b *TemporalBackend) freshLastPublish(ctx context.Context, sandboxID string
 	// The copy the workflow left in this process, while current (as the
 	// views read the state: viewState); else the query, which waits for
 	// the workflow task in flight.
-	if rec, ok := workflows.MirroredLastPublish(wid, info.GetExecution().GetRunId(), info.GetHistoryLength()); ok {
+	rv := runView{run: info.GetExecution().GetRunId(), length: info.GetHistoryLength(), running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
+	if rec, ok := workflows.MirroredLastPublish(wid, rv.run, rv.length); ok {
 		if rec != nil {
 			asMap(rec)
+		}
+	} else if c := b.clusterCopy(ctx, sandboxID, rv); c != nil {
+		if c.lastPublish != nil {
+			asMap(c.lastPublish)
 		}
 	} else if v, err := b.Client.QueryWorkflow(ctx, wid, info.GetExecution().GetRunId(), workflows.QueryLastPublish); err == nil && v.HasValue() {
 		var rec *workflows.PublishRecord

@@ -155,7 +155,8 @@ func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
 			if name != "h2" || sid != id || run != "run-1" || n > copyLen {
 				return nil, false
 			}
-			return []byte(`{"sandbox_id":"` + id + `","phase":"ready","publishes":9,"host_queue":"eos-host-h2"}`), true
+			return []byte(`{"state":{"sandbox_id":"` + id + `","phase":"ready","publishes":9,"host_queue":"eos-host-h2"},` +
+				`"last_publish":{"txid":"tx-9","outcome":"committed","publishes":9,"at":"2026-12-07T05:00:00Z"}}`), true
 		}}
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
@@ -215,4 +216,11 @@ func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
 	require.Equal(t, 9, st.Publishes)
 	require.Equal(t, 1.0, reads("host_copy_after_wait"))
 	require.Zero(t, reads("query"))
+
+	// The workflows view's last publish comes from the host's copy too
+	// (the query is held: an answer from it would never come).
+	out := []map[string]any{{"workflow_id": workflows.SandboxWorkflowID(id), "run_id": "run-1"}}
+	b.freshLastPublish(ctx, id, out)
+	lp, _ := out[0][workflows.MemoLastPublish].(map[string]any)
+	require.Equal(t, "tx-9", lp["txid"], "%v", out)
 }

@@ -32,8 +32,9 @@ var daemonPath = regexp.MustCompile(`^/(rpc/[a-z][a-z0-9_]{0,63}|health|files/[a
 type Lookup func(ctx context.Context, sandboxID string) (api.Endpoint, error)
 
 // State is the copy of a sandbox's state its workflow left in this
-// host's worker (workflows.MirroredJSON), when it is of run runID and has
-// seen every event of a history historyLen long; false otherwise.
+// host's worker, encoded (workflows.MirroredCopyJSON), when it is of run
+// runID and has seen every event of a history historyLen long; false
+// otherwise.
 type State func(sandboxID, runID string, historyLen int64) ([]byte, bool)
 
 // Server forwards authenticated requests to the local daemons, and serves

@@ -81,7 +81,7 @@ func ServeHost(ctx context.Context, svc *Service, acts *activities.Activities, o
 		// state in this process: a gateway elsewhere reads a busy
 		// sandbox's state from here rather than wait on its query.
 		State: func(id, run string, historyLen int64) ([]byte, bool) {
-			return workflows.MirroredJSON(workflows.SandboxWorkflowID(id), run, historyLen)
+			return workflows.MirroredCopyJSON(workflows.SandboxWorkflowID(id), run, historyLen)
 		}}
 	if _, _, err := hostlink.Listen(hctx, listen, cert, srv); err != nil {
 		cancel()

@@ -111,25 +111,33 @@ func MirroredLastPublish(workflowID, runID string, historyLen int64) (*PublishRe
 // if it has seen every event of a history of historyLen events (what
 // DescribeWorkflowExecution says now); false when there is none that new.
 func MirroredState(workflowID, runID string, historyLen int64) (*SandboxState, bool) {
-	b, ok := MirroredJSON(workflowID, runID, historyLen)
+	m, ok := current(workflowID, runID, historyLen)
 	if !ok {
 		return nil, false
 	}
 	var st SandboxState
-	if json.Unmarshal(b, &st) != nil {
+	if json.Unmarshal(m.state, &st) != nil {
 		return nil, false
 	}
 	return &st, true
 }
 
-// MirroredJSON is MirroredState as the state query's JSON (what a host's
-// forwarder serves a gateway elsewhere).
-func MirroredJSON(workflowID, runID string, historyLen int64) ([]byte, bool) {
+// MirroredCopy is the copy MirroredState and MirroredLastPublish read, as
+// JSON: what a host's forwarder serves a gateway elsewhere.
+type MirroredCopy struct {
+	State       json.RawMessage `json:"state"`        // as the state query answers
+	LastPublish json.RawMessage `json:"last_publish"` // as the last_publish query answers (null: none yet)
+}
+
+// MirroredCopyJSON is workflow id's copy, encoded, under MirroredState's
+// condition.
+func MirroredCopyJSON(workflowID, runID string, historyLen int64) ([]byte, bool) {
 	m, ok := current(workflowID, runID, historyLen)
 	if !ok {
 		return nil, false
 	}
-	return m.state, true
+	b, err := json.Marshal(MirroredCopy{State: m.state, LastPublish: m.lastPublish})
+	return b, err == nil
 }
 
 // current is workflow id's copy if it is of run runID and has seen every

@@ -108,6 +108,19 @@ func TestMirroredLastPublish(t *testing.T) {
 	require.False(t, ok, "an event the copy has not seen")
 	_, ok = MirroredLastPublish(id, "run-2", 12)
 	require.False(t, ok, "another run")
+
+	// What a host's forwarder serves: both, under the same condition.
+	b, ok := MirroredCopyJSON(id, "run-1", 12)
+	require.True(t, ok)
+	var c struct {
+		State       SandboxState   `json:"state"`
+		LastPublish *PublishRecord `json:"last_publish"`
+	}
+	require.NoError(t, json.Unmarshal(b, &c))
+	require.Equal(t, 4, c.State.Publishes)
+	require.Equal(t, "tx-4", c.LastPublish.TxID)
+	_, ok = MirroredCopyJSON(id, "run-1", 13)
+	require.False(t, ok)
 }
 
 // BenchmarkMirror: what one copy of a sandbox's state costs with 50
