@@ -62,7 +62,7 @@ func (b *TemporalBackend) queueOf(ctx context.Context, id string) (string, error
 	if ok || b.Client == nil { // no Temporal (unit tests): every sandbox is local
 		return q, nil
 	}
-	st, err := b.state(ctx, id)
+	st, _, err := b.viewState(ctx, id)
 	if err != nil {
 		return "", err
 	}

@@ -58,7 +58,7 @@ func NewMetrics() *Metrics {
 		Help: "Round-trip latency of Temporal RPCs made by this process (long polls excluded), by method.", Buckets: latencyBuckets},
 		[]string{"method", "code"})
 	m.views = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "eos", Name: "sandbox_view_reads_total",
-		Help: "Reads of a sandbox's state for a view (inspect_sandbox, snapshot, the fleet), by source: copy (the sandbox workflow's copy in this process, current), " +
+		Help: "Reads of a sandbox's state for a view (inspect_sandbox, snapshot, the fleet; and where its daemon is, on a cache miss), by source: copy (the sandbox workflow's copy in this process, current), " +
 			"copy_after_wait (the same, once the workflow task in flight made it current), host_copy and host_copy_after_wait (the same, from the cluster host whose worker runs the workflow, through its forwarder), " +
 			"query (the workflow's state query)."}, []string{"source"})
 	m.fleet = &fleetCollector{

@@ -11,7 +11,9 @@ import (
 )
 
 // endpoint is where the sandbox's daemon listens, from the cache or the
-// sandbox workflow's state.
+// sandbox workflow's state (its copy while current, as the views read it:
+// a busy sandbox's first call after a gateway restart does not wait on
+// the query).
 func (b *TemporalBackend) endpoint(ctx context.Context, id string) (api.Endpoint, error) {
 	b.mu.Lock()
 	ep, ok := b.endpoints[id]
@@ -19,7 +21,7 @@ func (b *TemporalBackend) endpoint(ctx context.Context, id string) (api.Endpoint
 	if ok {
 		return ep, nil
 	}
-	st, err := b.state(ctx, id)
+	st, _, err := b.viewState(ctx, id)
 	if err != nil {
 		return ep, err
 	}
