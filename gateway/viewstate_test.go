@@ -65,6 +65,18 @@ type jsonValue []byte
 func (v jsonValue) HasValue() bool            { return len(v) > 0 }
 func (v jsonValue) Get(ptr interface{}) error { return json.Unmarshal(v, ptr) }
 
+// countViews gives b fresh metrics and returns the count of its view
+// reads from a source.
+func countViews(t *testing.T, b *TemporalBackend) func(source string) float64 {
+	m := NewMetrics()
+	b.viewReads.Store(m.views)
+	return func(source string) float64 {
+		var v dto.Metric
+		require.NoError(t, m.views.WithLabelValues(source).Write(&v))
+		return v.GetCounter().GetValue()
+	}
+}
+
 // A view of a busy sandbox reads the copy its workflow left in this
 // process while that copy has seen every event of the run's history, and
 // queries otherwise: a newer history, another run, a run that ended, no
@@ -76,13 +88,7 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 	queried := &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 7}
 	f := &viewTemporal{run: "run-1", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, length: 40, state: queried}
 	b := &TemporalBackend{Client: f}
-	m := NewMetrics()
-	b.viewReads.Store(m.views)
-	reads := func(source string) float64 {
-		var v dto.Metric
-		require.NoError(t, m.views.WithLabelValues(source).Write(&v))
-		return v.GetCounter().GetValue()
-	}
+	reads := countViews(t, b)
 	ctx := context.Background()
 
 	st, _, err := b.viewState(ctx, id)
@@ -172,13 +178,7 @@ func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
 	defer close(f.hold) // every query waits: a workflow task in flight
 	b := &TemporalBackend{Client: f, Secret: secret}
 	b.hostDir.Seed([]workflows.HostInfo{h1, h2, h3}, time.Now().Add(time.Hour))
-	m := NewMetrics()
-	b.viewReads.Store(m.views)
-	reads := func(source string) float64 {
-		var v dto.Metric
-		require.NoError(t, m.views.WithLabelValues(source).Write(&v))
-		return v.GetCounter().GetValue()
-	}
+	reads := countViews(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
