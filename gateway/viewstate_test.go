@@ -144,7 +144,8 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 // sandbox's state from the forwarder of the host whose worker runs the
 // workflow, while that copy is current: at once when it is, asking the
 // host that served the last one first; after the next task otherwise,
-// without the query's answer; a host that is not live is not asked.
+// without the query's answer; a host that is not live is not asked, and
+// one that answers with another sandbox's state is not believed.
 func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
 	const id = "view-cluster"
 	secret := []byte("deployment secret")
@@ -158,6 +159,11 @@ func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			asked[name]++
+			if name == "h1" {
+				// A host answering for another sandbox (or with garbage)
+				// is not believed.
+				return []byte(`{"state":{"sandbox_id":"intruder","phase":"ready","publishes":99},"last_publish":{"txid":"tx-99"}}`), true
+			}
 			if name != "h2" || sid != id || run != "run-1" || n > copyLen {
 				return nil, false
 			}
