@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
+	"github.com/ephemeral-sandbox/sandbox/worker"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -245,6 +247,8 @@ func TestCluster(t *testing.T) {
 	// whose worker runs its workflow serves through its forwarder (this
 	// gateway runs no workflow), and read their writes.
 	busyViews(t, c.g, ids[h2], "host_copy", "host_copy_after_wait")
+
+	clusterCrossHostCrash(t, c, h1, h2, ids[h2])
 
 	// Streams cross the host link: a command's output as SSE progress.
 	sse := sseOp(t, c.g, "exec_command", ids[h2], map[string]any{"cmd": "for i in 1 2 3; do echo line-$i; done"})
@@ -543,6 +547,88 @@ func clusterLocalCalls(t *testing.T, c *cluster, ids map[string]string) {
 		}
 	}
 	t.Logf("%d of %d sandboxes' workflows ran on a worker of another host", crossed, len(ids))
+}
+
+// clusterCrossHostCrash: the worker that runs a sandbox's workflow dies
+// right after the sandbox's daemon, on another host, answered a publish
+// through that host's forwarder (the side effect happened, the history
+// does not know). h2's worker runs only its host's activities
+// (--host-only), so h1's worker runs every workflow and h2's sandbox's
+// calls cross hosts; h1's worker SIGKILLs itself after the local publish
+// call succeeded (EOS_WORKER_FAILPOINT, which a call that fell back to a
+// regular activity would not trip). Once h1's worker is back, the publish
+// answers, committed exactly once; then both workers run as before.
+func clusterCrossHostCrash(t *testing.T, c *cluster, h1, h2, id string) {
+	t.Helper()
+	pidOf := func(h string) int {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(c.work), "hosts", h, "worker.pid"))
+		if err != nil {
+			return 0
+		}
+		var pid int
+		fmt.Sscan(string(b), &pid)
+		return pid
+	}
+	restart := func(h string, env ...string) {
+		c.hostCmd(t, nil, "stop-worker", h)
+		c.hostCmd(t, env, "start-worker", h)
+	}
+	served := func() {
+		clusterEventually(t, "h2's sandbox served", func() (bool, string) {
+			st, out := c.op(t, "exec_command", id, map[string]any{"cmd": "true"})
+			return st == http.StatusOK, mustJSON(out)
+		})
+	}
+	restart(h2, "WORKER_ARGS=--host-only")
+	restart(h1, worker.FailpointEnv+"=CallDaemonHere:publish_workspace_session")
+	served()
+	before := c.must(t, "inspect_sandbox", "", map[string]any{"sandbox_id": id})["activity_revision"].(float64)
+	sid := fmt.Sprint(c.must(t, "create_workspace_session", id, map[string]any{})["workspace_session_id"])
+	c.must(t, "file_write", id, map[string]any{"path": "crossed.txt", "content": "through the forwarder\n", "workspace_session_id": sid})
+	dying := pidOf(h1)
+	published := make(chan error, 1)
+	go func() {
+		st, b, err := c.g.HTTPOp("publish_workspace_session", map[string]any{"scope": map[string]any{"kind": "sandbox", "sandbox_id": id},
+			"args": map[string]any{"workspace_session_id": sid}})
+		if err == nil && st != http.StatusOK {
+			err = fmt.Errorf("publish: HTTP %d %s", st, b)
+		}
+		published <- err
+	}()
+	// Gone: no such process, or a zombie nobody reaped yet.
+	gone := func(pid int) bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || syscall.Kill(pid, 0) != nil {
+			return true
+		}
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "Z")
+	}
+	clusterEventually(t, "h1's worker killed by its failpoint after the publish's local call", func() (bool, string) {
+		return dying > 0 && gone(dying), fmt.Sprint("pid ", dying)
+	})
+	select {
+	case err := <-published:
+		t.Fatalf("the publish answered while no worker could finish it: %v", err)
+	default:
+	}
+	restart(h1)
+	select {
+	case err := <-published:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the publish never answered after h1's worker came back")
+	}
+	if after := c.must(t, "inspect_sandbox", "", map[string]any{"sandbox_id": id})["activity_revision"].(float64); after != before+1 {
+		t.Errorf("publishes %v → %v: want exactly one more", before, after)
+	}
+	if rd := c.must(t, "file_read", id, map[string]any{"path": "crossed.txt"}); rd["content"] != "through the forwarder" {
+		t.Errorf("the published file: %s", mustJSON(rd))
+	}
+	restart(h2)
+	served()
 }
 
 // sseOp posts an op with Accept: text/event-stream and returns the whole

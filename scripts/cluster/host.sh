@@ -44,15 +44,23 @@ stop_engine() {
 	rm -f "$d/docker.pid"
 }
 
+# WORKER_ARGS: more sandbox-worker flags (e.g. --host-only); the
+# environment (e.g. EOS_WORKER_FAILPOINT) reaches the worker as it is.
 start_worker() {
+	local started; started=$(grep -c "worker running" "$d/worker.log" 2>/dev/null || true)
+	# shellcheck disable=SC2086 # WORKER_ARGS is a list of flags
 	nsenter --net="/var/run/netns/$ns" env DOCKER_HOST="unix://$sock" TEMPORAL_ADDRESS="$TEMPORAL_ADDRESS" HOME="$d/home" \
 		setsid "$BIN/sandbox-worker" --host-name "$name" --advertise-addr "$(addr_of):7443" \
 		--state-dir "$CLUSTER_DIR/state-$name" --daemon-binary "$BIN/sandbox-daemon" --seccomp-profile "$BIN/seccomp.json" \
 		--allow-root "$CLUSTER_DIR/work" ${CLUSTER_TLS:+--hostlink-cert "$CLUSTER_TLS/hostlink-$name.pem" --hostlink-key "$CLUSTER_TLS/hostlink-$name.key"} \
-		>>"$d/worker.log" 2>&1 </dev/null &
+		${WORKER_ARGS:-} >>"$d/worker.log" 2>&1 </dev/null &
 	echo $! >"$d/worker.pid"
-	wait_for "worker" 240 grep -q "worker running" "$d/worker.log"
+	# This start's line, not an earlier start's (the log is appended to).
+	wait_for "worker" 240 running_since "${started:-0}"
 }
+
+# running_since N: the worker log says "worker running" more than N times.
+running_since() { test "$(grep -c "worker running" "$d/worker.log")" -gt "$1"; }
 
 stop_worker() {
 	[ -s "$d/worker.pid" ] || return 0
