@@ -288,8 +288,16 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 	}
 	var rs *runtime.Session
 	// Never from a niced background thread: the session's init, and every
-	// command it starts, would inherit its nice value (lane.go).
-	err := unniced(func() (err error) { rs, err = d.rt.Start(ctx, d.runtimeSpec(s)); return })
+	// command it starts, would inherit its nice value (lane.go). But a
+	// warm session's: built niced on purpose (buildWarm), given the
+	// daemon's weight when a create adopts it.
+	startFn := func() (err error) { rs, err = d.rt.Start(ctx, d.runtimeSpec(s)); return }
+	var err error
+	if s.rec.Warm && d.warmNice > 0 {
+		err = startFn()
+	} else {
+		err = unniced(startFn)
+	}
 	if err != nil {
 		_ = unmountAll(s.merged())
 		return fmt.Errorf("start session: %w", err)
@@ -541,9 +549,14 @@ func (d *Daemon) retire(ctx context.Context, s *session, force bool) (int64, err
 	go func() {
 		defer d.bg.Done()
 		d.store.Hit(layerstack.FailDestroyTail)
-		if _, err := d.teardown(ctx, s, false); err != nil {
-			d.log.Error("finishing a destroyed session's teardown failed; the next daemon start finishes it", "workspace_session_id", s.rec.ID, "err", err)
-		}
+		// After the answer, at the weight warm sessions are built at: the
+		// session's processes are killed already, what is left is
+		// unmounting and removing.
+		runNiced(d.cfg.WarmNice, nil, func() {
+			if _, err := d.teardown(ctx, s, false); err != nil {
+				d.log.Error("finishing a destroyed session's teardown failed; the next daemon start finishes it", "workspace_session_id", s.rec.ID, "err", err)
+			}
+		})
 	}()
 	return bytes, nil
 }
