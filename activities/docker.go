@@ -173,6 +173,24 @@ func (a *Activities) CreateVolume(ctx context.Context, spec workflows.SandboxSpe
 	return name, nil
 }
 
+// PrepareSandbox makes a spare sandbox's network and state volume side by
+// side (workflows/standby.go): the Docker objects of a sandbox that need
+// no image. Both are adopted when an earlier attempt made them, and
+// CreateContainer adopts them once a claim names the image.
+func (a *Activities) PrepareSandbox(ctx context.Context, spec workflows.SandboxSpec) error {
+	if err := checkSandboxID(spec.SandboxID); err != nil {
+		return err
+	}
+	defer keepHeartbeating(ctx, heartbeatEvery, nil)()
+	netErr := make(chan error, 1)
+	go func() { _, err := a.ensureNetwork(ctx, spec); netErr <- err }()
+	_, volErr := a.CreateVolume(ctx, spec)
+	if err := <-netErr; err != nil {
+		return err // as is: a conflict stays a non-retryable application error
+	}
+	return volErr
+}
+
 // CreateContainer creates the sandbox container (not started) and copies
 // the daemon binary and the daemon token into it. It is idempotent by the
 // container name: a container of that name with our labels for this

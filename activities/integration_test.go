@@ -16,6 +16,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/stretchr/testify/require"
@@ -448,4 +449,36 @@ func TestDaemonVolumeFilledByTwoWorkersAtOnce(t *testing.T) {
 	v, err := cli.VolumeInspect(ctx, vol)
 	require.NoError(t, err)
 	require.Equal(t, roleDaemon, v.Labels[LabelRole])
+}
+
+// TestPrepareSandboxForASpare: a spare's network and state volume, made
+// ahead with our labels and adopted on a retry; the claim's container
+// joins them, and the sandbox's removal takes all three.
+func TestPrepareSandboxForASpare(t *testing.T) {
+	acts, dc, spec := newDockerActivities(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	id := spec.SandboxID
+	spare := workflows.SandboxSpec{SandboxID: id}
+	require.NoError(t, acts.PrepareSandbox(ctx, spare))
+	require.NoError(t, acts.PrepareSandbox(ctx, spare), "a retry adopts what the first attempt made")
+	n, err := dc.NetworkInspect(ctx, networkName(id), network.InspectOptions{})
+	require.NoError(t, err)
+	require.Equal(t, id, n.Labels[LabelSandboxID])
+	v, err := dc.VolumeInspect(ctx, workflows.VolumeName(id))
+	require.NoError(t, err)
+	require.Equal(t, id, v.Labels[LabelSandboxID])
+
+	spec.WorkspaceRoot = t.TempDir()
+	info, err := acts.CreateContainer(ctx, spec)
+	require.NoError(t, err)
+	c, err := dc.ContainerInspect(ctx, info.ContainerID)
+	require.NoError(t, err)
+	require.Equal(t, networkName(id), string(c.HostConfig.NetworkMode), "the container joins the spare's network")
+
+	require.NoError(t, acts.RemoveSandbox(ctx, id))
+	_, err = dc.NetworkInspect(ctx, networkName(id), network.InspectOptions{})
+	require.Error(t, err, "the network is removed")
+	_, err = dc.VolumeInspect(ctx, workflows.VolumeName(id))
+	require.Error(t, err, "the volume is removed")
 }

@@ -110,6 +110,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 	go func() { _ = srv.Serve(ctx, l) }()
+	_ = backend.StartSpare(ctx) // as make run's gateway does at its start
 	addr := l.Addr().String()
 	c := client.New("http://"+addr, token)
 	c.HTTP = &http.Client{Transport: timingTransport{&http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}, Timeout: 30 * time.Minute}
@@ -169,8 +170,9 @@ func (s *Stack) CreateSandboxOnly(ctx context.Context, image, root string) (stri
 	return id, nil
 }
 
-// SettleStandby waits until the gateway's standby of image waits for a
-// claim (at once when standbys are off or none was started).
+// SettleStandby waits until the gateway's standby of image, and its spare
+// if it has one, wait for a claim (at once when standbys are off or none
+// was started).
 func (s *Stack) SettleStandby(ctx context.Context, image string) error {
 	if !s.Backend.Standby.Enabled {
 		return nil
@@ -178,11 +180,12 @@ func (s *Stack) SettleStandby(ctx context.Context, image string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		pending := s.Backend.StandbyPending()
-		ready := false
+		ready, spare := false, true
 		for _, sb := range s.Backend.Standbys(ctx) {
 			ready = ready || (sb.Image == image && sb.State == workflows.PhaseStandby)
+			spare = spare && (sb.Image != "" || sb.State == workflows.PhaseStandby)
 		}
-		if ready && !pending {
+		if ready && spare && !pending {
 			return nil
 		}
 		if time.Now().After(deadline) {

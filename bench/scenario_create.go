@@ -150,7 +150,8 @@ func runSandboxCreate(ctx context.Context, s *Suite) (Section, error) {
 		"into the layer store). By default the gateway keeps a standby: after a create it starts one empty sandbox of the " +
 		"image (network, volume, container, daemon), and the next create claims it and pays only the import; each timed create " +
 		"here finds the standby made, as a user's does when creates are more than a couple of seconds apart. The column " +
-		"without a standby drops it first: the first create of an image. The container-per-agent column is the same work a peer does for one agent: create a container " +
+		"without a standby drops the image's standby first: the first create of an image, which claims the gateway's spare " +
+		"(a standby of no image: its network and state volume, made ahead for any image) and makes the container from there. The container-per-agent column is the same work a peer does for one agent: create a container " +
 		"of the image, copy the repository in (Engine API, a tar stream of the tree) and start it. Our sandbox then serves " +
 		"any number of agents; a container per agent pays this per agent. Latencies in ms. The second table is what " +
 		"a team of agents pays in total: one sandbox and a session per agent, against a container + copy per agent.", Tables: []Table{t, t5}}, nil

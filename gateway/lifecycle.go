@@ -238,11 +238,17 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 		progress = func(string) {}
 	}
 	// A standby of the image on that host serves a plain create at the
-	// cost of the import (standby.go); any create of the image starts the
-	// next standby.
-	key := standbyKey{image: image, queue: queue}
+	// cost of the import, else the host's spare at the cost of the
+	// container and the import (standby.go); any create of the image
+	// starts the next standby, and the next spare.
+	key, spare := standbyKey{image: image, queue: queue}, standbyKey{queue: queue}
+	defer b.refillStandby(spare)
 	if !async && count == 1 {
-		st, ok, err := b.claimStandby(ctx, key, workflows.ClaimRequest{Image: image, WorkspaceRoot: root, SandboxTTL: ttl, SessionTTL: idle, Memo: memo}, progress)
+		claim := workflows.ClaimRequest{Image: image, WorkspaceRoot: root, SandboxTTL: ttl, SessionTTL: idle, Memo: memo}
+		st, ok, err := b.claimStandby(ctx, key, claim, progress)
+		if !ok {
+			st, ok, err = b.claimStandby(ctx, spare, claim, progress)
+		}
 		if ok {
 			b.refillStandby(key)
 			if err != nil {

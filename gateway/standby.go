@@ -22,12 +22,21 @@ import (
 // empty and unlisted, and the next create_sandbox of the image claims it,
 // so it pays only the workspace import. One standby per image and host;
 // it removes itself when nobody claims it within StandbyTTL, and the
-// gateway removes its standbys when it shuts down.
+// gateway removes its standbys when it shuts down. Beside them, one spare
+// per host (the key with no image): a standby of no image, its network and
+// state volume made, which a create of an image with no standby claims, so
+// the first create of an image does not wait for Docker to make a network.
+// The gateway starts its host's spare when it starts, and every create
+// starts the next.
 
 // DefaultStandbyDelay is how long after a create the gateway waits before
 // it starts the next standby, so the new sandbox's first commands do not
 // share the CPU with Docker making it.
 const DefaultStandbyDelay = 2 * time.Second
+
+// SpareTTL is how long an unclaimed spare waits (a standby of an image
+// waits StandbyOptions.TTL).
+const SpareTTL = 24 * time.Hour
 
 // StandbyOptions turn standby sandboxes on (the zero value is off).
 type StandbyOptions struct {
@@ -142,7 +151,7 @@ func standbyUnusable(err error) bool {
 // refillStandby starts the next standby of key (after the delay), unless
 // the pool has one or is making one.
 func (b *TemporalBackend) refillStandby(k standbyKey) {
-	if !b.Standby.Enabled || k.image == "" {
+	if !b.Standby.Enabled {
 		return
 	}
 	p := b.pool()
@@ -175,7 +184,14 @@ func (b *TemporalBackend) refillStandby(k standbyKey) {
 		id := "eos-" + client.NewRequestID()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: k.queue, Standby: true, StandbyTTL: b.Standby.TTL,
+		ttl := b.Standby.TTL
+		if k.image == "" {
+			// A spare holds no container: it waits for the first create of
+			// an image however long that takes (up to a day, when a gateway
+			// that died for good leaves it behind).
+			ttl = max(ttl, SpareTTL)
+		}
+		_, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: k.queue, Standby: true, StandbyTTL: ttl,
 			Spec: workflows.SandboxSpec{SandboxID: id, Image: k.image}},
 			map[string]any{workflows.MemoStandby: true, "image": k.image, memoStandbyOwner: b.standbyOwner()})
 		p.mu.Lock()
@@ -224,21 +240,41 @@ func (b *TemporalBackend) StandbyPending() bool {
 	return len(p.filling) > 0
 }
 
-// DropStandbys destroys the pool's standbys and keeps the pool open (the
-// next create is cold, and starts another).
+// DropStandbys destroys the pool's standbys of images and keeps the pool
+// open and its spares: the next create of an image is as the first one
+// (it claims the spare), and starts another standby.
 func (b *TemporalBackend) DropStandbys() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b.destroyStandbys(ctx, b.pool().takeAll(false))
+	b.destroyStandbys(ctx, b.pool().takeAll(false, false))
 }
 
-// takeAll empties the pool; close also keeps it empty from now on.
-func (p *standbys) takeAll(close bool) []string {
+// StartSpare starts the spare of the host a create without a host would
+// be placed on, unless the pool has it (at the gateway's start, after
+// AdoptStandbys).
+func (b *TemporalBackend) StartSpare(ctx context.Context) error {
+	if !b.Standby.Enabled {
+		return nil
+	}
+	queue, err := b.place(ctx, "", false)
+	if err != nil {
+		return err
+	}
+	b.refillStandby(standbyKey{queue: queue})
+	return nil
+}
+
+// takeAll empties the pool (but its spares, unless spares); close also
+// keeps it empty from now on.
+func (p *standbys) takeAll(close, spares bool) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = p.closed || close
 	ids := make([]string, 0, len(p.ids))
 	for k, id := range p.ids {
+		if k.image == "" && !spares {
+			continue
+		}
 		ids = append(ids, id)
 		delete(p.ids, k)
 	}
@@ -351,7 +387,7 @@ func (b *TemporalBackend) adoptStandbys(ctx context.Context, settled map[string]
 		image, _ := f.Memo["image"].(string)
 		k := standbyKey{image: image, queue: f.State.HostQueue}
 		p.mu.Lock()
-		keep := image != "" && !p.closed && p.ids[k] == "" && !p.filling[k] &&
+		keep := !p.closed && p.ids[k] == "" && !p.filling[k] &&
 			(f.State.Phase == workflows.PhaseStandby || f.State.Phase == workflows.PhaseCreating)
 		if keep {
 			p.ids[k] = f.ID
@@ -368,6 +404,6 @@ func (b *TemporalBackend) adoptStandbys(ctx context.Context, settled map[string]
 // behind on the host once the gateway stops.
 func (b *TemporalBackend) CloseStandbys(ctx context.Context) {
 	p := b.pool()
-	b.destroyStandbys(ctx, p.takeAll(true))
+	b.destroyStandbys(ctx, p.takeAll(true, true))
 	p.wg.Wait()
 }

@@ -39,8 +39,14 @@ func TestStandbyPoolTakesOnce(t *testing.T) {
 	p.ids[k] = "eos-1"
 	require.Equal(t, "eos-1", p.take(k))
 	require.Empty(t, p.take(k), "a standby is handed out once")
-	p.ids[k] = "eos-2"
-	require.Equal(t, []string{"eos-2"}, p.takeAll(true))
+	// Dropping the standbys of images (the bench's cold create) keeps the
+	// spare; closing takes it too.
+	spare := standbyKey{queue: "q"}
+	p.ids[k], p.ids[spare] = "eos-2", "eos-spare"
+	require.Equal(t, []string{"eos-2"}, p.takeAll(false, false))
+	require.Equal(t, map[standbyKey]string{spare: "eos-spare"}, p.ids)
+	p.ids[k] = "eos-3"
+	require.ElementsMatch(t, []string{"eos-3", "eos-spare"}, p.takeAll(true, true))
 	b.refillStandby(k) // off: nothing starts
 	b.Standby.Enabled = true
 	b.refillStandby(k) // closed: nothing starts

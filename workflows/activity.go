@@ -14,6 +14,7 @@ import (
 const (
 	ActCheckImage      = "CheckImage"
 	ActCreateVolume    = "CreateVolume"
+	ActPrepareSandbox  = "PrepareSandbox"
 	ActCreateContainer = "CreateContainer"
 	ActCopyWorkspace   = "CopyWorkspace"
 	ActImportWorkspace = "ImportWorkspace"

@@ -216,13 +216,45 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 			}
 		}
 	}()
-	if err := workflow.ExecuteActivity(dctx, ActCheckImage, spec.Image).Get(ctx, nil); err != nil {
-		return s.stepFailed("check image", err)
-	}
 	remove := func(c workflow.Context) error {
 		return workflow.ExecuteActivity(c, ActRemoveSandbox, spec.SandboxID).Get(c, nil)
 	}
-	if !s.in.Adopt {
+	// unclaimed ends a standby nobody claimed: removed here, not by the
+	// deferred compensation, since a destroy that waits for "stopped" must
+	// see it before the run ends.
+	unclaimed := func(destroyed bool) error {
+		undo = nil
+		if !destroyed { // else destroy_sandbox removes it
+			cctx, _ := workflow.NewDisconnectedContext(ctx)
+			if err := remove(cleanupOptions(cctx, s.queue())); err != nil {
+				s.log.Error("remove the unclaimed standby", "sandbox_id", spec.SandboxID, "error", err)
+			}
+			s.state.Phase = PhaseStopped
+		}
+		return errStandbyEnded
+	}
+	spare := s.spare() // decided at the start: a claim gives it an image
+	if spare {
+		// A spare (standby.go): the network and the state volume, no
+		// image yet; the claim names it, and the creation goes on from
+		// the image check as any other's.
+		undo = append(undo, remove)
+		if err := workflow.ExecuteActivity(dctx, ActPrepareSandbox, spec).Get(ctx, nil); err != nil {
+			return s.stepFailed("prepare network and volume", err)
+		}
+		claimed, destroyed, err := s.awaitClaim(ctx)
+		if err != nil {
+			return err
+		}
+		if !claimed {
+			return unclaimed(destroyed)
+		}
+		spec = s.in.Spec
+	}
+	if err := workflow.ExecuteActivity(dctx, ActCheckImage, spec.Image).Get(ctx, nil); err != nil {
+		return s.stepFailed("check image", err)
+	}
+	if !s.in.Adopt && !spare {
 		undo = append(undo, remove) // removes the container and the volume, whichever exist
 	}
 	if s.in.Adopt {
@@ -245,7 +277,7 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	}
 	var info ContainerInfo
 	cspec := spec
-	cspec.PrefetchWorkspace = streamed && !s.in.Standby
+	cspec.PrefetchWorkspace = streamed && (!s.in.Standby || spare)
 	if err := workflow.ExecuteActivity(dctx, ActCreateContainer, cspec).Get(ctx, &info); err != nil {
 		return s.stepFailed("create container", err)
 	}
@@ -263,23 +295,13 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		return s.stepFailed("wait for the daemon", err)
 	}
 	s.state.Container = info
-	if s.in.Standby {
+	if s.in.Standby && !spare {
 		claimed, destroyed, err := s.awaitClaim(ctx)
 		if err != nil {
 			return err
 		}
 		if !claimed {
-			// Removed here, not by the deferred compensation: a destroy
-			// that waits for "stopped" must see it before the run ends.
-			undo = nil
-			if !destroyed { // else destroy_sandbox removes it
-				cctx, _ := workflow.NewDisconnectedContext(ctx)
-				if err := remove(cleanupOptions(cctx, s.queue())); err != nil {
-					s.log.Error("remove the unclaimed standby", "sandbox_id", spec.SandboxID, "error", err)
-				}
-				s.state.Phase = PhaseStopped
-			}
-			return errStandbyEnded
+			return unclaimed(destroyed)
 		}
 		spec = s.in.Spec
 	}

@@ -40,6 +40,14 @@ const (
 	MemoStandby = "standby"
 )
 
+// A spare is a standby of no image (SandboxInput.Standby with an empty
+// Spec.Image): its network and state volume only, which Docker takes
+// ~100 ms to make; the claim of a create_sandbox of any image names the
+// image, and the workflow makes the container from there. The gateway
+// keeps one per host beside its standbys of images, so the first create
+// of an image does not wait for a network either.
+func (s *sandbox) spare() bool { return s.in.Standby && s.in.Spec.Image == "" }
+
 // errStandbyEnded: the standby ended unclaimed (expired, destroyed, its
 // container lost); the creation's compensation removed what it made.
 var errStandbyEnded = errors.New("standby ended unclaimed")
@@ -68,7 +76,10 @@ func (s *sandbox) validateClaim(r ClaimRequest) error {
 	if err := s.validateUnclaimed(); err != nil {
 		return err
 	}
-	if r.Image != s.in.Spec.Image {
+	if r.Image == "" {
+		return apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "image"}, "claim: image is required")
+	}
+	if !s.spare() && r.Image != s.in.Spec.Image {
 		return errStandby(s, "standby %s holds image %q, not %q", s.id(), s.in.Spec.Image, r.Image)
 	}
 	if r.WorkspaceRoot == "" || !filepath.IsAbs(r.WorkspaceRoot) || filepath.Clean(r.WorkspaceRoot) != r.WorkspaceRoot {
@@ -139,7 +150,7 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 			return false, false, err
 		}
 	}
-	if s.claim != nil && s.state.Phase == PhaseStandby && !s.lost {
+	if s.claim != nil && s.state.Phase == PhaseStandby && !s.lost && !s.spare() {
 		// Minutes may have passed: the container may have been stopped,
 		// or restarted on another port. A standby that does not run now
 		// is not handed out (the gateway then creates anew).
@@ -160,6 +171,10 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 		return false, false, nil
 	}
 	r := *s.claim
+	if s.spare() {
+		// Its image from now on; s.spare() is false from here.
+		s.in.Spec.Image = r.Image
+	}
 	s.claimed, s.state.Standby = true, false
 	s.in.Spec.WorkspaceRoot = r.WorkspaceRoot
 	s.in.SandboxTTL, s.in.SessionTTL = r.SandboxTTL, r.SessionTTL

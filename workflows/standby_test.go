@@ -232,3 +232,81 @@ func TestStandbyRelease(t *testing.T) {
 		e.AssertExpectations(t)
 	})
 }
+
+// spareSpec is what a spare is started with: its id, no image.
+var spareSpec = SandboxSpec{SandboxID: "sb1"}
+
+// A spare makes the network and the volume only; a claim of any image
+// makes the rest as a create of that image would, with the claim's
+// workspace streamed in (no check of a container that never existed).
+func TestSpareIsClaimedForAnyImage(t *testing.T) {
+	e := newEnv(t)
+	prepared := 0
+	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(func(context.Context, SandboxSpec) error { prepared++; return nil })
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+	e.RegisterDelayedCallback(func() {
+		st := e.state()
+		require.Equal(t, PhaseStandby, st.Phase)
+		require.True(t, st.Standby)
+		require.Empty(t, st.Container.Name, "a spare has no container")
+		require.Equal(t, 1, prepared)
+	}, 30*time.Second)
+	other := claim
+	other.Image = ""
+	e.script(time.Minute,
+		step{name: UpdateClaim, args: []any{other}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+			require.Equal(t, api.KindInvalidRequest, kindOf(t, err).Kind, "a claim names its image")
+		}},
+		step{name: UpdateClaim, args: []any{claim}, check: func(out json.RawMessage, err error) {
+			require.NoError(t, err)
+			var st SandboxState
+			require.NoError(t, json.Unmarshal(out, &st))
+			require.Equal(t, PhaseReady, st.Phase)
+			require.False(t, st.Standby)
+			require.Equal(t, "B-1", st.BaseID)
+			require.Equal(t, "eos-sbx-sb1", st.Container.Name)
+		}},
+		step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+			require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind, "a spare is claimed once")
+		}},
+		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: ok(t)},
+		step{name: UpdateDestroy, check: ok(t)},
+	)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: time.Hour})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, prepared)
+	e.AssertNotCalled(t, "ResolveDaemon", mock.Anything, mock.Anything)
+}
+
+// An unclaimed spare removes what it made when its TTL passes; a claim
+// whose image is missing fails the create and removes everything too.
+func TestSpareExpiresOrFailsClean(t *testing.T) {
+	e := newEnv(t)
+	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(nil)
+	removed := e.removals()
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: 5 * time.Minute})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError(), "an unclaimed spare ends cleanly")
+	var res SandboxResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, PhaseStopped, res.Phase)
+	require.Equal(t, 1, *removed)
+	e.AssertNotCalled(t, "CheckImage", mock.Anything, mock.Anything)
+
+	e = newEnv(t)
+	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(nil)
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(temporal.NewNonRetryableApplicationError("no such image", "ImageNotFound", nil))
+	removed = e.removals()
+	e.script(time.Minute, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+		require.Error(t, err, "the claim answers the create's failure")
+	}})
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: time.Hour})
+	require.True(t, e.IsWorkflowCompleted())
+	require.Equal(t, 1, *removed, "the failed create removed the spare's network and volume")
+	e.AssertNotCalled(t, "CreateContainer", mock.Anything, mock.Anything)
+}

@@ -20,6 +20,7 @@ func (*stubActivities) CheckImage(context.Context, string) error { return nil }
 func (*stubActivities) CreateVolume(context.Context, SandboxSpec) (string, error) {
 	return "", nil
 }
+func (*stubActivities) PrepareSandbox(context.Context, SandboxSpec) error { return nil }
 func (*stubActivities) CreateContainer(context.Context, SandboxSpec) (ContainerInfo, error) {
 	return ContainerInfo{}, nil
 }

@@ -150,6 +150,9 @@ func run() int {
 		if err := backend.AdoptStandbys(ctx); err != nil {
 			log.Warn("standby sandboxes left by a previous run", "err", err)
 		}
+		if err := backend.StartSpare(ctx); err != nil {
+			log.Warn("start the spare sandbox", "err", err)
+		}
 	}()
 	srv := gateway.New(backend, token, log.With("component", "gateway"))
 	srv.SetMetrics(metrics)

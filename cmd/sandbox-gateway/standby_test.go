@@ -171,6 +171,50 @@ func TestStandbySandboxes(t *testing.T) {
 	require.Error(t, exec.Command("docker", "inspect", workflows.ContainerName(sb)).Run())
 }
 
+// TestSpareSandbox: with --standby the gateway starts its spare at once:
+// a standby of no image, with its network and state volume and no
+// container. Killed while the spare waits, the gateway takes it back when
+// it starts again. The first create of an image claims the spare and
+// makes the container from there, and a new spare and a standby of the
+// image follow. A graceful stop removes both, and nothing of the claimed
+// sandbox.
+func TestSpareSandbox(t *testing.T) {
+	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
+	image := testenv.Images[0]
+	spare := standbyOf(t, g, "")
+	t.Cleanup(func() { removeSandboxObjects(t, spare) })
+	require.Len(t, testenv.DockerObjects(t, "network", spare), 1, "the spare's network is made")
+	require.Len(t, testenv.DockerObjects(t, "volume", spare), 1, "the spare's state volume is made")
+	require.Empty(t, testenv.DockerObjects(t, "container", spare), "no image yet, no container")
+	require.Empty(t, listedIDs(t, g), "a spare is no one's sandbox")
+
+	g.Kill()
+	g = testenv.StartGatewayWith(t, g.Options())
+	require.Equal(t, spare, standbyOf(t, g, ""), "the restarted gateway took back the spare the killed one left")
+
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, "a.txt"), "spare\n")
+	id := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", ws)["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	require.Equal(t, spare, id, "the first create of the image claimed the spare")
+	d := &drill{t: t, g: g, id: id}
+	require.Equal(t, "spare", strings.TrimSpace(fmt.Sprint(d.must("file_read", map[string]any{"path": "a.txt"})["content"])))
+	require.Equal(t, "ok", strings.TrimSpace(fmt.Sprint(d.must("exec_command", map[string]any{"cmd": "test -f a.txt && echo ok", "yield_time_ms": 60000})["output"])))
+	require.Equal(t, []string{id}, listedIDs(t, g))
+	next := standbyOf(t, g, "")
+	t.Cleanup(func() { removeSandboxObjects(t, next) })
+	require.NotEqual(t, spare, next, "a new spare follows the claim")
+	sb := standbyOf(t, g, image)
+	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+
+	g.Stop()
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Empty(t, testenv.DockerObjects(t, kind, next), "the stopped gateway's spare %s", kind)
+		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
+		require.Len(t, testenv.DockerObjects(t, kind, id), 1, "the claimed sandbox keeps its %s", kind)
+	}
+}
+
 // TestStandbyClaimKilledMidway: the gateway (its Temporal and worker with
 // it) is SIGKILLed in a claim at the worst moment, right after the daemon
 // imported the create's workspace into the claimed standby and before
