@@ -219,10 +219,20 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	remove := func(c workflow.Context) error {
 		return workflow.ExecuteActivity(c, ActRemoveSandbox, spec.SandboxID).Get(c, nil)
 	}
-	// unclaimed ends a standby nobody claimed: removed here, not by the
-	// deferred compensation, since a destroy that waits for "stopped" must
-	// see it before the run ends.
-	unclaimed := func(destroyed bool) error {
+	// waitForClaim holds a standby until a claim makes it the claimant's
+	// (spec is the claim's from then on) or it ends unclaimed
+	// (errStandbyEnded): then it is removed here, not by the deferred
+	// compensation, since a destroy that waits for "stopped" must see it
+	// before the run ends.
+	waitForClaim := func() error {
+		claimed, destroyed, err := s.awaitClaim(ctx)
+		if err != nil {
+			return err
+		}
+		if claimed {
+			spec = s.in.Spec
+			return nil
+		}
 		undo = nil
 		if !destroyed { // else destroy_sandbox removes it
 			cctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -242,14 +252,9 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 		if err := workflow.ExecuteActivity(dctx, ActPrepareSandbox, spec).Get(ctx, nil); err != nil {
 			return s.stepFailed("prepare network and volume", err)
 		}
-		claimed, destroyed, err := s.awaitClaim(ctx)
-		if err != nil {
+		if err := waitForClaim(); err != nil {
 			return err
 		}
-		if !claimed {
-			return unclaimed(destroyed)
-		}
-		spec = s.in.Spec
 	}
 	if err := workflow.ExecuteActivity(dctx, ActCheckImage, spec.Image).Get(ctx, nil); err != nil {
 		return s.stepFailed("check image", err)
@@ -296,14 +301,9 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	}
 	s.state.Container = info
 	if s.in.Standby && !spare {
-		claimed, destroyed, err := s.awaitClaim(ctx)
-		if err != nil {
+		if err := waitForClaim(); err != nil {
 			return err
 		}
-		if !claimed {
-			return unclaimed(destroyed)
-		}
-		spec = s.in.Spec
 	}
 	var base api.InitBaseResult
 	if streamed {

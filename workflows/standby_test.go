@@ -49,17 +49,12 @@ func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
 		require.True(t, st.Standby)
 		require.Empty(t, st.BaseID)
 	}, 30*time.Second)
-	e.script(time.Minute,
+	e.script(time.Minute, append([]step{
 		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: func(_ json.RawMessage, err error) {
 			require.Error(t, err, "an unclaimed standby serves no session")
 		}},
 		step{name: UpdateClaim, args: []any{claim}, check: func(out json.RawMessage, err error) {
-			require.NoError(t, err)
-			var st SandboxState
-			require.NoError(t, json.Unmarshal(out, &st))
-			require.Equal(t, PhaseReady, st.Phase)
-			require.False(t, st.Standby)
-			require.Equal(t, "B-1", st.BaseID)
+			st := readyAfterClaim(t, out, err)
 			require.Equal(t, "abc123", st.GitHead)
 			require.Equal(t, time.Hour, st.Lifecycle.SessionIdleTTL)
 			require.Equal(t, 24*time.Hour, st.Lifecycle.TTL)
@@ -67,13 +62,7 @@ func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
 			require.Equal(t, st.Created.Add(24*time.Hour), *st.Lifecycle.ExpiresAt, "the TTL counts from the claim")
 			require.True(t, st.Created.After(standbyAt), "created when claimed: %v, standby since %v", st.Created, standbyAt)
 		}},
-		step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
-			require.Error(t, err)
-			require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind, "a standby is claimed once")
-		}},
-		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: ok(t)},
-		step{name: UpdateDestroy, check: ok(t)},
-	)
+	}, claimedOnceServes(t, "a standby")...)...)
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true, StandbyTTL: time.Hour})
 	require.True(t, e.IsWorkflowCompleted())
 	require.NoError(t, e.GetWorkflowError())
@@ -255,27 +244,15 @@ func TestSpareIsClaimedForAnyImage(t *testing.T) {
 	}, 30*time.Second)
 	other := claim
 	other.Image = ""
-	e.script(time.Minute,
+	e.script(time.Minute, append([]step{
 		step{name: UpdateClaim, args: []any{other}, check: func(_ json.RawMessage, err error) {
 			require.Error(t, err)
 			require.Equal(t, api.KindInvalidRequest, kindOf(t, err).Kind, "a claim names its image")
 		}},
 		step{name: UpdateClaim, args: []any{claim}, check: func(out json.RawMessage, err error) {
-			require.NoError(t, err)
-			var st SandboxState
-			require.NoError(t, json.Unmarshal(out, &st))
-			require.Equal(t, PhaseReady, st.Phase)
-			require.False(t, st.Standby)
-			require.Equal(t, "B-1", st.BaseID)
-			require.Equal(t, "eos-sbx-sb1", st.Container.Name)
+			require.Equal(t, "eos-sbx-sb1", readyAfterClaim(t, out, err).Container.Name)
 		}},
-		step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
-			require.Error(t, err)
-			require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind, "a spare is claimed once")
-		}},
-		step{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: ok(t)},
-		step{name: UpdateDestroy, check: ok(t)},
-	)
+	}, claimedOnceServes(t, "a spare")...)...)
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: time.Hour})
 	require.True(t, e.IsWorkflowCompleted())
 	require.NoError(t, e.GetWorkflowError())
@@ -309,4 +286,29 @@ func TestSpareExpiresOrFailsClean(t *testing.T) {
 	require.True(t, e.IsWorkflowCompleted())
 	require.Equal(t, 1, *removed, "the failed create removed the spare's network and volume")
 	e.AssertNotCalled(t, "CreateContainer", mock.Anything, mock.Anything)
+}
+
+// claimedOnceServes: a second claim of a claimed standby (what) is
+// refused, and the sandbox it became serves a session until destroyed.
+func claimedOnceServes(t *testing.T, what string) []step {
+	return []step{
+		{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+			require.Equal(t, KindStandbyUnavailable, kindOf(t, err).Kind, what+" is claimed once")
+		}},
+		{name: UpdateCreateSession, args: []any{CreateSessionRequest{Agent: "a"}}, check: ok(t)},
+		{name: UpdateDestroy, check: ok(t)},
+	}
+}
+
+// readyAfterClaim is the answer of a claim that took: the sandbox ready,
+// no standby any more, on the base its import made.
+func readyAfterClaim(t *testing.T, out json.RawMessage, err error) SandboxState {
+	require.NoError(t, err)
+	var st SandboxState
+	require.NoError(t, json.Unmarshal(out, &st))
+	require.Equal(t, PhaseReady, st.Phase)
+	require.False(t, st.Standby)
+	require.Equal(t, "B-1", st.BaseID)
+	return st
 }
