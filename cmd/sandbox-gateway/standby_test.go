@@ -175,9 +175,11 @@ func TestStandbySandboxes(t *testing.T) {
 // a standby of no image, with its network and state volume and no
 // container. Killed while the spare waits, the gateway takes it back when
 // it starts again. The first create of an image claims the spare and
-// makes the container from there, and a new spare and a standby of the
-// image follow. A graceful stop removes both, and nothing of the claimed
-// sandbox.
+// makes the container from there; the gateway is SIGKILLed right after
+// Docker made that container (a worker failpoint) and, started again,
+// finishes the create: ready, listed, whole. A new spare and a standby of
+// the image follow. A graceful stop removes both, and nothing of the
+// claimed sandbox.
 func TestSpareSandbox(t *testing.T) {
 	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
 	image := testenv.Images[0]
@@ -188,30 +190,50 @@ func TestSpareSandbox(t *testing.T) {
 	require.Empty(t, testenv.DockerObjects(t, "container", spare), "no image yet, no container")
 	require.Empty(t, listedIDs(t, g), "a spare is no one's sandbox")
 
+	// Killed while the spare waits; started again with a failpoint armed
+	// (environment only): the claim's CreateContainer is the first it runs.
 	g.Kill()
-	g = testenv.StartGatewayWith(t, g.Options())
+	armed := g.Options()
+	armed.Env = []string{worker.FailpointEnv + "=" + workflows.ActCreateContainer}
+	g = testenv.StartGatewayWith(t, armed)
 	require.Equal(t, spare, standbyOf(t, g, ""), "the restarted gateway took back the spare the killed one left")
 
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, "a.txt"), "spare\n")
-	id := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", ws)["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
-	require.Equal(t, spare, id, "the first create of the image claimed the spare")
-	d := &drill{t: t, g: g, id: id}
-	require.Equal(t, "spare", strings.TrimSpace(fmt.Sprint(d.must("file_read", map[string]any{"path": "a.txt"})["content"])))
-	require.Equal(t, "ok", strings.TrimSpace(fmt.Sprint(d.must("exec_command", map[string]any{"cmd": "test -f a.txt && echo ok", "yield_time_ms": 60000})["output"])))
-	require.Equal(t, []string{id}, listedIDs(t, g))
+	ws := numberedTree(t, 200)
+	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
+		"create_sandbox", "--image", image, "--workspace-root", ws).CombinedOutput()
+	require.Error(t, err, "the gateway died under the create: %s", out)
+	select {
+	case <-g.Exited():
+	case <-time.After(time.Minute):
+		t.Fatalf("the failpoint did not kill the gateway; the create answered: %s", out)
+	}
+	start := time.Now()
+	g = testenv.StartGatewayWith(t, g.Options())
+	d := &drill{t: t, g: g, id: spare}
+	d.readyWithTree(start, 200)
+	require.Equal(t, []string{spare}, listedIDs(t, g), "the claimed spare is the create's sandbox")
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Len(t, testenv.DockerObjects(t, kind, spare), 1, kind)
+	}
 	next := standbyOf(t, g, "")
 	t.Cleanup(func() { removeSandboxObjects(t, next) })
 	require.NotEqual(t, spare, next, "a new spare follows the claim")
+	second := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
+	t.Cleanup(func() { removeSandboxObjects(t, second) })
 	sb := standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
 
 	g.Stop()
 	for _, kind := range []string{"container", "network", "volume"} {
-		require.Empty(t, testenv.DockerObjects(t, kind, next), "the stopped gateway's spare %s", kind)
 		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
-		require.Len(t, testenv.DockerObjects(t, kind, id), 1, "the claimed sandbox keeps its %s", kind)
+		for _, id := range []string{spare, second} {
+			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
+		}
+	}
+	if second != next {
+		for _, kind := range []string{"network", "volume"} {
+			require.Empty(t, testenv.DockerObjects(t, kind, next), "the stopped gateway's spare %s", kind)
+		}
 	}
 }
 
