@@ -280,15 +280,41 @@ func (a *Activities) fillDaemonVolume(ctx context.Context, name, image string, b
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	if err := a.docker.CopyToContainer(ctx, created.ID, daemonFillMount, &buf, container.CopyToContainerOptions{}); err != nil {
-		return fmt.Errorf("fill daemon volume %s: %w", name, err)
+	// Another worker process may fill the volume at the same time: the
+	// Engine's extraction replaces each file (removed, then written
+	// anew), so a read-back may catch the other's copy half written. Both
+	// write the same bytes: the volume is read back until it matches, for
+	// a while, and copied again if it still does not.
+	for copies := 1; ; copies++ {
+		if err := a.docker.CopyToContainer(ctx, created.ID, daemonFillMount, bytes.NewReader(buf.Bytes()), container.CopyToContainerOptions{}); err != nil {
+			return fmt.Errorf("fill daemon volume %s: %w", name, err)
+		}
+		for check := 0; check < fillChecks; check++ {
+			if a.daemonVolumeMatches(ctx, created.ID, b) {
+				a.log.Info("daemon volume filled", "volume", name, "sha256", b.sha, "copies", copies)
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(fillCheckEvery):
+			}
+		}
+		if copies == fillCopies {
+			return fmt.Errorf("daemon volume %s does not hold the daemon build %s after filling it %d times", name, b.sha[:16], copies)
+		}
 	}
-	if !a.daemonVolumeMatches(ctx, created.ID, b) {
-		return fmt.Errorf("daemon volume %s does not hold the daemon build %s after filling it", name, b.sha[:16])
-	}
-	a.log.Info("daemon volume filled", "volume", name, "sha256", b.sha)
-	return nil
 }
+
+// fillChecks reads back a filled daemon volume at most this often,
+// fillCheckEvery apart, before it is copied again, at most fillCopies
+// times: a fill of another worker process overlapping ours settles in
+// well under that.
+const (
+	fillChecks     = 20
+	fillCheckEvery = 100 * time.Millisecond
+	fillCopies     = 3
+)
 
 // randHex is n random bytes in hex.
 func randHex(n int) string {
