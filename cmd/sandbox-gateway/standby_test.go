@@ -199,14 +199,7 @@ func TestSpareSandbox(t *testing.T) {
 	require.Equal(t, spare, standbyOf(t, g, ""), "the restarted gateway took back the spare the killed one left")
 
 	ws := numberedTree(t, 200)
-	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
-		"create_sandbox", "--image", image, "--workspace-root", ws).CombinedOutput()
-	require.Error(t, err, "the gateway died under the create: %s", out)
-	select {
-	case <-g.Exited():
-	case <-time.After(time.Minute):
-		t.Fatalf("the failpoint did not kill the gateway; the create answered: %s", out)
-	}
+	createKilled(t, g, image, ws)
 	start := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
 	d := &drill{t: t, g: g, id: spare}
@@ -237,6 +230,20 @@ func TestSpareSandbox(t *testing.T) {
 	}
 }
 
+// createKilled runs a create_sandbox that the gateway's armed failpoint
+// kills it under: the create fails, and the gateway is gone.
+func createKilled(t *testing.T, g *testenv.Gateway, image, ws string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
+		"create_sandbox", "--image", image, "--workspace-root", ws).CombinedOutput()
+	require.Error(t, err, "the gateway died under the create: %s", out)
+	select {
+	case <-g.Exited():
+	case <-time.After(time.Minute):
+		t.Fatalf("the failpoint did not kill the gateway; the create answered: %s", out)
+	}
+}
+
 // TestStandbyClaimKilledMidway: the gateway (its Temporal and worker with
 // it) is SIGKILLed in a claim at the worst moment, right after the daemon
 // imported the create's workspace into the claimed standby and before
@@ -262,14 +269,7 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back its standby")
 
 	ws := numberedTree(t, 3000)
-	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
-		"create_sandbox", "--image", image, "--workspace-root", ws).CombinedOutput()
-	require.Error(t, err, "the gateway died under the create: %s", out)
-	select {
-	case <-g.Exited():
-	case <-time.After(time.Minute):
-		t.Fatalf("the failpoint did not kill the gateway; the create answered: %s", out)
-	}
+	createKilled(t, g, image, ws)
 
 	start := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
