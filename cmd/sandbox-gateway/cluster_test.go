@@ -270,10 +270,19 @@ func TestCluster(t *testing.T) {
 	// unavailable once the host is lost, not after the update's timeout.
 	justDead := map[string]map[string]any{"exec_command": {"cmd": "true"}, "create_workspace_session": {}, "file_read": {"path": "shared.txt"}}
 	answers := make(chan string, len(justDead))
+	var pendingMu sync.Mutex
+	pending := map[string]time.Time{} // the ops not answered yet, by when they were sent
+	for op := range justDead {
+		pending[op] = time.Now()
+	}
 	for op, args := range justDead {
 		go func(op string, args map[string]any) {
 			st, e := c.op(t, op, ids[h1], args)
 			answered := time.Now()
+			pendingMu.Lock()
+			t.Logf("%s on the just-dead host answered in %s", op, answered.Sub(pending[op]).Round(time.Millisecond))
+			delete(pending, op)
+			pendingMu.Unlock()
 			d, _ := e["details"].(map[string]any)
 			// A create was accepted and finishes when the host is back;
 			// a daemon call was never made. A create the gateway took up
@@ -304,7 +313,8 @@ func TestCluster(t *testing.T) {
 				t.Error(a)
 			}
 		case <-time.After(90 * time.Second): // lost after 12 s; resolve_daemon gives up after 30 s
-			t.Fatalf("an op on the just-dead host %s has not answered in 90 s", h1)
+			pendingMu.Lock()
+			t.Fatalf("ops on the just-dead host %s not answered in 90 s: %v (the gateway's log is kept in %s.logs)", h1, pending, "$CLUSTER_DIR")
 		}
 	}
 	// Lost by the registry (12 s without a beat), not only slow to answer:
