@@ -126,9 +126,17 @@ func (b *TemporalBackend) whileHostLive(ctx context.Context, id string, fn func(
 	if b.LocalQueue != "" || b.Client == nil {
 		return fn(ctx)
 	}
-	if v, err := b.via(ctx, id); err != nil || v == nil {
-		return fn(ctx) // this machine's, or for fn itself to report
+	v, err := b.via(ctx, id)
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Details["availability"] == "unavailable":
+		return ae // lost before anything was sent
+	case err == nil && v == nil:
+		return fn(ctx) // this machine's
 	}
+	// Watched even when the host could not be looked up just now (the
+	// registry slow to answer while a host's worker has just died): fn
+	// unwatched would wait out its own timeout on a host that is gone.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
