@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
@@ -145,4 +148,47 @@ func TestOrphanQueues(t *testing.T) {
 	qs, err = none.orphanQueues(ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []hostQueue{{"", "eos-host-x"}}, qs)
+}
+
+// registryDown is a Temporal client whose host registry does not answer.
+type registryDown struct{ tclient.Client }
+
+func (registryDown) QueryWorkflow(context.Context, string, string, string, ...interface{}) (converter.EncodedValue, error) {
+	return nil, errors.New("connection refused")
+}
+
+// An operation on a remote host is watched for the host's loss even when
+// the host could not be looked up as it started (the registry not
+// answering, as right after a host's worker died): once the host is
+// known lost it answers unavailable, not after its own timeout. A host
+// already known lost is refused before the operation starts.
+func TestWhileHostLiveWatchesThroughALookupError(t *testing.T) {
+	now := time.Now()
+	b := &TemporalBackend{Client: registryDown{}}
+	b.rememberQueue("eos-1", "eos-host-h1")
+	b.hostDir.Seed([]workflows.HostInfo{host("h1", 1, now)}, now.Add(-time.Hour)) // too old to serve: asked again, fails
+	started := make(chan struct{})
+	go func() {
+		<-started
+		// The registry answers again, and h1 has not beaten for long.
+		b.hostDir.Seed([]workflows.HostInfo{host("h1", 1, now.Add(-2*workflows.HostStaleAfter))}, time.Now().Add(time.Hour))
+	}()
+	err := b.whileHostLive(context.Background(), "eos-1", func(ctx context.Context) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+			return errors.New("ran unwatched until its own timeout")
+		}
+	})
+	var lost errHostLost
+	require.ErrorAs(t, err, &lost, "%v", err)
+	e := requireKind(t, lost.error, api.KindOperationFailed)
+	require.Equal(t, "unavailable", e.Details["availability"])
+
+	ran := false
+	err = b.whileHostLive(context.Background(), "eos-1", func(context.Context) error { ran = true; return nil })
+	require.False(t, ran, "nothing is sent to a host known lost")
+	require.Equal(t, "unavailable", requireKind(t, err, api.KindOperationFailed).Details["availability"])
 }
