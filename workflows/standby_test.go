@@ -35,6 +35,20 @@ func (e *env) removals() *int {
 	return n
 }
 
+// expiresUnclaimed runs a standby of spec that no claim reaches: it ends
+// stopped, cleanly, when its TTL passes, having removed what it made once
+// (removed counts RemoveSandbox).
+func (e *env) expiresUnclaimed(spec SandboxSpec, removed *int) {
+	e.t.Helper()
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spec, Standby: true, StandbyTTL: 5 * time.Minute})
+	require.True(e.t, e.IsWorkflowCompleted())
+	require.NoError(e.t, e.GetWorkflowError(), "an unclaimed standby ends cleanly")
+	var res SandboxResult
+	require.NoError(e.t, e.GetWorkflowResult(&res))
+	require.Equal(e.t, PhaseStopped, res.Phase)
+	require.Equal(e.t, 1, *removed, "the expired standby removed what it made, once")
+}
+
 func TestStandbyIsClaimedOnceAndServes(t *testing.T) {
 	e := newEnv(t)
 	e.standbySteps(0)
@@ -95,13 +109,7 @@ func TestStandbyRefusesBadClaimsThenExpires(t *testing.T) {
 		bad(func(r *ClaimRequest) { r.WorkspaceRoot = "/src/../etc" }, api.KindInvalidRequest),
 		bad(func(r *ClaimRequest) { r.SandboxTTL = -time.Second }, api.KindInvalidRequest),
 	)
-	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: standbySpec, Standby: true, StandbyTTL: 5 * time.Minute})
-	require.True(t, e.IsWorkflowCompleted())
-	require.NoError(t, e.GetWorkflowError(), "an unclaimed standby ends cleanly")
-	var res SandboxResult
-	require.NoError(t, e.GetWorkflowResult(&res))
-	require.Equal(t, PhaseStopped, res.Phase)
-	require.Equal(t, 1, *removed, "the expired standby removed what it made")
+	e.expiresUnclaimed(standbySpec, removed)
 	e.AssertNotCalled(t, "ImportWorkspace", mock.Anything, mock.Anything)
 }
 
@@ -266,13 +274,7 @@ func TestSpareExpiresOrFailsClean(t *testing.T) {
 	e := newEnv(t)
 	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(nil)
 	removed := e.removals()
-	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: 5 * time.Minute})
-	require.True(t, e.IsWorkflowCompleted())
-	require.NoError(t, e.GetWorkflowError(), "an unclaimed spare ends cleanly")
-	var res SandboxResult
-	require.NoError(t, e.GetWorkflowResult(&res))
-	require.Equal(t, PhaseStopped, res.Phase)
-	require.Equal(t, 1, *removed)
+	e.expiresUnclaimed(spareSpec, removed)
 	e.AssertNotCalled(t, "CheckImage", mock.Anything, mock.Anything)
 
 	e = newEnv(t)

@@ -192,10 +192,7 @@ func TestSpareSandbox(t *testing.T) {
 
 	// Killed while the spare waits; started again with a failpoint armed
 	// (environment only): the claim's CreateContainer is the first it runs.
-	g.Kill()
-	armed := g.Options()
-	armed.Env = []string{worker.FailpointEnv + "=" + workflows.ActCreateContainer}
-	g = testenv.StartGatewayWith(t, armed)
+	g = restartArmed(t, g, workflows.ActCreateContainer)
 	require.Equal(t, spare, standbyOf(t, g, ""), "the restarted gateway took back the spare the killed one left")
 
 	ws := numberedTree(t, 200)
@@ -230,6 +227,16 @@ func TestSpareSandbox(t *testing.T) {
 	}
 }
 
+// restartArmed kills g and starts it again with the worker failpoint at
+// activity armed (environment only: the restarted gateway's Options drop it).
+func restartArmed(t *testing.T, g *testenv.Gateway, activity string) *testenv.Gateway {
+	t.Helper()
+	g.Kill()
+	armed := g.Options()
+	armed.Env = []string{worker.FailpointEnv + "=" + activity}
+	return testenv.StartGatewayWith(t, armed)
+}
+
 // createKilled runs a create_sandbox that the gateway's armed failpoint
 // kills it under: the create fails, and the gateway is gone.
 func createKilled(t *testing.T, g *testenv.Gateway, image, ws string) {
@@ -262,10 +269,7 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	// The failpoint is armed in a gateway started after the first create
 	// imported its workspace: it takes the standby back, and the claim's
 	// import is the first it runs.
-	g.Kill()
-	armed := g.Options()
-	armed.Env = []string{worker.FailpointEnv + "=" + workflows.ActImportWorkspace}
-	g = testenv.StartGatewayWith(t, armed)
+	g = restartArmed(t, g, workflows.ActImportWorkspace)
 	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back its standby")
 
 	ws := numberedTree(t, 3000)
