@@ -246,11 +246,15 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 	if !async && count == 1 {
 		claim := workflows.ClaimRequest{Image: image, WorkspaceRoot: root, SandboxTTL: ttl, SessionTTL: idle, Memo: memo}
 		st, ok, err := b.claimStandby(ctx, key, claim, progress)
+		fromSpare := false
 		if !ok {
 			st, ok, err = b.claimStandby(ctx, spare, claim, progress)
+			fromSpare = ok
 		}
 		if ok {
-			b.refillStandby(key)
+			if err == nil || !fromSpare { // the image is known to be on the host
+				b.refillStandby(key)
+			}
 			if err != nil {
 				return nil, mapErr("", err)
 			}

@@ -30,15 +30,19 @@ func (b *TemporalBackend) orphans(ctx context.Context, host string) ([]orphanObj
 			return nil, err
 		}
 		for _, o := range out.Sandboxes {
-			live, root, err := b.live(ctx, o.SandboxID)
+			live, memo, err := b.live(ctx, o.SandboxID)
 			if err != nil {
 				return nil, err
 			}
+			// A sandbox made from a standby has no workspace-root label,
+			// and one made from a spare no image label on its volume
+			// (their labels predate the claim): its last workflow's memo
+			// names them.
 			if o.WorkspaceRoot == "" {
-				// A sandbox made from a standby has no workspace-root
-				// label (its labels predate the claim); its last
-				// workflow's memo names the root.
-				o.WorkspaceRoot = root
+				o.WorkspaceRoot, _ = memo["workspace_root"].(string)
+			}
+			if o.Image == "" {
+				o.Image, _ = memo["image"].(string)
 			}
 			if !live {
 				orphans = append(orphans, orphanObjects{SandboxObjects: o, Host: q.name, Queue: q.queue})
@@ -89,18 +93,17 @@ func (b *TemporalBackend) orphanQueues(ctx context.Context, host string) ([]host
 }
 
 // live reports whether the sandbox's workflow runs in this deployment.
-func (b *TemporalBackend) live(ctx context.Context, id string) (live bool, root string, err error) {
+func (b *TemporalBackend) live(ctx context.Context, id string) (live bool, memo map[string]any, err error) {
 	d, err := b.Client.DescribeWorkflowExecution(ctx, workflows.SandboxWorkflowID(id), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return false, "", nil
+		return false, nil, nil
 	}
 	if err != nil {
-		return false, "", mapErr(id, err)
+		return false, nil, mapErr(id, err)
 	}
 	info := d.GetWorkflowExecutionInfo()
-	root, _ = decodeMemo(info.GetMemo().GetFields())["workspace_root"].(string)
-	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, root, nil
+	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, decodeMemo(info.GetMemo().GetFields()), nil
 }
 
 func (b *TemporalBackend) listOrphans(ctx context.Context, _ string, args map[string]any, _ bool, _ func(string)) (any, error) {

@@ -91,13 +91,29 @@ func (p *standbys) take(k standbyKey) string {
 	return id
 }
 
-// perQueue counts the pool's standbys on each host queue.
+// giveBack returns a standby take handed out that still waits unclaimed
+// to the pool: true, unless the pool is closed or has another of k now.
+func (p *standbys) giveBack(k standbyKey, id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.ids[k] != "" || p.filling[k] {
+		return false
+	}
+	p.ids[k] = id
+	return true
+}
+
+// perQueue counts the pool's standbys of images on each host queue: the
+// sandbox containers a host's count includes that are no one's yet (a
+// spare has no container).
 func (p *standbys) perQueue() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := map[string]int{}
 	for k := range p.ids {
-		n[k.queue]++
+		if k.image != "" {
+			n[k.queue]++
+		}
 	}
 	return n
 }
@@ -129,7 +145,12 @@ func (b *TemporalBackend) claimStandby(ctx context.Context, k standbyKey, r work
 	var out workflows.SandboxState
 	if err := h.Get(ctx, &out); err != nil {
 		if e, ok := apperr.From(err); ok && e.Kind == workflows.KindStandbyUnavailable {
-			// The standby ended (stopped, failed) before taking the claim.
+			// The standby ended (stopped, failed) before taking the claim,
+			// or refused it and waits on (a spare asked for an image its
+			// host does not have): that one stays in the pool.
+			if kept, _ := e.Details[workflows.DetailStandbyKept].(bool); kept && !b.pool().giveBack(k, id) {
+				go b.dropStandby(id)
+			}
 			return nil, false, nil
 		}
 		return nil, true, err
@@ -187,8 +208,8 @@ func (b *TemporalBackend) refillStandby(k standbyKey) {
 		ttl := b.Standby.TTL
 		if k.image == "" {
 			// A spare holds no container: it waits for the first create of
-			// an image however long that takes (up to a day, when a gateway
-			// that died for good leaves it behind).
+			// an image for a day at least (a gateway that stops releases
+			// it; one killed takes it back when it starts again).
 			ttl = max(ttl, SpareTTL)
 		}
 		_, err := lifecycle.Start(ctx, b.Client, workflows.SandboxInput{HostQueue: k.queue, Standby: true, StandbyTTL: ttl,

@@ -39,6 +39,11 @@ func TestStandbyPoolTakesOnce(t *testing.T) {
 	p.ids[k] = "eos-1"
 	require.Equal(t, "eos-1", p.take(k))
 	require.Empty(t, p.take(k), "a standby is handed out once")
+	// One that refused its claim and waits on comes back, unless another
+	// took its place.
+	require.True(t, p.giveBack(k, "eos-1"))
+	require.False(t, p.giveBack(k, "eos-0"), "the pool holds one standby of a key")
+	require.Equal(t, "eos-1", p.take(k))
 	// Dropping the standbys of images (the bench's cold create) keeps the
 	// spare; closing takes it too.
 	spare := standbyKey{queue: "q"}
@@ -51,6 +56,7 @@ func TestStandbyPoolTakesOnce(t *testing.T) {
 	b.Standby.Enabled = true
 	b.refillStandby(k) // closed: nothing starts
 	require.False(t, b.StandbyPending())
+	require.False(t, p.giveBack(k, "eos-4"), "a closed pool takes nothing back")
 	require.Empty(t, p.ids)
 }
 
@@ -63,6 +69,12 @@ func TestPlacementLeavesStandbysOut(t *testing.T) {
 	q, err := b.place(context.Background(), "", false)
 	require.NoError(t, err)
 	require.Equal(t, "eos-host-h1", q, "h1 runs one sandbox and a standby, h2 two sandboxes")
+	// A spare has no container: the host's count does not include it, so
+	// it takes nothing off the host's load.
+	b.pool().ids[standbyKey{queue: "eos-host-h2"}] = "eos-spare"
+	q, err = b.place(context.Background(), "", false)
+	require.NoError(t, err)
+	require.Equal(t, "eos-host-h1", q, "h2 still runs two sandboxes")
 }
 
 // A restarted gateway takes back the standby its killed run left even when

@@ -103,6 +103,9 @@ type sandbox struct {
 	// took it (standby.go).
 	claim   *ClaimRequest
 	claimed bool
+	// refused holds the claims a spare turned down (their image is not on
+	// the host) with the answer to each; the spare waits on.
+	refused map[*ClaimRequest]error
 	// released: release_standby asked an unclaimed standby to go.
 	released bool
 	// busy counts running daemon-using updates (a pause waits for them);
@@ -224,13 +227,14 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 	// (errStandbyEnded): then it is removed here, not by the deferred
 	// compensation, since a destroy that waits for "stopped" must see it
 	// before the run ends.
+	imageChecked := false
 	waitForClaim := func() error {
-		claimed, destroyed, err := s.awaitClaim(ctx)
+		claimed, checked, destroyed, err := s.awaitClaim(ctx)
 		if err != nil {
 			return err
 		}
 		if claimed {
-			spec = s.in.Spec
+			spec, imageChecked = s.in.Spec, checked
 			return nil
 		}
 		undo = nil
@@ -256,8 +260,10 @@ func (s *sandbox) create(ctx workflow.Context) (err error) {
 			return err
 		}
 	}
-	if err := workflow.ExecuteActivity(dctx, ActCheckImage, spec.Image).Get(ctx, nil); err != nil {
-		return s.stepFailed("check image", err)
+	if !imageChecked {
+		if err := workflow.ExecuteActivity(dctx, ActCheckImage, spec.Image).Get(ctx, nil); err != nil {
+			return s.stepFailed("check image", err)
+		}
 	}
 	if !s.in.Adopt && !spare {
 		undo = append(undo, remove) // removes the container and the volume, whichever exist

@@ -118,12 +118,20 @@ func (s *sandbox) claimStandby(ctx workflow.Context, r ClaimRequest) (*SandboxSt
 		return nil, err
 	}
 	s.claim = &r
+	mine := s.claim
 	if err := workflow.Await(ctx, func() bool {
+		if _, ok := s.refused[mine]; ok {
+			return true
+		}
 		if s.claimed {
 			return s.state.Phase != PhaseCreating
 		}
 		return s.state.Phase != PhaseCreating && s.state.Phase != PhaseStandby
 	}); err != nil {
+		return nil, err
+	}
+	if err, ok := s.refused[mine]; ok {
+		delete(s.refused, mine)
 		return nil, err
 	}
 	if !s.claimed {
@@ -132,22 +140,69 @@ func (s *sandbox) claimStandby(ctx workflow.Context, r ClaimRequest) (*SandboxSt
 	return s.waitReady(ctx)
 }
 
+// versionSpareChecksImage marks runs in which a spare checks a claim's
+// image before it takes the claim (runs recorded before took it and
+// checked the image in the creation).
+const versionSpareChecksImage = "spare-checks-claim-image"
+
+// DetailStandbyKept, true in a KindStandbyUnavailable refusal, says the
+// standby refused this claim and still waits for one: the gateway keeps it.
+const DetailStandbyKept = "standby_kept"
+
+// checkClaimImage is a spare's look at its claim's image before it takes
+// the claim. When the host does not have the image (or refuses the name)
+// the claim is refused (refuse is true) as standby_unavailable with
+// DetailStandbyKept: the gateway keeps the spare, whose network and
+// volume nothing touched, and creates the usual way, which answers the
+// missing image as it always has. An image check the host does not answer
+// loses the spare (the gateway then creates anew). checked says the image
+// was checked (the creation need not again).
+func (s *sandbox) checkClaimImage(ctx workflow.Context) (checked, refuse bool) {
+	if s.claim == nil || s.state.Phase != PhaseStandby || s.lost || s.released || !s.spare() ||
+		workflow.GetVersion(ctx, versionSpareChecksImage, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false, false
+	}
+	err := workflow.ExecuteActivity(resolveOptions(ctx, s.queue()), ActCheckImage, s.claim.Image).Get(ctx, nil)
+	if err == nil {
+		return true, false
+	}
+	if e, ok := apperr.From(err); ok && e.Kind == api.KindInvalidRequest { // CheckImage's answer: not on this host, or no image name
+		if s.refused == nil {
+			s.refused = map[*ClaimRequest]error{}
+		}
+		s.refused[s.claim] = apperr.Newf(KindStandbyUnavailable, map[string]any{"sandbox_id": s.id(), "image": s.claim.Image, DetailStandbyKept: true},
+			"spare %s does not serve image %q: %s", s.id(), s.claim.Image, e.Message)
+		s.claim = nil
+		return false, true
+	}
+	s.log.Info("spare's host did not answer the image check; not claimed", "sandbox_id", s.id(), "error", err)
+	s.lost = true
+	return false, false
+}
+
 // awaitClaim holds a started standby until a claim, a destroy, the loss of
 // its container or StandbyTTL. Claimed, it makes the sandbox the
 // claimant's (spec, TTLs, creation time, memo) and returns true; the
 // creation then imports the workspace. Unclaimed, destroyed says a
 // destroy_sandbox is removing it (else the creation's compensation must).
-func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err error) {
+func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, imageChecked, destroyed bool, err error) {
 	s.state.Phase = PhaseStandby
 	ttl := s.in.StandbyTTL
 	if ttl <= 0 {
 		ttl = DefaultStandbyTTL
 	}
-	if s.claim == nil {
-		if _, err := workflow.AwaitWithTimeout(ctx, ttl, func() bool {
-			return s.claim != nil || s.released || s.state.Phase != PhaseStandby || s.lost
-		}); err != nil {
-			return false, false, err
+	deadline := workflow.Now(ctx).Add(ttl)
+	for wait := ttl; ; wait = deadline.Sub(workflow.Now(ctx)) {
+		if s.claim == nil && wait > 0 {
+			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool {
+				return s.claim != nil || s.released || s.state.Phase != PhaseStandby || s.lost
+			}); err != nil {
+				return false, false, false, err
+			}
+		}
+		var refused bool
+		if imageChecked, refused = s.checkClaimImage(ctx); !refused {
+			break
 		}
 	}
 	if s.claim != nil && s.state.Phase == PhaseStandby && !s.lost && !s.spare() {
@@ -165,10 +220,10 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 	}
 	if s.claim == nil || s.released || s.state.Phase != PhaseStandby || s.lost {
 		if s.state.Phase != PhaseStandby {
-			return false, true, nil
+			return false, false, true, nil
 		}
 		s.state.Phase = PhaseStopping // no claim is admitted while it goes
-		return false, false, nil
+		return false, false, false, nil
 	}
 	r := *s.claim
 	if s.spare() {
@@ -187,8 +242,8 @@ func (s *sandbox) awaitClaim(ctx workflow.Context) (claimed, destroyed bool, err
 	}
 	memo[MemoStandby] = false
 	if err := workflow.UpsertMemo(ctx, memo); err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
 	s.wake()
-	return true, false, nil
+	return true, imageChecked, false, nil
 }

@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"testing"
 	"time"
 
@@ -268,25 +270,72 @@ func TestSpareIsClaimedForAnyImage(t *testing.T) {
 	e.AssertNotCalled(t, "ResolveDaemon", mock.Anything, mock.Anything)
 }
 
-// An unclaimed spare removes what it made when its TTL passes; a claim
-// whose image is missing fails the create and removes everything too.
-func TestSpareExpiresOrFailsClean(t *testing.T) {
+// An unclaimed spare removes what it made when its TTL passes.
+func TestSpareExpiresClean(t *testing.T) {
 	e := newEnv(t)
 	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(nil)
 	removed := e.removals()
 	e.expiresUnclaimed(spareSpec, removed)
 	e.AssertNotCalled(t, "CheckImage", mock.Anything, mock.Anything)
+}
 
-	e = newEnv(t)
+// A claim of an image the host does not have is refused before the spare
+// takes it (standby_unavailable, kept: the gateway keeps the spare and
+// creates the usual way, which answers the missing image), and nothing of
+// the spare changes: the next claim of an image that is there makes the
+// sandbox, its image checked once.
+func TestSpareRefusesAMissingImageAndWaitsOn(t *testing.T) {
+	e := newEnv(t)
+	prepared := 0
+	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(func(context.Context, SandboxSpec) error { prepared++; return nil })
+	e.OnActivity(acts.CheckImage, mock.Anything, "nosuch:1").Return(apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "image"}, "image nosuch:1 is not present on this Docker host")).Once()
+	e.happyCreate()
+	e.daemon(okDaemon)
+	e.OnActivity(acts.RemoveSandbox, mock.Anything, "sb1").Return(nil).Once()
+	missing := claim
+	missing.Image = "nosuch:1"
+	e.script(time.Minute, append([]step{
+		{name: UpdateClaim, args: []any{missing}, check: func(_ json.RawMessage, err error) {
+			require.Error(t, err)
+			ae := kindOf(t, err)
+			require.Equal(t, KindStandbyUnavailable, ae.Kind, "a claim the spare cannot serve falls back to the usual create")
+			require.Equal(t, true, ae.Details[DetailStandbyKept], "and the spare stays: %v", ae)
+			require.Contains(t, ae.Message, "nosuch:1")
+		}, then: func() {
+			st := e.state()
+			require.Equal(t, PhaseStandby, st.Phase, "the spare waits on")
+			require.True(t, st.Standby)
+			require.Empty(t, st.Container.Name)
+		}},
+		{name: UpdateClaim, args: []any{claim}, check: func(out json.RawMessage, err error) {
+			require.Equal(t, "eos-sbx-sb1", readyAfterClaim(t, out, err).Container.Name)
+		}},
+	}, claimedOnceServes(t, "a spare")...)...)
+	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: time.Hour})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, prepared, "one network and volume, for both claims")
+	e.AssertNumberOfCalls(t, "CheckImage", 2) // once per claim: the creation does not check again
+	e.AssertNumberOfCalls(t, "CreateContainer", 1)
+}
+
+// A spare whose host does not answer the claim's image check is lost: the
+// claim falls back (standby_unavailable, not kept) and the spare removes
+// its network and volume.
+func TestSpareLostAtTheImageCheck(t *testing.T) {
+	e := newEnv(t)
 	e.OnActivity(acts.PrepareSandbox, mock.Anything, spareSpec).Return(nil)
-	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(temporal.NewNonRetryableApplicationError("no such image", "ImageNotFound", nil))
-	removed = e.removals()
+	e.OnActivity(acts.CheckImage, mock.Anything, "img").Return(errors.New("docker: connection refused"))
+	removed := e.removals()
 	e.script(time.Minute, step{name: UpdateClaim, args: []any{claim}, check: func(_ json.RawMessage, err error) {
-		require.Error(t, err, "the claim answers the create's failure")
+		require.Error(t, err)
+		ae := kindOf(t, err)
+		require.Equal(t, KindStandbyUnavailable, ae.Kind)
+		require.Nil(t, ae.Details[DetailStandbyKept], "a lost spare is not kept")
 	}})
 	e.ExecuteWorkflow(SandboxWorkflowName, SandboxInput{Spec: spareSpec, Standby: true, StandbyTTL: time.Hour})
 	require.True(t, e.IsWorkflowCompleted())
-	require.Equal(t, 1, *removed, "the failed create removed the spare's network and volume")
+	require.Equal(t, 1, *removed, "the lost spare removed its network and volume")
 	e.AssertNotCalled(t, "CreateContainer", mock.Anything, mock.Anything)
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/gateway"
 	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 	"github.com/ephemeral-sandbox/sandbox/worker"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
@@ -173,13 +175,14 @@ func TestStandbySandboxes(t *testing.T) {
 
 // TestSpareSandbox: with --standby the gateway starts its spare at once:
 // a standby of no image, with its network and state volume and no
-// container. Killed while the spare waits, the gateway takes it back when
-// it starts again. The first create of an image claims the spare and
-// makes the container from there; the gateway is SIGKILLed right after
-// Docker made that container (a worker failpoint) and, started again,
-// finishes the create: ready, listed, whole. A new spare and a standby of
-// the image follow. A graceful stop removes both, and nothing of the
-// claimed sandbox.
+// container. A create of a missing image leaves it as it was. Killed while
+// the spare waits, the gateway takes it back when it starts again. The
+// first create of an image claims the spare and makes the container from
+// there; the gateway is SIGKILLed right after Docker made that container
+// (a worker failpoint) and, started again, finishes the create: ready,
+// listed, whole. A new spare and a standby of the image follow. A graceful
+// stop removes both, and nothing of the claimed sandbox, which, its
+// container lost, is an orphan that names its image and root.
 func TestSpareSandbox(t *testing.T) {
 	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
 	image := testenv.Images[0]
@@ -189,6 +192,22 @@ func TestSpareSandbox(t *testing.T) {
 	require.Len(t, testenv.DockerObjects(t, "volume", spare), 1, "the spare's state volume is made")
 	require.Empty(t, testenv.DockerObjects(t, "container", spare), "no image yet, no container")
 	require.Empty(t, listedIDs(t, g), "a spare is no one's sandbox")
+
+	// A create of an image the host does not have is answered as it always
+	// was, and changes nothing: the spare waits on, whole, and no standby
+	// of that image follows.
+	r := runCLI(t, g, mgr, "create_sandbox", "--image", "eos-test-missing:1", "--workspace-root", t.TempDir())
+	require.Equal(t, 1, r.code, "stdout %s", r.stdout)
+	require.Equal(t, api.KindInvalidRequest, r.errEnv["kind"], "%v", r.errEnv)
+	require.Contains(t, r.errEnv["message"], "eos-test-missing:1 is not present on this Docker host")
+	time.Sleep(gateway.DefaultStandbyDelay + time.Second) // past the moment a refill would start
+	require.Equal(t, spare, standbyOf(t, g, ""), "the spare waits on")
+	for _, kind := range []string{"network", "volume"} {
+		require.Len(t, testenv.DockerObjects(t, kind, spare), 1, "the spare keeps its %s", kind)
+	}
+	standbys, _ := healthz(t, g)["standby_sandboxes"].([]any)
+	require.Len(t, standbys, 1, "the spare alone: %v", standbys)
+	require.Empty(t, listedIDs(t, g))
 
 	// Killed while the spare waits; started again with a failpoint armed
 	// (environment only): the claim's CreateContainer is the first it runs.
@@ -225,6 +244,29 @@ func TestSpareSandbox(t *testing.T) {
 			require.Empty(t, testenv.DockerObjects(t, kind, next), "the stopped gateway's spare %s", kind)
 		}
 	}
+
+	// The claimed spare's container is lost while the gateway is down: as
+	// an orphan it names its image and workspace root (its volume's labels
+	// predate the claim; its workflow's memo has both), and its adoption
+	// needs neither.
+	require.NoError(t, exec.Command("docker", "rm", "-f", workflows.ContainerName(spare)).Run())
+	opts := g.Options()
+	opts.Reconcile = true
+	g = testenv.StartGatewayWith(t, opts)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, _ := mustCLI(t, g, mgr, "list_orphaned_sandboxes")["orphans"].([]any)
+		for _, o := range list {
+			if m := o.(map[string]any); m["sandbox_id"] == spare {
+				assert.Equal(c, image, m["image"], "%v", m)
+				assert.Equal(c, ws, m["workspace_root"], "%v", m)
+				return
+			}
+		}
+		assert.Fail(c, "the claimed spare, its container lost, is an orphan", "orphans: %v", list)
+	}, time.Minute, 200*time.Millisecond)
+	rec := mustCLI(t, g, mgr, "adopt_orphaned_sandbox", "--sandbox-id", spare)
+	require.Equal(t, "ready", rec["state"], "%v", rec)
+	require.Equal(t, image, rec["image"], "%v", rec)
 }
 
 // restartArmed kills g and starts it again with the worker failpoint at
