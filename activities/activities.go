@@ -41,7 +41,7 @@ const (
 // DAC_OVERRIDE, SYS_CHROOT, SETUID, SETGID and SETPCAP are what nested
 // sessions need; the rest is what sessions may keep).
 var sandboxCaps = []string{
-	"SYS_ADMIN", "DAC_OVERRIDE", "SYS_CHROOT", "SETUID", "SETGID", "SETPCAP", "NET_ADMIN", "SYS_NICE",
+	"SYS_ADMIN", "DAC_OVERRIDE", "SYS_CHROOT", "SETUID", "SETGID", "SETPCAP", "NET_ADMIN",
 	"CHOWN", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP",
 }
 

@@ -52,8 +52,9 @@ type Config struct {
 	BackgroundLanes     int
 	BackgroundQueueWait time.Duration
 	BackgroundNice      int
-	// WarmNice is the nice value (1-19) warm sessions are built at, their
-	// init included (0: normal weight).
+	// WarmNice is the nice value (1-19) of the daemon's threads that build
+	// warm sessions and finish destroyed sessions' teardowns (0: normal
+	// weight); the sessions' own processes are never niced.
 	WarmNice int
 
 	// Observability (seed-spec §6). SandboxID names the sandbox in the
@@ -167,10 +168,6 @@ type Daemon struct {
 	started time.Time
 	// lane admits the heavy background operations (lane.go).
 	lane *lane
-	// warmNice is the nice value warm sessions are built at (0: the
-	// daemon's own): the lane's, when the daemon may bring an adopted
-	// one back to its own weight (reniceAllowed).
-	warmNice int
 	// inflight counts the requests being served, by operation (server.go):
 	// /health and the daemon view show them.
 	inflight inFlight
@@ -225,13 +222,6 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		procs := goruntime.GOMAXPROCS(0) + cfg.BackgroundLanes
 		goruntime.GOMAXPROCS(procs)
 		cfg.Logger.Info("background lane", "lanes", cfg.BackgroundLanes, "nice", cfg.BackgroundNice, "gomaxprocs", procs)
-	}
-	if cfg.WarmNice > 0 {
-		if err := reniceAllowed(); err == nil {
-			d.warmNice = cfg.WarmNice
-		} else {
-			cfg.Logger.Info("warm sessions are built at normal CPU weight", "reason", err)
-		}
 	}
 	if err := d.openObservability(); err != nil {
 		store.Close()

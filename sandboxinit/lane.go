@@ -4,14 +4,9 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	goruntime "runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -278,71 +273,4 @@ func onThread(fn func()) {
 	if p := <-done; p != nil {
 		panic(p)
 	}
-}
-
-// reniceAllowed says whether this process may bring a process it niced
-// back to nice 0: lowering a nice value takes CAP_SYS_NICE (a sandbox
-// container has it, activities.sandboxCaps; its sessions never keep it)
-// or an RLIMIT_NICE of at least 20. A container made before has neither.
-func reniceAllowed() error {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NICE, &rl); err == nil && rl.Cur >= 20 {
-		return nil
-	}
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return fmt.Errorf("CapEff %q: %w", v, err)
-			}
-			if mask&(1<<unix.CAP_SYS_NICE) != 0 {
-				return nil
-			}
-		}
-	}
-	return errors.New("neither CAP_SYS_NICE nor an RLIMIT_NICE of 20: nice 0 cannot be restored")
-}
-
-// reniceAll sets every thread of every process in pids to nice 0 (a
-// process's nice value is its threads'), and reads them again until none
-// is left niced: a thread started meanwhile was cloned from a niced one.
-func reniceAll(pids []int) error {
-	for pass := 0; pass < 3; pass++ {
-		changed := false
-		for _, pid := range pids {
-			tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // gone meanwhile
-			}
-			if err != nil {
-				return err
-			}
-			for _, t := range tasks {
-				tid, err := strconv.Atoi(t.Name())
-				if err != nil {
-					continue
-				}
-				prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
-				if err != nil {
-					continue // exited
-				}
-				// getpriority answers 20 - nice.
-				if 20-prio == 0 {
-					continue
-				}
-				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-					return fmt.Errorf("renice thread %d of process %d: %w", tid, pid, err)
-				}
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-	}
-	return fmt.Errorf("threads of processes %v keep a nice value", pids)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -303,39 +301,4 @@ func acquireLater(t *testing.T, l *lane) chan func() {
 		got <- rel
 	}()
 	return got
-}
-
-// TestReniceAllGivesNormalWeightBack: a process forked on a niced thread
-// (as a warm session's init is) runs niced, threads and all; reniceAll
-// brings every thread back to nice 0, and a process it then forks
-// inherits 0. Run as root (CAP_SYS_NICE), as a sandbox's daemon is.
-func TestReniceAllGivesNormalWeightBack(t *testing.T) {
-	require.NoError(t, reniceAllowed(), "the tests run as root")
-	// A shell that waits, then forks a child that reports its nice.
-	cmd := exec.Command("sh", "-c", "read x; awk '{print $19}' /proc/self/stat")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	var out strings.Builder
-	cmd.Stdout = &out
-	var startErr error
-	runNiced(10, nil, func() { startErr = cmd.Start() })
-	require.NoError(t, startErr)
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-	require.NoError(t, err)
-	require.Equal(t, 10, statNice(t, string(stat)), "forked on the niced thread: niced")
-
-	require.NoError(t, reniceAll([]int{cmd.Process.Pid, 1 << 22}), "a pid gone meanwhile is skipped")
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", cmd.Process.Pid))
-	require.NoError(t, err)
-	require.NotEmpty(t, tasks)
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		require.Equal(t, 0, statNice(t, string(b)), "thread %s", f)
-	}
-	_, _ = io.WriteString(stdin, "go\n")
-	require.NoError(t, stdin.Close())
-	require.NoError(t, cmd.Wait())
-	require.Equal(t, "0", strings.TrimSpace(out.String()), "what it forks after is not niced")
 }

@@ -288,16 +288,11 @@ func (d *Daemon) start(ctx context.Context, s *session, lease *layerstack.Lease)
 	}
 	var rs *runtime.Session
 	// Never from a niced background thread: the session's init, and every
-	// command it starts, would inherit its nice value (lane.go). But a
-	// warm session's: built niced on purpose (buildWarm), given the
-	// daemon's weight when a create adopts it.
-	startFn := func() (err error) { rs, err = d.rt.Start(ctx, d.runtimeSpec(s)); return }
-	var err error
-	if s.rec.Warm && d.warmNice > 0 {
-		err = startFn()
-	} else {
-		err = unniced(startFn)
-	}
+	// command it starts, would inherit its nice value (lane.go). A warm
+	// session's too: its build is niced (buildWarm), its init is not (a
+	// session is a CPU group of its own, where its processes' nice value
+	// ranks them only against each other).
+	err := unniced(func() (err error) { rs, err = d.rt.Start(ctx, d.runtimeSpec(s)); return })
 	if err != nil {
 		_ = unmountAll(s.merged())
 		return fmt.Errorf("start session: %w", err)

@@ -228,15 +228,15 @@ func (d *Daemon) warmOnBase() {
 }
 
 // buildWarm starts a warm session on the head and adds it to the pool.
-// It runs at the lane's lower CPU weight (warmNice), its session's init
-// too (forked on the niced thread, start): a build is work for a create
-// yet to come, and must not slow the commands and file operations of the
-// sessions that run now. adoptWarm gives the session the daemon's weight
-// back before a create answers with it.
+// The daemon's side of it (the session's directories, cgroup and mounts,
+// libcontainer's side of runc's init) runs at nice --warm-nice: a build
+// is work for a create yet to come, and must not slow the commands and
+// file operations the daemon serves now. Its session's init is forked at
+// the daemon's weight (start): it runs in the session's own CPU group.
 func (d *Daemon) buildWarm(ctx context.Context) {
 	var s *session
 	var err error
-	runNiced(d.warmNice, nil, func() {
+	runNiced(d.cfg.WarmNice, nil, func() {
 		s, err = d.createSessionAs(ctx, api.CreateSessionArgs{NetworkProfile: "shared"}, false, true)
 	})
 	d.mu.Lock()
@@ -363,19 +363,6 @@ func (d *Daemon) adoptWarm(ctx context.Context, a api.CreateSessionArgs) *sessio
 		d.mu.Unlock()
 		go d.discardWarm(s)
 		return nil
-	}
-	if d.warmNice > 0 {
-		// Built niced (buildWarm): its init, and every command it will
-		// start, get the daemon's weight back first. Not recorded as the
-		// create's yet, so a crash from here removes it at boot.
-		pids, err := s.rt.Pids()
-		if err == nil {
-			err = reniceAll(pids)
-		}
-		if err != nil {
-			d.log.Warn("a warm session could not be given normal CPU weight; discarded", "workspace_session_id", s.rec.ID, "err", err)
-			return discard()
-		}
 	}
 	release, err := d.admitSession()
 	if err != nil {

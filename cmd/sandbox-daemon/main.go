@@ -73,7 +73,7 @@ func serve(args []string) int {
 	fs.IntVar(&cfg.BackgroundLanes, "background-lanes", 128, "heavy background operations (session create, publish, archive, squash, import) run at once; the rest wait in FIFO order (0: max(1, NumCPU/2); 1 puts exec and file ops first at a cost in throughput); exec, file operations and reads never wait")
 	fs.DurationVar(&cfg.BackgroundQueueWait, "background-queue-wait", sandboxinit.DefaultBackgroundQueueWait, "how long a background operation waits for the lane before it is refused with server_busy")
 	fs.IntVar(&cfg.BackgroundNice, "background-nice", -1, "nice value (1-19) of the threads running background operations, e.g. 10 with --background-lanes 1; -1: normal CPU weight")
-	fs.IntVar(&cfg.WarmNice, "warm-nice", 10, "nice value (1-19) at which warm sessions are built, their init included, until a create adopts one (0: normal CPU weight)")
+	fs.IntVar(&cfg.WarmNice, "warm-nice", 10, "nice value (1-19) of the daemon's threads that build warm sessions and finish destroyed sessions' teardowns; the sessions' own processes keep normal weight (0: normal CPU weight)")
 	guard := fs.String("ingress-guard", "auto", "drop everything new entering the sandbox's network namespace from outside but connections to the --listen port (on, off, auto: on when this daemon is process 1; the supervisor, process 1 of a sandbox container, passes on)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {

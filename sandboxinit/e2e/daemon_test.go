@@ -106,8 +106,7 @@ func TestSessionsAreIsolated(t *testing.T) {
 		}
 	}
 	// No CAP_SYS_MODULE (bit 16), CAP_SYS_ADMIN (bit 21) or CAP_SYS_NICE
-	// (bit 23: the sandbox's daemon has it, to give an adopted warm
-	// session normal weight back) in the effective or bounding set.
+	// (bit 23: real-time scheduling) in the effective or bounding set.
 	for _, set := range []string{"CapEff", "CapBnd"} {
 		out = sb.exec(a, "grep "+set+" /proc/self/status")
 		var caps uint64

@@ -27,7 +27,7 @@ var images = testenv.Images
 
 // sandboxCaps is the capability set the product grants a sandbox container.
 var sandboxCaps = []string{
-	"SYS_ADMIN", "DAC_OVERRIDE", "SYS_CHROOT", "SETUID", "SETGID", "SETPCAP", "NET_ADMIN", "SYS_NICE",
+	"SYS_ADMIN", "DAC_OVERRIDE", "SYS_CHROOT", "SETUID", "SETGID", "SETPCAP", "NET_ADMIN",
 	"CHOWN", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP",
 }
 
