@@ -151,7 +151,7 @@ func (s *Store) Release(id string) error {
 		return err
 	}
 	s.mu.Lock()
-	_, ok := s.leases[id]
+	l, ok := s.leases[id]
 	delete(s.leases, id)
 	s.mu.Unlock()
 	if !ok {
@@ -161,8 +161,48 @@ func (s *Store) Release(id string) error {
 		return fmt.Errorf("release lease %s: %w", id, err)
 	}
 	_ = atomicfile.SyncDir(filepath.Join(s.root, dirLeases))
+	if !s.frees(l) {
+		return nil
+	}
 	_, err := s.collectGarbage()
 	return err
+}
+
+// frees says whether releasing l (already out of s.leases) leaves a layer
+// unreferenced: one of its layers that the head no longer holds (a squash
+// replaced it) and no other lease pins. Only then is there garbage to
+// collect: GC holds the commit lock and shuts out every reader of layer
+// directories while it looks, and sessions are released far more often
+// than a squash makes garbage. A squash that commits after the head was
+// read here collects what it replaced itself, and of two leases released
+// side by side the later look sees both gone (each is removed before its
+// release looks, under s.mu).
+func (s *Store) frees(l *Lease) bool {
+	head := s.head.Load()
+	if head == nil {
+		return false
+	}
+	inHead := make(map[string]bool, len(head.Layers))
+	for _, ly := range head.Layers {
+		inHead[ly.ID] = true
+	}
+	replaced := map[string]bool{}
+	for _, ly := range l.Layers {
+		if !inHead[ly.ID] {
+			replaced[ly.ID] = true
+		}
+	}
+	if len(replaced) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.leases {
+		for _, ly := range o.Layers {
+			delete(replaced, ly.ID)
+		}
+	}
+	return len(replaced) > 0
 }
 
 // LowerDirs are the lease's layer directories, newest first: the order an

@@ -211,3 +211,47 @@ func TestPublishSquashesAtMaxDepth(t *testing.T) {
 	_, err := publishOn(t, s, l, sess2, writes("after.txt", "a\n"))
 	require.NoError(t, err, "with the leases released the squash folds and the publish goes through")
 }
+
+// A release collects garbage only when it frees a layer: one a squash
+// replaced that no other lease pins. The releases before it (a lease on
+// the head, a lease whose replaced layers another still pins) leave the
+// layer directories alone, garbage planted there included; the last one
+// collects the replaced layers and the planted one.
+func TestReleaseCollectsOnlyWhatItFrees(t *testing.T) {
+	s := newTestStore(t, historyBase(), Options{AutoSquashAt: -1})
+	publishHistory(t, s)
+	a, b := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	want := readTree(t, func() *View { v, _ := s.View(a.ID); return v }())
+	res, err := s.Squash(context.Background())
+	require.NoError(t, err)
+	require.NotEmpty(t, res.SquashedBlocks)
+	layers := func() []string {
+		ents, err := os.ReadDir(filepath.Join(s.Root(), dirLayers))
+		require.NoError(t, err)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	pinned := layers()
+	planted := filepath.Join(s.Root(), dirLayers, "L999999-deadbeef")
+	require.NoError(t, os.MkdirAll(planted, 0o755))
+
+	onHead := mustLease(t, s, "operation:h")
+	require.NoError(t, s.Release(onHead.ID))
+	require.DirExists(t, planted, "a lease on the head frees nothing: no collection")
+	require.NoError(t, s.Release(a.ID))
+	require.DirExists(t, planted, "the replaced layers are still b's: no collection")
+	require.ElementsMatch(t, append(append([]string(nil), pinned...), "L999999-deadbeef"), layers())
+	v, err := s.View(b.ID)
+	require.NoError(t, err)
+	require.Equal(t, want, readTree(t, v), "b still reads its layers")
+
+	require.NoError(t, s.Release(b.ID))
+	require.NoDirExists(t, planted, "the last release of the replaced layers collects")
+	m, err := s.Manifest()
+	require.NoError(t, err)
+	require.Len(t, layers(), len(m.Layers)-1, "only the head's layers are left (the base is not in layers/)")
+	requireHealthy(t, s)
+}
