@@ -29,6 +29,8 @@ type Lease struct {
 	// merged onto them in a staged upper dir (refresh).
 	KeptBy   string `json:"kept_by,omitempty"`
 	Replaces string `json:"replaces,omitempty"`
+	// transient: held in memory only (Hold), never written.
+	transient bool
 }
 
 // ErrUnknownLease is returned for a lease id the store does not hold.
@@ -77,6 +79,30 @@ func (s *Store) AcquireWith(owner string, record func(*Lease) (*atomicfile.File,
 
 func (s *Store) acquireLocked(owner string, record func(*Lease) (*atomicfile.File, error)) (*Lease, error) {
 	return s.acquire(&Lease{Owner: owner}, record)
+}
+
+// Hold pins the current head for owner in memory only: no file is written
+// or flushed (no disk wait, and the commit lock only for the moment the
+// head is read), and the lease is gone with the process. For a pin that
+// need not outlive a crash: what it protects from a collection is the
+// layers something mounts while it holds the lease (a warm session's
+// start, which a restarted daemon removes). Release lets it go like any.
+func (s *Store) Hold(owner string) (*Lease, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	m := s.head.Load()
+	if m == nil {
+		return nil, ErrNoManifest
+	}
+	l := &Lease{Owner: owner, transient: true, ID: newID("lease-", m.Version), ManifestVersion: m.Version, RootHash: m.RootHash(),
+		Layers: append([]ManifestLayer(nil), m.Layers...), Created: s.opts.Now().UTC()}
+	s.mu.Lock()
+	s.leases[l.ID] = l
+	s.mu.Unlock()
+	return l.clone(), nil
 }
 
 // acquireKeptLocked is the lease a publish with keep (req) moves its
@@ -157,10 +183,12 @@ func (s *Store) Release(id string) error {
 	if !ok {
 		return nil
 	}
-	if err := os.Remove(s.leasePath(id)); err != nil && !isNotExist(err) {
-		return fmt.Errorf("release lease %s: %w", id, err)
+	if !l.transient {
+		if err := os.Remove(s.leasePath(id)); err != nil && !isNotExist(err) {
+			return fmt.Errorf("release lease %s: %w", id, err)
+		}
+		_ = atomicfile.SyncDir(filepath.Join(s.root, dirLeases))
 	}
-	_ = atomicfile.SyncDir(filepath.Join(s.root, dirLeases))
 	if !s.frees(l) {
 		return nil
 	}

@@ -255,3 +255,45 @@ func TestReleaseCollectsOnlyWhatItFrees(t *testing.T) {
 	require.Len(t, layers(), len(m.Layers)-1, "only the head's layers are left (the base is not in layers/)")
 	requireHealthy(t, s)
 }
+
+// A lease held in memory (Hold) pins its layers as any lease does: a squash
+// that replaces them leaves them on disk until it is released, and its
+// release collects them. It writes no file, and a reopened store does not
+// have it.
+func TestHoldPinsInMemoryOnly(t *testing.T) {
+	s := newTestStore(t, historyBase(), Options{AutoSquashAt: -1})
+	publishHistory(t, s)
+	h, err := s.Hold(warmOwner)
+	require.NoError(t, err)
+	want := readTree(t, func() *View { v, _ := s.View(h.ID); return v }())
+	leaseFiles := func() int {
+		ents, err := os.ReadDir(filepath.Join(s.Root(), dirLeases))
+		require.NoError(t, err)
+		return len(ents)
+	}
+	require.Zero(t, leaseFiles(), "nothing written")
+	_, err = s.Squash(context.Background())
+	require.NoError(t, err)
+	v, err := s.View(h.ID)
+	require.NoError(t, err)
+	require.Equal(t, want, readTree(t, v), "the held layers outlive the squash")
+	requireHealthy(t, s)
+	require.NoError(t, s.Release(h.ID))
+	m, err := s.Manifest()
+	require.NoError(t, err)
+	ents, err := os.ReadDir(filepath.Join(s.Root(), dirLayers))
+	require.NoError(t, err)
+	require.Len(t, ents, len(m.Layers)-1, "released, the replaced layers are collected")
+
+	h2, err := s.Hold(warmOwner)
+	require.NoError(t, err)
+	root := s.Root()
+	require.NoError(t, s.Close())
+	s2, err := Open(root, Options{})
+	require.NoError(t, err)
+	defer s2.Close()
+	_, err = s2.Lease(h2.ID)
+	require.ErrorIs(t, err, ErrUnknownLease, "gone with the process")
+}
+
+const warmOwner = "warm:ws-1"

@@ -229,13 +229,15 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	s.dir = filepath.Join(d.cfg.StateDir, "sessions", s.rec.ID)
 	sp.Set("workspace_session_id", s.rec.ID)
 	// A warm session holds its lease only while it starts, as the warm
-	// builder's (no view counts it as a workspace's; a daemon that stops
-	// meanwhile releases it at boot, sweepSessionLeases).
-	owner := s.owner()
+	// builder's (no view counts it as a workspace's), in memory only (a
+	// daemon that stops meanwhile removes the warm session at boot): no
+	// disk wait, and the commit lock only for a moment.
+	var lease *layerstack.Lease
 	if warm {
-		owner = warmLeaseOwner + s.rec.ID
+		lease, err = d.store.Hold(warmLeaseOwner + s.rec.ID)
+	} else {
+		lease, err = d.store.Acquire(s.owner())
 	}
-	lease, err := d.store.Acquire(owner)
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}

@@ -267,8 +267,8 @@ func (d *Daemon) buildEndedLocked(s *session, err error) {
 }
 
 // reheadWarm moves the warm session s onto the head under a lease of the
-// builder's own (released when it is done: a warm session holds none). On
-// failure s is removed.
+// builder's own, in memory only (released when it is done: a warm session
+// holds none). On failure s is removed.
 func (d *Daemon) reheadWarm(ctx context.Context, s *session) (err error) {
 	defer func() {
 		if err != nil {
@@ -278,7 +278,7 @@ func (d *Daemon) reheadWarm(ctx context.Context, s *session) (err error) {
 			d.discardWarm(s)
 		}
 	}()
-	lease, err := d.store.Acquire(warmLeaseOwner + s.rec.ID)
+	lease, err := d.store.Hold(warmLeaseOwner + s.rec.ID)
 	if err != nil {
 		return err
 	}

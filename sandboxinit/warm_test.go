@@ -62,7 +62,7 @@ func TestWarmBuildLeasesAreNotCounted(t *testing.T) {
 		return v["active_lease_count"]
 	}
 	require.EqualValues(t, 0, count())
-	warm, err := d.store.Acquire(warmLeaseOwner + "ws-warm")
+	warm, err := d.store.Hold(warmLeaseOwner + "ws-warm")
 	require.NoError(t, err)
 	require.EqualValues(t, 0, count(), "a warm build's lease is not a workspace's")
 	ws, err := d.store.Acquire("workspace_session:ws-a")
