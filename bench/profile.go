@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"time"
 
@@ -79,6 +80,56 @@ func (s *Stack) daemonProfile(ctx context.Context, sandboxID, path string) (stop
 			f.Close()
 		}
 	}
+}
+
+// daemonTrace records the sandbox daemon's execution trace (its
+// /debug/pprof/trace) for dur, starting after: where its goroutines waited
+// to run (sched), on locks and channels (sync) and in system calls
+// (syscall), which a CPU profile does not show. Each becomes a profile
+// (`go tool trace -pprof`) next to the others, path + "-<kind>.pprof";
+// the raw trace (megabytes) is not kept. wait returns once they are written.
+func (s *Stack) daemonTrace(ctx context.Context, sandboxID, path string, after, dur time.Duration) (wait func()) {
+	rec, err := s.Call(ctx, "inspect_sandbox", "", map[string]any{"sandbox_id": sandboxID})
+	if err != nil {
+		return func() {}
+	}
+	d, _ := rec["daemon"].(map[string]any)
+	url := fmt.Sprintf("http://%v:%v/debug/pprof/trace?seconds=%d", d["host"], d["port"], int(dur.Seconds()))
+	token := daemonclient.Token(s.secret, sandboxID)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(after):
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		raw := path + ".trace"
+		f, err := os.Create(raw)
+		if err != nil {
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		f.Close()
+		defer os.Remove(raw)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return
+		}
+		for _, kind := range []string{"sched", "sync", "syscall"} {
+			out, err := exec.CommandContext(ctx, "go", "tool", "trace", "-pprof="+kind, raw).Output()
+			if err == nil && len(out) > 0 {
+				_ = os.WriteFile(path+"-"+kind+".pprof", out, 0o644)
+			}
+		}
+	}()
+	return func() { <-done }
 }
 
 // cpuParts profiles this process's CPU only while resumed (the timed part

@@ -291,6 +291,12 @@ func (s *Suite) agents(ctx context.Context, repo string, n int) (agentRun, error
 	if n == s.o.Agents[len(s.o.Agents)-1] {
 		stopProfile := s.profile(ctx, fmt.Sprintf("agents-%d", n), id)
 		defer stopProfile()
+		if s.o.Profile != "" {
+			// 3 s of the daemon's execution trace, a third of the way in.
+			wait := s.st.daemonTrace(ctx, id, filepath.Join(s.o.Profile, fmt.Sprintf("agents-%d-daemon", n)), s.agentTime()/3, 3*time.Second)
+			defer wait()
+			s.Profiles = append(s.Profiles, fmt.Sprintf("agents-%d: the daemon's waits over 3 s of its execution trace: agents-%d-daemon-{sched,sync,syscall}.pprof", n, n))
+		}
 	}
 	deadline := time.Now().Add(s.agentTime())
 	cas := fmt.Sprint(n)

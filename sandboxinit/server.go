@@ -55,10 +55,11 @@ func NewServer(d *Daemon) *Server {
 	mux.HandleFunc("/files/list", s.serveFilesList)
 	mux.HandleFunc("/forward/", s.serveForward)
 	mux.HandleFunc(api.ImportBasePath, s.serveImportBase)
-	// CPU and heap profiles of the daemon for `make bench`, behind the
-	// sandbox token like every route.
+	// CPU and heap profiles and the execution trace of the daemon for
+	// `make bench`, behind the sandbox token like every route.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.KindNotFound, nil, "not found"))
 	})
