@@ -200,6 +200,19 @@ func TestFileOperationsRefuseHostileInput(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, status)
 		require.Equal(t, "unauthorized", out["error"].(map[string]any)["kind"])
 	}
+	// The daemon's profiles and execution trace need the token too.
+	for _, path := range []string{"/debug/pprof/trace?seconds=1", "/debug/pprof/profile?seconds=1", "/debug/pprof/goroutine"} {
+		for _, auth := range []string{"", "Bearer wrong-token-0123456789"} {
+			req, _ := http.NewRequest(http.MethodGet, sb.baseURL+path, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := sb.client.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s with %q", path, auth)
+		}
+	}
 	// Sessionless edits keep the exec bit.
 	sb.ok("file_edit", map[string]any{"path": "run.sh", "edits": []map[string]any{{"old_string": "echo run", "new_string": "echo ran"}}})
 	out := sb.exec("", "ls -l run.sh; ./run.sh")
