@@ -33,16 +33,24 @@ func startLocalProfile(path string) (stop func()) {
 // daemon; consecutive windows are merged, the one cut short by stop is lost.
 const daemonProfileWindow = 5 * time.Second
 
+// daemonDebug is the URL of the sandbox daemon's /debug/pprof/<what> and
+// the token it asks for.
+func (s *Stack) daemonDebug(ctx context.Context, sandboxID, what string) (url, token string, err error) {
+	rec, err := s.Call(ctx, "inspect_sandbox", "", map[string]any{"sandbox_id": sandboxID})
+	if err != nil {
+		return "", "", err
+	}
+	d, _ := rec["daemon"].(map[string]any)
+	return fmt.Sprintf("http://%v:%v/debug/pprof/%s", d["host"], d["port"], what), daemonclient.Token(s.secret, sandboxID), nil
+}
+
 // daemonProfile profiles the sandbox daemon's CPU (its /debug/pprof, behind
 // the sandbox token) until stop, and writes the merged profile to path.
 func (s *Stack) daemonProfile(ctx context.Context, sandboxID, path string) (stop func()) {
-	rec, err := s.Call(ctx, "inspect_sandbox", "", map[string]any{"sandbox_id": sandboxID})
+	url, token, err := s.daemonDebug(ctx, sandboxID, fmt.Sprintf("profile?seconds=%d", int(daemonProfileWindow.Seconds())))
 	if err != nil {
 		return func() {}
 	}
-	d, _ := rec["daemon"].(map[string]any)
-	url := fmt.Sprintf("http://%v:%v/debug/pprof/profile?seconds=%d", d["host"], d["port"], int(daemonProfileWindow.Seconds()))
-	token := daemonclient.Token(s.secret, sandboxID)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan []*profile.Profile, 1)
 	go func() {
@@ -89,13 +97,10 @@ func (s *Stack) daemonProfile(ctx context.Context, sandboxID, path string) (stop
 // (`go tool trace -pprof`) next to the others, path + "-<kind>.pprof";
 // the raw trace (megabytes) is not kept. wait returns once they are written.
 func (s *Stack) daemonTrace(ctx context.Context, sandboxID, path string, after, dur time.Duration) (wait func()) {
-	rec, err := s.Call(ctx, "inspect_sandbox", "", map[string]any{"sandbox_id": sandboxID})
+	url, token, err := s.daemonDebug(ctx, sandboxID, fmt.Sprintf("trace?seconds=%d", int(dur.Seconds())))
 	if err != nil {
 		return func() {}
 	}
-	d, _ := rec["daemon"].(map[string]any)
-	url := fmt.Sprintf("http://%v:%v/debug/pprof/trace?seconds=%d", d["host"], d["port"], int(dur.Seconds()))
-	token := daemonclient.Token(s.secret, sandboxID)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -417,16 +417,23 @@ func TestOpenRefusesSecondOwner(t *testing.T) {
 	require.ErrorIs(t, err, ErrStoreLocked)
 }
 
+// reopen closes s and opens its directory again (closed at the test's end).
+func reopen(t *testing.T, s *Store) *Store {
+	t.Helper()
+	root := s.Root()
+	require.NoError(t, s.Close())
+	s2, err := Open(root, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { s2.Close() })
+	return s2
+}
+
 func TestLeasesPersistAcrossReopen(t *testing.T) {
 	s := newTestStore(t, tree{"a": "a\n"})
 	l := mustLease(t, s, sess1)
 	_, err := publishOn(t, s, mustLease(t, s, sess2), sess2, writes("a", "b\n"))
 	require.NoError(t, err)
-	root := s.Root()
-	require.NoError(t, s.Close())
-	s2, err := Open(root, Options{})
-	require.NoError(t, err)
-	defer s2.Close()
+	s2 := reopen(t, s)
 	got, err := s2.Lease(l.ID)
 	require.NoError(t, err)
 	require.Equal(t, l.Layers, got.Layers)

@@ -287,11 +287,7 @@ func TestHoldPinsInMemoryOnly(t *testing.T) {
 
 	h2, err := s.Hold(warmOwner)
 	require.NoError(t, err)
-	root := s.Root()
-	require.NoError(t, s.Close())
-	s2, err := Open(root, Options{})
-	require.NoError(t, err)
-	defer s2.Close()
+	s2 := reopen(t, s)
 	_, err = s2.Lease(h2.ID)
 	require.ErrorIs(t, err, ErrUnknownLease, "gone with the process")
 }
