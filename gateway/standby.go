@@ -401,6 +401,12 @@ func (b *TemporalBackend) adoptStandbys(ctx context.Context, settled map[string]
 			left = append(left, f.ID) // one that ended meanwhile is not listed in the next pass
 			continue
 		}
+		if f.State.Claiming {
+			// A spare checking a claim's image (its gateway died with the
+			// create): claimed or a standby again in a moment.
+			left = append(left, f.ID)
+			continue
+		}
 		settled[f.ID] = true
 		if !f.State.Standby {
 			continue // claimed: a user's sandbox now

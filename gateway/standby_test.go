@@ -102,6 +102,32 @@ func TestAdoptStandbysAsksAgain(t *testing.T) {
 	c.AssertNumberOfCalls(t, "QueryWorkflow", 3)
 }
 
+// A spare that a killed gateway's create had claimed, still checking the
+// claim's image when the new gateway starts, is asked again rather than
+// taken for a spare: here the claim took it, and the pool stays empty (so
+// the gateway starts a spare of its own).
+func TestAdoptStandbysWaitsOutAClaimCheck(t *testing.T) {
+	c := mocks.NewClient(t)
+	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: time.Minute}}
+	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
+		runningSandbox(t, "eos-spare", map[string]any{workflows.MemoStandby: true, "image": "", memoStandbyOwner: "me"}),
+	}}, nil)
+	state := func(st workflows.SandboxState) *mocks.Value {
+		v := mocks.NewEncodedValue(t)
+		v.On("Get", mock.Anything).Run(func(a mock.Arguments) { *a.Get(0).(*workflows.SandboxState) = st }).Return(nil)
+		return v
+	}
+	q := workflows.SandboxWorkflowID("eos-spare")
+	c.On("QueryWorkflow", mock.Anything, q, "", workflows.QueryState).
+		Return(state(workflows.SandboxState{SandboxID: "eos-spare", Phase: workflows.PhaseStandby, Standby: true, Claiming: true, HostQueue: "q"}), nil).Once()
+	c.On("QueryWorkflow", mock.Anything, q, "", workflows.QueryState).
+		Return(state(workflows.SandboxState{SandboxID: "eos-spare", Phase: workflows.PhaseCreating, HostQueue: "q"}), nil).Once()
+
+	require.NoError(t, b.AdoptStandbys(context.Background()))
+	require.Empty(t, b.pool().ids, "a claimed spare is no one's spare")
+	c.AssertNumberOfCalls(t, "QueryWorkflow", 2)
+}
+
 // A standby that never answers is given up after the patience, with an
 // error that names it; nothing is taken into the pool.
 func TestAdoptStandbysGivesUp(t *testing.T) {

@@ -162,7 +162,9 @@ func (s *sandbox) checkClaimImage(ctx workflow.Context) (checked, refuse bool) {
 		workflow.GetVersion(ctx, versionSpareChecksImage, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return false, false
 	}
+	s.state.Claiming = true
 	err := workflow.ExecuteActivity(resolveOptions(ctx, s.queue()), ActCheckImage, s.claim.Image).Get(ctx, nil)
+	s.state.Claiming = false
 	if err == nil {
 		return true, false
 	}

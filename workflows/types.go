@@ -54,7 +54,10 @@ type SandboxState struct {
 	// Standby: a standby nobody claimed yet (standby.go); list_sandboxes
 	// and the fleet views leave it out.
 	Standby bool `json:"standby,omitempty"`
-	Runs    int  `json:"runs"`
+	// Claiming: a spare checks the image of a claim it has not taken yet
+	// (standby.go): in a moment it is claimed, or a standby again.
+	Claiming bool `json:"claiming,omitempty"`
+	Runs     int  `json:"runs"`
 	// HostQueue is the task queue of the sandbox's host (SandboxInput's;
 	// "" = the shared queue, a single-host deployment).
 	HostQueue string `json:"host_queue,omitempty"`

@@ -180,7 +180,9 @@ func TestStandbySandboxes(t *testing.T) {
 // first create of an image claims the spare and makes the container from
 // there; the gateway is SIGKILLed right after Docker made that container
 // (a worker failpoint) and, started again, finishes the create: ready,
-// listed, whole. A new spare and a standby of the image follow. A graceful
+// listed, whole. Killed again while the spare checks the image of another
+// create's claim, it finishes that create too. A new spare and a standby of
+// the image follow. A graceful
 // stop removes both, and nothing of the claimed sandbox, which, its
 // container lost, is an orphan that names its image and root.
 func TestSpareSandbox(t *testing.T) {
@@ -227,6 +229,24 @@ func TestSpareSandbox(t *testing.T) {
 	next := standbyOf(t, g, "")
 	t.Cleanup(func() { removeSandboxObjects(t, next) })
 	require.NotEqual(t, spare, next, "a new spare follows the claim")
+
+	// Killed while the spare checks a claim's image (no standby of an image
+	// waits: the create the restart finished started none, so the armed
+	// run's first image check is the claim's): started again, the check
+	// runs again and the create finishes on the spare, with that image.
+	g = restartArmed(t, g, workflows.ActCheckImage)
+	require.Equal(t, next, standbyOf(t, g, ""))
+	other := testenv.Images[1]
+	createKilled(t, g, other, numberedTree(t, 50))
+	start = time.Now()
+	g = testenv.StartGatewayWith(t, g.Options())
+	(&drill{t: t, g: g, id: next}).readyWithTree(start, 50)
+	require.ElementsMatch(t, []string{spare, next}, listedIDs(t, g))
+	third := next
+	next = standbyOf(t, g, "")
+	t.Cleanup(func() { removeSandboxObjects(t, next) })
+	require.NotEqual(t, third, next, "a new spare follows that claim too")
+
 	second := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
 	t.Cleanup(func() { removeSandboxObjects(t, second) })
 	sb := standbyOf(t, g, image)
@@ -235,7 +255,7 @@ func TestSpareSandbox(t *testing.T) {
 	g.Stop()
 	for _, kind := range []string{"container", "network", "volume"} {
 		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
-		for _, id := range []string{spare, second} {
+		for _, id := range []string{spare, second, third} {
 			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
 		}
 	}
