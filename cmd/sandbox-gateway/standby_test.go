@@ -162,13 +162,7 @@ func TestStandbySandboxes(t *testing.T) {
 	// A graceful stop removes the standby, and only it.
 	sb = standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
-	g.Stop()
-	for _, kind := range []string{"container", "network", "volume"} {
-		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
-		for _, id := range []string{first, fresh, third} {
-			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
-		}
-	}
+	stopRemovesOnly(t, g, sb, first, fresh, third)
 	require.Len(t, testenv.DockerObjects(t, "volume", second), 1, "the orphan keeps its work")
 	require.Error(t, exec.Command("docker", "inspect", workflows.ContainerName(sb)).Run())
 }
@@ -202,6 +196,13 @@ func TestSpareSandbox(t *testing.T) {
 	require.Equal(t, 1, r.code, "stdout %s", r.stdout)
 	require.Equal(t, api.KindInvalidRequest, r.errEnv["kind"], "%v", r.errEnv)
 	require.Contains(t, r.errEnv["message"], "eos-test-missing:1 is not present on this Docker host")
+	// Nor does a name that is no image reference, or one the Engine will
+	// not look up (refused at once, not retried as a Docker failure).
+	for _, bad := range []string{"Bad::Name", "UPPER/case:1"} {
+		r := runCLI(t, g, mgr, "create_sandbox", "--image", bad, "--workspace-root", t.TempDir())
+		require.Equal(t, 1, r.code, "stdout %s", r.stdout)
+		require.Equal(t, api.KindInvalidRequest, r.errEnv["kind"], "%s: %v", bad, r.errEnv)
+	}
 	time.Sleep(gateway.DefaultStandbyDelay + time.Second) // past the moment a refill would start
 	require.Equal(t, spare, standbyOf(t, g, ""), "the spare waits on")
 	for _, kind := range []string{"network", "volume"} {
@@ -216,12 +217,7 @@ func TestSpareSandbox(t *testing.T) {
 	g = restartArmed(t, g, workflows.ActCreateContainer)
 	require.Equal(t, spare, standbyOf(t, g, ""), "the restarted gateway took back the spare the killed one left")
 
-	ws := numberedTree(t, 200)
-	createKilled(t, g, image, ws)
-	start := time.Now()
-	g = testenv.StartGatewayWith(t, g.Options())
-	d := &drill{t: t, g: g, id: spare}
-	d.readyWithTree(start, 200)
+	g, ws := createKilledFinishes(t, g, image, spare, 200)
 	require.Equal(t, []string{spare}, listedIDs(t, g), "the claimed spare is the create's sandbox")
 	for _, kind := range []string{"container", "network", "volume"} {
 		require.Len(t, testenv.DockerObjects(t, kind, spare), 1, kind)
@@ -237,10 +233,7 @@ func TestSpareSandbox(t *testing.T) {
 	g = restartArmed(t, g, workflows.ActCheckImage)
 	require.Equal(t, next, standbyOf(t, g, ""))
 	other := testenv.Images[1]
-	createKilled(t, g, other, numberedTree(t, 50))
-	start = time.Now()
-	g = testenv.StartGatewayWith(t, g.Options())
-	(&drill{t: t, g: g, id: next}).readyWithTree(start, 50)
+	g, _ = createKilledFinishes(t, g, other, next, 50)
 	require.ElementsMatch(t, []string{spare, next}, listedIDs(t, g))
 	third := next
 	next = standbyOf(t, g, "")
@@ -252,13 +245,7 @@ func TestSpareSandbox(t *testing.T) {
 	sb := standbyOf(t, g, image)
 	t.Cleanup(func() { removeSandboxObjects(t, sb) })
 
-	g.Stop()
-	for _, kind := range []string{"container", "network", "volume"} {
-		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
-		for _, id := range []string{spare, second, third} {
-			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
-		}
-	}
+	stopRemovesOnly(t, g, sb, spare, second, third)
 	if second != next {
 		for _, kind := range []string{"network", "volume"} {
 			require.Empty(t, testenv.DockerObjects(t, kind, next), "the stopped gateway's spare %s", kind)
@@ -289,6 +276,19 @@ func TestSpareSandbox(t *testing.T) {
 	require.Equal(t, image, rec["image"], "%v", rec)
 }
 
+// stopRemovesOnly stops g gracefully: the standby sb loses its container,
+// network and volume, and each of the sandboxes keeps its own.
+func stopRemovesOnly(t *testing.T, g *testenv.Gateway, sb string, sandboxes ...string) {
+	t.Helper()
+	g.Stop()
+	for _, kind := range []string{"container", "network", "volume"} {
+		require.Empty(t, testenv.DockerObjects(t, kind, sb), "the stopped gateway's standby %s", kind)
+		for _, id := range sandboxes {
+			require.Len(t, testenv.DockerObjects(t, kind, id), 1, "sandbox %s keeps its %s", id, kind)
+		}
+	}
+}
+
 // restartArmed kills g and starts it again with the worker failpoint at
 // activity armed (environment only: the restarted gateway's Options drop it).
 func restartArmed(t *testing.T, g *testenv.Gateway, activity string) *testenv.Gateway {
@@ -299,10 +299,14 @@ func restartArmed(t *testing.T, g *testenv.Gateway, activity string) *testenv.Ga
 	return testenv.StartGatewayWith(t, armed)
 }
 
-// createKilled runs a create_sandbox that the gateway's armed failpoint
-// kills it under: the create fails, and the gateway is gone.
-func createKilled(t *testing.T, g *testenv.Gateway, image, ws string) {
+// createKilledFinishes runs a create_sandbox of a files-file workspace
+// that the gateway's armed failpoint kills it under (the create fails, the
+// gateway is gone), starts the gateway again, and waits until the sandbox
+// id the create took is ready with the whole workspace. It returns the
+// new gateway and the workspace.
+func createKilledFinishes(t *testing.T, g *testenv.Gateway, image, id string, files int) (*testenv.Gateway, string) {
 	t.Helper()
+	ws := numberedTree(t, files)
 	out, err := exec.Command(filepath.Join(g.Bins, "sandbox-manager-cli"), "--gateway-endpoint", g.Addr, "--gateway-auth-token", g.Token,
 		"create_sandbox", "--image", image, "--workspace-root", ws).CombinedOutput()
 	require.Error(t, err, "the gateway died under the create: %s", out)
@@ -311,6 +315,10 @@ func createKilled(t *testing.T, g *testenv.Gateway, image, ws string) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the failpoint did not kill the gateway; the create answered: %s", out)
 	}
+	start := time.Now()
+	g = testenv.StartGatewayWith(t, g.Options())
+	(&drill{t: t, g: g, id: id}).readyWithTree(start, files)
+	return g, ws
 }
 
 // TestStandbyClaimKilledMidway: the gateway (its Temporal and worker with
@@ -334,13 +342,7 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	g = restartArmed(t, g, workflows.ActImportWorkspace)
 	require.Equal(t, sb, standbyOf(t, g, image), "the restarted gateway took back its standby")
 
-	ws := numberedTree(t, 3000)
-	createKilled(t, g, image, ws)
-
-	start := time.Now()
-	g = testenv.StartGatewayWith(t, g.Options())
-	d := &drill{t: t, g: g, id: sb}
-	d.readyWithTree(start, 3000)
+	g, ws := createKilledFinishes(t, g, image, sb, 3000)
 	require.ElementsMatch(t, []string{first, sb}, listedIDs(t, g), "the claimed standby is listed as the create's sandbox")
 	for _, s := range mustCLI(t, g, mgr, "list_sandboxes")["sandboxes"].([]any) {
 		if r := s.(map[string]any); r["id"] == sb {
