@@ -92,13 +92,18 @@ func (a *Activities) CheckImage(ctx context.Context, img string) error {
 }
 
 func (a *Activities) inspectImage(ctx context.Context, img string) (image.InspectResponse, error) {
-	if strings.TrimSpace(img) == "" {
-		return image.InspectResponse{}, invalidArgument("image is empty")
+	// Checked here too, whoever started the workflow: a name Docker cannot
+	// parse is the caller's error, not a Docker failure to retry.
+	if err := api.CheckImageRef(img); err != nil {
+		return image.InspectResponse{}, apperr.New(api.AsError(err))
 	}
 	info, err := a.docker.ImageInspect(ctx, img)
 	if cerrdefs.IsNotFound(err) {
 		return info, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "image"},
 			"image %s is not present on this Docker host; build or load it first (no pull is attempted)", img)
+	}
+	if cerrdefs.IsInvalidArgument(err) {
+		return info, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "image"}, "image %s: the Docker Engine refused the name: %v", img, err)
 	}
 	if err != nil {
 		return info, fmt.Errorf("inspect image %s: %w", img, err)

@@ -90,6 +90,13 @@ func TestCheckImage(t *testing.T) {
 	require.Contains(t, appErr.Error(), "image missing:1 is not present on this Docker host; build or load it first (no pull is attempted)")
 
 	requireAppError(t, acts.CheckImage(context.Background(), " "), api.KindInvalidRequest, true)
+	// A name that is no image reference, and one the Engine refuses, are
+	// the caller's error (not retried), like a missing image.
+	for _, bad := range []string{"Bad::Name", strings.Repeat("a", 600), "../etc"} {
+		requireAppError(t, acts.CheckImage(context.Background(), bad), api.KindInvalidRequest, true)
+	}
+	appErr = requireAppError(t, acts.CheckImage(context.Background(), "UPPER/case:1"), api.KindInvalidRequest, true)
+	require.Contains(t, appErr.Error(), "refused the name")
 }
 
 func TestCreateContainerFresh(t *testing.T) {

@@ -83,6 +83,11 @@ func (f *fakeDocker) ImageInspect(ctx context.Context, ref string, _ ...client.I
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id, ok := f.images[ref]
+	if !ok && strings.ToLower(ref) != ref {
+		// What the Engine answers a name the library parses (an upper-case
+		// first part is a registry host) but it will not look up.
+		return image.InspectResponse{}, fmt.Errorf("no such image: %s: invalid reference format: repository name must be lowercase: %w", ref, cerrdefs.ErrInvalidArgument)
+	}
 	if !ok {
 		return image.InspectResponse{}, errNotFound("No such image: " + ref)
 	}

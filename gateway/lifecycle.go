@@ -207,6 +207,9 @@ func (b *TemporalBackend) destroySandbox(ctx context.Context, sandboxID string, 
 // (lifecycle.CreateSandboxes). With async the workflow is only started.
 func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args map[string]any, async bool, progress func(string)) (any, error) {
 	image, _ := args["image"].(string)
+	if err := api.CheckImageRef(image); err != nil {
+		return nil, err
+	}
 	root, _ := args["workspace_root"].(string)
 	root, err := b.hostPaths().Workspace("workspace_root", root)
 	if err != nil {

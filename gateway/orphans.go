@@ -163,6 +163,9 @@ func (b *TemporalBackend) adoptOrphan(ctx context.Context, _ string, args map[st
 	if image == "" {
 		image = o.Image
 	}
+	if err := api.CheckImageRef(image); err != nil {
+		return nil, err
+	}
 	spec := workflows.SandboxSpec{SandboxID: id, Image: image, WorkspaceRoot: o.WorkspaceRoot}
 	memo := map[string]any{"workspace_root": o.WorkspaceRoot, "image": image, "request_id": RequestID(ctx), "adopted": true}
 	states, err := lifecycle.CreateSandboxes(ctx, b.Client, spec, []string{id}, lifecycle.CreateOptions{HostQueue: o.Queue, Memo: memo,
