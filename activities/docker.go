@@ -25,6 +25,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/imageref"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
@@ -94,7 +95,7 @@ func (a *Activities) CheckImage(ctx context.Context, img string) error {
 func (a *Activities) inspectImage(ctx context.Context, img string) (image.InspectResponse, error) {
 	// Checked here too, whoever started the workflow: a name Docker cannot
 	// parse is the caller's error, not a Docker failure to retry.
-	if err := api.CheckImageRef(img); err != nil {
+	if err := imageref.Check(img); err != nil {
 		return image.InspectResponse{}, apperr.New(api.AsError(err))
 	}
 	info, err := a.docker.ImageInspect(ctx, img)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/api/client"
+	"github.com/ephemeral-sandbox/sandbox/api/imageref"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
@@ -207,7 +208,7 @@ func (b *TemporalBackend) destroySandbox(ctx context.Context, sandboxID string, 
 // (lifecycle.CreateSandboxes). With async the workflow is only started.
 func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args map[string]any, async bool, progress func(string)) (any, error) {
 	image, _ := args["image"].(string)
-	if err := api.CheckImageRef(image); err != nil {
+	if err := imageref.Check(image); err != nil {
 		return nil, err
 	}
 	root, _ := args["workspace_root"].(string)

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/api/imageref"
 	"github.com/ephemeral-sandbox/sandbox/lifecycle"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -163,7 +164,7 @@ func (b *TemporalBackend) adoptOrphan(ctx context.Context, _ string, args map[st
 	if image == "" {
 		image = o.Image
 	}
-	if err := api.CheckImageRef(image); err != nil {
+	if err := imageref.Check(image); err != nil {
 		return nil, err
 	}
 	spec := workflows.SandboxSpec{SandboxID: id, Image: image, WorkspaceRoot: o.WorkspaceRoot}
