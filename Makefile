@@ -84,7 +84,7 @@ fuzz:
 # profiles. Then the inner-loop Go benchmarks, six counts, compared with
 # benchstat against the committed baseline (bench/results/inner-baseline.txt;
 # `make bench-baseline` makes the latest run the baseline).
-BENCH_INNER := -run '^$$' -bench 'Merge3|DiffLines|ViewStat|DispatchSpan|QueryNewest|StartNoProcess|Publish$$' -benchmem -count 6 -timeout 30m ./layerstack ./sandboxinit/telemetry ./sandboxinit/command
+BENCH_INNER := -run '^$$' -bench 'Merge3|DiffLines|ViewStat|DispatchSpan|QueryNewest|StartNoProcess|Publish$$|PublishSideBySide' -benchmem -count 6 -timeout 30m ./layerstack ./sandboxinit/telemetry ./sandboxinit/command
 BENCHSTAT := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 bench: daemon test-deps

@@ -46,8 +46,11 @@
 //     it, and never while a reader holds the GC read lock. The boot sweep
 //     deletes nothing when the manifest cannot be read.
 //   - One process owns a store (flock on .lock); inside it, commits are
-//     serialised. Resolution may run outside the commit lock against a
-//     pinned head and is redone if the head moved.
+//     serialised. Resolution and the layer's build may run outside the
+//     commit lock against a pinned head. If the head moved meanwhile, they
+//     are redone, unless every commit since was a publish that touched no
+//     path of the change set, nor a directory above or a path below one:
+//     then the built layer is committed on the new head as it is.
 //   - Every write's content is copied (and hashed) into staging before it is
 //     checked: what is checked is what is committed.
 //   - An upper dir is read only by descriptors (Capture, Dir): no symlink in

@@ -529,17 +529,29 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 	if err != nil {
 		return nil, err
 	}
-	res := tx.result(plan, head, layerID)
-	res.RouteSummary = sum
-	res.Counts, res.Bytes = meta.Counts, meta.Bytes
-	res.Revision = Revision{ManifestVersion: head.Version + 1, LayerCount: len(head.Layers) + 1}
+	if s.afterBuild != nil && !locked {
+		s.afterBuild()
+	}
 	if !locked {
 		s.commitMu.Lock()
 		defer s.commitMu.Unlock()
 	}
-	if s.head.Load() != head {
-		return nil, errStale
+	if cur := s.head.Load(); cur != head {
+		// The head moved while the layer was built. If the commits since
+		// left every path of this change set alone, the plan against the
+		// new head is this plan and the layer this layer: it is committed
+		// there under the next version instead of being built again.
+		if !rebaseOnMovedHead || tx.req.ExpectVersion > 0 || !s.untouchedSince(head, cur, tx.changes) {
+			return nil, errStale // (a publish tied to one version never moves)
+		}
+		head, layerID = cur, newID("L", cur.Version+1)
+		meta.ID, meta.ParentVersion = layerID, cur.Version
+		s.rebased.Add(1)
 	}
+	res := tx.result(plan, head, layerID)
+	res.RouteSummary = sum
+	res.Counts, res.Bytes = meta.Counts, meta.Bytes
+	res.Revision = Revision{ManifestVersion: head.Version + 1, LayerCount: len(head.Layers) + 1}
 	if _, err := s.readTx(tx.req.TxID); err == nil {
 		return nil, errStale // committed by an overlapping attempt: Publish replays it
 	}
@@ -558,6 +570,64 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 		tx.cleanup()
 	}()
 	return res, nil
+}
+
+// rebaseOnMovedHead: a publish whose head moved under its build commits the
+// layer it built when untouchedSince allows. BenchmarkPublishSideBySide
+// turns it off to compare with building the layer again.
+var rebaseOnMovedHead = true
+
+// untouchedSince reports whether cur is head with publish layers on top
+// that touch no path of changes. None of them may have written, deleted or
+// replaced a path of the change set (whether or not the plan kept it: a
+// change the plan dropped as already in the head may not be after them)
+// or a directory above one; nor a path below one, unless that one only
+// sets a directory's mode (a capture lists every directory it went
+// through, and what is written inside one does not change its own entry).
+// The plan's resolution against the head read nothing else (which paths
+// are ignored, it reads from the session's base): its conflicts, merges,
+// parent directories' modes and line owners are the same against cur.
+// Any other kind of layer (a squash, an amend) says no.
+func (s *Store) untouchedSince(head, cur *Manifest, changes []Change) bool {
+	k := len(cur.Layers) - len(head.Layers)
+	if k < 1 || cur.Version != head.Version+int64(k) {
+		return false
+	}
+	for i, l := range head.Layers {
+		if cur.Layers[k+i].ID != l.ID {
+			return false
+		}
+	}
+	mine := make(map[string]bool, len(changes))   // every path of the change set
+	covers := make(map[string]bool, len(changes)) // those that decide what is below them
+	above := map[string]bool{}                    // their directories
+	for _, ch := range changes {
+		mine[ch.Path] = true
+		if ch.Kind != ChangeDir {
+			covers[ch.Path] = true
+		}
+		for _, a := range ancestors(ch.Path) {
+			above[a] = true
+		}
+	}
+	for _, l := range cur.Layers[:k] {
+		m, err := s.meta(l.ID)
+		if err != nil || m.Kind != LayerPublish {
+			return false
+		}
+		for _, po := range m.Paths {
+			p := po.Path
+			if mine[p] || above[p] {
+				return false
+			}
+			for _, a := range ancestors(p) {
+				if covers[a] {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // buildLayer writes the plan as a layer in stage and returns its metadata

@@ -3,6 +3,7 @@ package layerstack
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -498,4 +499,121 @@ func TestPublishNoOpWithKeepReturns(t *testing.T) {
 	require.NotEmpty(t, res.LeaseID)
 	require.NotEqual(t, lease.ID, res.LeaseID)
 	require.Equal(t, 1, hooked, "SourcesRead runs once")
+}
+
+// TestPublishOnAMovedHead: a publish whose head moved while it built its
+// layer commits that layer on the new head, without building it again,
+// when the commits since touched none of its paths; when one touched a
+// path of it, a directory above one, or a path below one it deletes, it is
+// resolved again against the new head (a conflict, a merge) as before.
+func TestPublishOnAMovedHead(t *testing.T) {
+	write := func(p, data string) Change {
+		return Change{Path: p, Kind: ChangeWrite, Mode: 0o644, Data: []byte(data)}
+	}
+	dir := func(p string, mode fs.FileMode) Change { return Change{Path: p, Kind: ChangeDir, Mode: mode} }
+	mineOnly := []Change{write("a/mine.txt", "mine\n")}
+	// What a capture lists: the directory the file was written in, too.
+	asCaptured := []Change{dir("a", 0o755), write("a/mine.txt", "mine\n")}
+	for _, tc := range []struct {
+		name    string
+		mine    []Change
+		other   []Change
+		rebased bool
+		err     error
+		pinned  bool // ExpectVersion: commit on the head it was planned on or not at all
+	}{
+		{name: "another directory", mine: mineOnly, other: []Change{write("b/other.txt", "o\n")}, rebased: true},
+		{name: "a sibling", mine: mineOnly, other: []Change{write("a/x.txt", "x2\n")}, rebased: true},
+		{name: "a sibling, both as captured", mine: asCaptured, other: []Change{dir("a", 0o755), write("a/x.txt", "x2\n")}, rebased: true},
+		// Which paths a publish ignores comes from its session's base.
+		{name: "an ignore file", mine: mineOnly, other: []Change{write(".gitignore", "*.txt\n")}, rebased: true},
+		{name: "the same path", mine: mineOnly, other: []Change{write("a/mine.txt", "theirs\n")}, err: ErrConflict},
+		{name: "the directory above", mine: mineOnly, other: []Change{dir("a", 0o700)}},
+		{name: "below a directory it deletes", mine: []Change{{Path: "b", Kind: ChangeDelete}, write("a/mine.txt", "mine\n")},
+			other: []Change{write("b/y2.txt", "y2\n")}, err: ErrConflict},
+		{name: "pinned to its version", mine: mineOnly, other: []Change{write("b/other.txt", "o\n")}, pinned: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStore(t, tree{"a/x.txt": "x\n", "b/y.txt": "y\n"})
+			mine, theirs := mustLease(t, s, sess1), mustLease(t, s, sess2)
+			builds, moving := 0, false
+			s.afterBuild = func() {
+				if moving {
+					return // the other publish's own build
+				}
+				builds++
+				if builds == 1 { // the head moves once, under the first build
+					moving = true
+					_, err := publishOn(t, s, theirs, sess2, &ChangeSet{Changes: tc.other})
+					moving = false
+					require.NoError(t, err)
+				}
+			}
+			req := PublishRequest{TxID: nextTx(), LeaseID: mine.ID, Changes: &ChangeSet{Changes: tc.mine}, Owner: sess1}
+			if tc.pinned {
+				req.ExpectVersion = 1
+			}
+			res, err := s.Publish(context.Background(), req)
+			if tc.pinned {
+				var moved *HeadMovedError
+				require.ErrorAs(t, err, &moved)
+				require.Zero(t, s.rebased.Load())
+				return
+			}
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				require.Zero(t, s.rebased.Load())
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, int64(3), res.Revision.ManifestVersion, "on top of the other commit")
+			require.Equal(t, "mine\n", headFile(t, s, "a/mine.txt"))
+			meta, err := s.LayerMeta(res.LayerID)
+			require.NoError(t, err)
+			require.Equal(t, int64(2), meta.ParentVersion)
+			require.True(t, strings.HasPrefix(res.LayerID, "L000003-"), res.LayerID)
+			if tc.rebased {
+				require.Equal(t, 1, builds, "the layer was built once")
+				require.Equal(t, int64(1), s.rebased.Load())
+				for _, ch := range tc.other {
+					if ch.Kind == ChangeWrite {
+						require.Equal(t, string(ch.Data), headFile(t, s, ch.Path))
+					}
+				}
+			} else {
+				require.Equal(t, 2, builds, "built again against the new head")
+				require.Zero(t, s.rebased.Load())
+			}
+			requireHealthy(t, s)
+			s = reopen(t, s) // the manifest on disk names the layer under its new version
+			require.Equal(t, "mine\n", headFile(t, s, "a/mine.txt"))
+			requireHealthy(t, s)
+		})
+	}
+}
+
+// TestPublishOnAMovedHeadSeesWhatItDropped: a change the plan dropped as
+// already in the head (two sessions made the same edit) is still this
+// publish's: when the head moves under its build and the move changes that
+// path again, the publish is resolved again and reports the conflict,
+// rather than committing its layer on the new head without it.
+func TestPublishOnAMovedHeadSeesWhatItDropped(t *testing.T) {
+	s := newTestStore(t, tree{"c.txt": "b\n"})
+	mine, same := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	_, err := publishOn(t, s, same, sess2, writes("c.txt", "c\n")) // the same edit as mine, first
+	require.NoError(t, err)
+	later := mustLease(t, s, "workspace_session:s3") // on that head
+	moved := false
+	s.afterBuild = func() {
+		if !moved {
+			moved = true
+			_, err := publishOn(t, s, later, "workspace_session:s3", writes("c.txt", "d\n"))
+			require.NoError(t, err)
+		}
+	}
+	_, err = publishOn(t, s, mine, sess1, writes("c.txt", "c\n", "mine.txt", "m\n"))
+	require.ErrorIs(t, err, ErrConflict)
+	require.Zero(t, s.rebased.Load())
+	require.Equal(t, "d\n", headFile(t, s, "c.txt"))
+	requireHealthy(t, s)
 }

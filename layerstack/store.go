@@ -71,6 +71,13 @@ type Store struct {
 	// removed after their answer (added under commitMu; Verify and Close
 	// wait for them under it).
 	tidy sync.WaitGroup
+
+	// rebased counts publishes committed on a head that moved while their
+	// layer was built, without building it again (untouchedSince).
+	rebased atomic.Int64
+	// afterBuild, set by tests only, runs when a publish has built its
+	// layer outside the commit lock, before it takes the lock.
+	afterBuild func()
 }
 
 // Store directory layout.

@@ -3,6 +3,8 @@ package layerstack
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -118,5 +120,57 @@ func BenchmarkSquash100(b *testing.B) {
 		require.NoError(b, err)
 		require.Len(b, res.SquashedBlocks, 1)
 		b.StartTimer()
+	}
+}
+
+// BenchmarkPublishSideBySide: 8 sessions publish one new file each, in a
+// directory of their own (as captured: the directory listed too), side by
+// side on one store. A publish whose head moved under its build commits
+// the layer it built on the new head (rebase=true) or builds it again
+// (rebase=false, the code before). rebased/op is the share that did.
+func BenchmarkPublishSideBySide(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("rebase=%v", on), func(b *testing.B) {
+			defer func(v bool) { rebaseOnMovedHead = v }(rebaseOnMovedHead)
+			rebaseOnMovedHead = on
+			s := newTestStore(b, tree{"README": "r\n"}, Options{AutoSquashAt: -1})
+			payload := make([]byte, 4096)
+			const writers = 8
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, writers)
+			b.ResetTimer()
+			for w := 0; w < writers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					owner := fmt.Sprintf("workspace_session:w%d", w)
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						l, err := s.Acquire(owner)
+						if err == nil {
+							cs := &ChangeSet{Changes: []Change{{Path: fmt.Sprintf("w%d", w), Kind: ChangeDir, Mode: 0o755},
+								{Path: fmt.Sprintf("w%d/f%d.txt", w, i), Kind: ChangeWrite, Mode: 0o644, Data: payload}}}
+							_, err = s.Publish(context.Background(), PublishRequest{TxID: fmt.Sprintf("side-%d", i), LeaseID: l.ID, Changes: cs, Owner: owner})
+							if rerr := s.Release(l.ID); err == nil {
+								err = rerr
+							}
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(errs)
+			require.NoError(b, <-errs)
+			b.ReportMetric(float64(s.rebased.Load())/float64(b.N), "rebased/op")
+		})
 	}
 }
