@@ -613,20 +613,9 @@ func (si *streamImporter) keepOnly(tmp string, listed []string) error {
 			anc[a] = true
 		}
 	}
-	kept := func(p string) bool {
-		if keep[p] || anc[p] {
-			return true
-		}
-		for _, a := range ancestors(p) {
-			if keep[a] {
-				return true
-			}
-		}
-		return false
-	}
 	var drop []string
 	for p := range si.recs {
-		if !kept(p) {
+		if !nearPath(p, keep, anc, keep) {
 			drop = append(drop, p)
 		}
 	}
@@ -640,7 +629,7 @@ func (si *streamImporter) keepOnly(tmp string, listed []string) error {
 	}
 	skipped := si.report.Skipped[:0]
 	for _, s := range si.report.Skipped {
-		if kept(s.Path) {
+		if nearPath(s.Path, keep, anc, keep) {
 			skipped = append(skipped, s)
 		}
 	}

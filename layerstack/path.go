@@ -105,6 +105,20 @@ func ancestors(p string) []string {
 	return out
 }
 
+// nearPath reports whether p is one of paths, a directory above one of
+// them (above: their ancestors), or inside one of covers.
+func nearPath(p string, paths, above, covers map[string]bool) bool {
+	if paths[p] || above[p] {
+		return true
+	}
+	for _, a := range ancestors(p) {
+		if covers[a] {
+			return true
+		}
+	}
+	return false
+}
+
 // isUnder reports whether p is strictly inside dir ("" is the root).
 func isUnder(p, dir string) bool {
 	if dir == "" {

@@ -616,14 +616,8 @@ func (s *Store) untouchedSince(head, cur *Manifest, changes []Change) bool {
 			return false
 		}
 		for _, po := range m.Paths {
-			p := po.Path
-			if mine[p] || above[p] {
+			if nearPath(po.Path, mine, above, covers) {
 				return false
-			}
-			for _, a := range ancestors(p) {
-				if covers[a] {
-					return false
-				}
 			}
 		}
 	}
