@@ -344,7 +344,11 @@ func (b *TemporalBackend) Standbys(ctx context.Context) []StandbyInfo {
 // Right after a restart a standby's state may not be readable yet (its
 // workflow waits for a worker to replay it, or Temporal is still coming
 // up): the standbys not settled are asked again, with backoff, until each
-// is adopted or released, AdoptPatience passes or ctx ends.
+// is adopted or released, AdoptPatience passes or ctx ends. Those still
+// unsettled then are asked on in the background every adoptLateEvery until
+// they settle or ctx ends: one that answers late is adopted if the pool
+// has no standby for it by then, released otherwise, so none is left out
+// of the pool running until its TTL.
 func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 	if !b.Standby.Enabled {
 		return nil
@@ -362,8 +366,9 @@ func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 		}
 		if time.Now().Add(wait).After(deadline) {
 			if err == nil {
-				err = fmt.Errorf("the state of standby sandboxes %v could not be read in %s; each ends by its TTL", left, patience)
+				err = fmt.Errorf("the state of standby sandboxes %v could not be read in %s; asking again every %s", left, patience, adoptLateEvery)
 			}
+			go b.adoptLate(ctx, settled)
 			return err
 		}
 		b.log().Info("standby sandboxes left by a previous run: not all settled yet; asking again", "left", left, "error", err, "in", wait)
@@ -377,6 +382,29 @@ func (b *TemporalBackend) AdoptStandbys(ctx context.Context) error {
 
 // DefaultAdoptPatience is how long AdoptStandbys keeps asking.
 const DefaultAdoptPatience = 2 * time.Minute
+
+// adoptLateEvery is how often the standbys AdoptStandbys gave up on are
+// asked again in the background.
+var adoptLateEvery = 30 * time.Second
+
+// adoptLate asks again, every adoptLateEvery, for the standbys of a
+// previous run not in settled, until none is left or ctx ends.
+func (b *TemporalBackend) adoptLate(ctx context.Context, settled map[string]bool) {
+	t := time.NewTicker(adoptLateEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		left, err := b.adoptStandbys(ctx, settled)
+		if err == nil && len(left) == 0 {
+			b.log().Info("standby sandboxes left by a previous run: all settled")
+			return
+		}
+	}
+}
 
 // adoptStandbys is one pass of AdoptStandbys over this gateway's standbys
 // not settled yet; it returns those whose state it could not read.

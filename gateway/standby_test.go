@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,17 +130,45 @@ func TestAdoptStandbysWaitsOutAClaimCheck(t *testing.T) {
 	c.AssertNumberOfCalls(t, "QueryWorkflow", 2)
 }
 
-// A standby that never answers is given up after the patience, with an
-// error that names it; nothing is taken into the pool.
-func TestAdoptStandbysGivesUp(t *testing.T) {
+// A standby that does not answer within the patience is reported by name
+// and asked again in the background: when it answers it is adopted (the
+// pool has none of its image and host), not left running outside the pool
+// until its TTL.
+func TestAdoptStandbysAdoptsLate(t *testing.T) {
+	defer func(d time.Duration) { adoptLateEvery = d }(adoptLateEvery)
+	adoptLateEvery = 50 * time.Millisecond
 	c := mocks.NewClient(t)
 	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: 500 * time.Millisecond}}
 	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
 		runningSandbox(t, "eos-mute", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "me"})}}, nil)
-	c.On("QueryWorkflow", mock.Anything, mock.Anything, "", workflows.QueryState).Return(nil, serviceerror.NewDeadlineExceeded("no worker"))
-	err := b.AdoptStandbys(context.Background())
+	var answers atomic.Bool
+	v := mocks.NewEncodedValue(t)
+	v.On("Get", mock.Anything).Run(func(a mock.Arguments) {
+		*a.Get(0).(*workflows.SandboxState) = workflows.SandboxState{SandboxID: "eos-mute", Phase: workflows.PhaseStandby, Standby: true, HostQueue: "q"}
+	}).Return(nil)
+	c.On("QueryWorkflow", mock.Anything, mock.Anything, "", workflows.QueryState).Return(
+		func(context.Context, string, string, string, ...interface{}) (converter.EncodedValue, error) {
+			if !answers.Load() {
+				return nil, serviceerror.NewDeadlineExceeded("no worker")
+			}
+			return v, nil
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := b.AdoptStandbys(ctx)
 	require.ErrorContains(t, err, "eos-mute")
-	require.Empty(t, b.pool().ids)
+	require.Empty(t, b.ids(), "not taken before it answers")
+	answers.Store(true)
+	require.Eventually(t, func() bool { return len(b.ids()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, map[standbyKey]string{{image: "img", queue: "q"}: "eos-mute"}, b.ids())
+}
+
+// ids is the pool's standbys by image and host, read under its lock.
+func (b *TemporalBackend) ids() map[standbyKey]string {
+	p := b.pool()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.ids)
 }
 
 // runningSandbox is a running sandbox workflow as visibility lists it.
