@@ -203,9 +203,15 @@ func (s *Store) Publish(ctx context.Context, req PublishRequest) (*PublishResult
 		if err != nil {
 			// Another attempt of this same transaction (a retry that
 			// overlapped a slow first one) may have committed meanwhile:
-			// its result is this one's, not a conflict with itself.
-			if r, rerr := s.replay(req); r != nil && rerr == nil {
+			// its result is this one's, not a conflict with itself. One
+			// of another owner's under this txid ends it: every attempt
+			// would find that commit's record.
+			r, rerr := s.replay(req)
+			if r != nil && rerr == nil {
 				return r, nil
+			}
+			if errors.Is(rerr, ErrTxTaken) {
+				return nil, rerr
 			}
 		}
 		if errors.Is(err, errStale) {
@@ -541,11 +547,11 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 		// left every path of this change set alone, the plan against the
 		// new head is this plan and the layer this layer: it is committed
 		// there under the next version instead of being built again.
-		if !rebaseOnMovedHead || tx.req.ExpectVersion > 0 || !s.untouchedSince(head, cur, tx.changes) {
+		if !rebaseOnMovedHead || tx.req.ExpectVersion > 0 || !s.untouchedSince(head, cur, tx, plan) {
 			return nil, errStale // (a publish tied to one version never moves)
 		}
 		head, layerID = cur, newID("L", cur.Version+1)
-		meta.ID, meta.ParentVersion = layerID, cur.Version
+		meta.ID, meta.ParentVersion, meta.Time = layerID, cur.Version, s.opts.Now().UTC()
 		s.rebased.Add(1)
 	}
 	res := tx.result(plan, head, layerID)
@@ -578,17 +584,20 @@ func (s *Store) publishOnce(ctx context.Context, tx *txn, lease *Lease, locked b
 var rebaseOnMovedHead = true
 
 // untouchedSince reports whether cur is head with publish layers on top
-// that touch no path of changes. None of them may have written, deleted or
-// replaced a path of the change set (whether or not the plan kept it: a
-// change the plan dropped as already in the head may not be after them)
-// or a directory above one; nor a path below one, unless that one only
-// sets a directory's mode (a capture lists every directory it went
-// through, and what is written inside one does not change its own entry).
-// The plan's resolution against the head read nothing else (which paths
-// are ignored, it reads from the session's base): its conflicts, merges,
-// parent directories' modes and line owners are the same against cur.
-// Any other kind of layer (a squash, an amend) says no.
-func (s *Store) untouchedSince(head, cur *Manifest, changes []Change) bool {
+// that touch no path of tx's change set, none of them a commit of tx's
+// own txid (an overlapping attempt whose record is missing: Publish
+// replays it). None of them may have written, deleted or replaced a path
+// of the change set (whether or not the plan kept it: a change the plan
+// dropped as already in the head may not be after them) or a directory
+// above one; nor a path below one, unless that one is a directory the plan
+// dropped (a capture lists every directory it went through, already in the
+// head as it is: what is written inside it does not change its entry; one
+// the plan kept, a new one, a write inside could have made). The plan's
+// resolution against the head read nothing else (which paths are ignored,
+// it reads from the session's base): its conflicts, merges, parent
+// directories' modes and line owners are the same against cur. Any other
+// kind of layer (a squash, an amend) says no.
+func (s *Store) untouchedSince(head, cur *Manifest, tx *txn, plan []planned) bool {
 	k := len(cur.Layers) - len(head.Layers)
 	if k < 1 || cur.Version != head.Version+int64(k) {
 		return false
@@ -598,12 +607,16 @@ func (s *Store) untouchedSince(head, cur *Manifest, changes []Change) bool {
 			return false
 		}
 	}
-	mine := make(map[string]bool, len(changes))   // every path of the change set
-	covers := make(map[string]bool, len(changes)) // those that decide what is below them
-	above := map[string]bool{}                    // their directories
-	for _, ch := range changes {
+	kept := make(map[string]bool, len(plan))
+	for _, pl := range plan {
+		kept[pl.ch.Path] = true
+	}
+	mine := make(map[string]bool, len(tx.changes))   // every path of the change set
+	covers := make(map[string]bool, len(tx.changes)) // those that decide what is below them
+	above := map[string]bool{}                       // their directories
+	for _, ch := range tx.changes {
 		mine[ch.Path] = true
-		if ch.Kind != ChangeDir {
+		if ch.Kind != ChangeDir || kept[ch.Path] {
 			covers[ch.Path] = true
 		}
 		for _, a := range ancestors(ch.Path) {
@@ -611,6 +624,9 @@ func (s *Store) untouchedSince(head, cur *Manifest, changes []Change) bool {
 		}
 	}
 	for _, l := range cur.Layers[:k] {
+		if l.TxID == tx.req.TxID {
+			return false
+		}
 		m, err := s.meta(l.ID)
 		if err != nil || m.Kind != LayerPublish {
 			return false

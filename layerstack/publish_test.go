@@ -521,6 +521,8 @@ func TestPublishOnAMovedHead(t *testing.T) {
 		rebased bool
 		err     error
 		pinned  bool // ExpectVersion: commit on the head it was planned on or not at all
+		sameTx  bool // the other commit is an overlapping attempt of this txid, its record lost
+		takenTx bool // the other commit is another owner's under this txid
 	}{
 		{name: "another directory", mine: mineOnly, other: []Change{write("b/other.txt", "o\n")}, rebased: true},
 		{name: "a sibling", mine: mineOnly, other: []Change{write("a/x.txt", "x2\n")}, rebased: true},
@@ -532,10 +534,15 @@ func TestPublishOnAMovedHead(t *testing.T) {
 		{name: "below a directory it deletes", mine: []Change{{Path: "b", Kind: ChangeDelete}, write("a/mine.txt", "mine\n")},
 			other: []Change{write("b/y2.txt", "y2\n")}, err: ErrConflict},
 		{name: "pinned to its version", mine: mineOnly, other: []Change{write("b/other.txt", "o\n")}, pinned: true},
+		// A directory it makes, which a write inside it makes too.
+		{name: "inside a directory it makes", mine: []Change{dir("n", 0o755), write("a/mine.txt", "mine\n")}, other: []Change{write("n/x.txt", "x\n")}},
+		{name: "its own txid", mine: mineOnly, other: []Change{write("b/other.txt", "o\n")}, sameTx: true},
+		{name: "its txid, another owner's", mine: mineOnly, other: []Change{write("b/other.txt", "o\n")}, takenTx: true, err: ErrTxTaken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestStore(t, tree{"a/x.txt": "x\n", "b/y.txt": "y\n"})
 			mine, theirs := mustLease(t, s, sess1), mustLease(t, s, sess2)
+			txid := nextTx()
 			builds, moving := 0, false
 			s.afterBuild = func() {
 				if moving {
@@ -544,16 +551,35 @@ func TestPublishOnAMovedHead(t *testing.T) {
 				builds++
 				if builds == 1 { // the head moves once, under the first build
 					moving = true
-					_, err := publishOn(t, s, theirs, sess2, &ChangeSet{Changes: tc.other})
+					otherTx, owner, lease := nextTx(), sess2, theirs
+					if tc.sameTx || tc.takenTx {
+						otherTx = txid
+					}
+					if tc.sameTx { // the same session's other attempt
+						owner, lease = sess1, mustLease(t, s, sess1)
+					}
+					_, err := s.Publish(context.Background(), PublishRequest{TxID: otherTx, LeaseID: lease.ID, Changes: &ChangeSet{Changes: tc.other}, Owner: owner})
 					moving = false
 					require.NoError(t, err)
+					if tc.sameTx { // committed, its record lost (a full volume)
+						require.NoError(t, os.Remove(filepath.Join(s.root, dirTxns, txKey(txid)+".json")))
+					}
 				}
 			}
-			req := PublishRequest{TxID: nextTx(), LeaseID: mine.ID, Changes: &ChangeSet{Changes: tc.mine}, Owner: sess1}
+			req := PublishRequest{TxID: txid, LeaseID: mine.ID, Changes: &ChangeSet{Changes: tc.mine}, Owner: sess1}
 			if tc.pinned {
 				req.ExpectVersion = 1
 			}
 			res, err := s.Publish(context.Background(), req)
+			if tc.sameTx {
+				require.NoError(t, err)
+				require.True(t, res.Replayed, "answered by the commit of its txid")
+				m, err := s.Manifest()
+				require.NoError(t, err)
+				require.Len(t, m.Layers, 2, "committed once")
+				require.Zero(t, s.rebased.Load())
+				return
+			}
 			if tc.pinned {
 				var moved *HeadMovedError
 				require.ErrorAs(t, err, &moved)
