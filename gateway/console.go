@@ -436,7 +436,12 @@ func (s *Server) consoleWatch(c *gin.Context) {
 	if s.StreamPoll > 0 && s.StreamPoll < every {
 		every = s.StreamPoll
 	}
-	t := time.NewTicker(every)
+	everyTick(ctx, every, func() bool { round(); return true })
+}
+
+// everyTick calls fn every d until ctx ends or fn returns false.
+func everyTick(ctx context.Context, d time.Duration, fn func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -444,7 +449,9 @@ func (s *Server) consoleWatch(c *gin.Context) {
 			return
 		case <-t.C:
 		}
-		round()
+		if !fn() {
+			return
+		}
 	}
 }
 

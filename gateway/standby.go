@@ -390,20 +390,14 @@ var adoptLateEvery = 30 * time.Second
 // adoptLate asks again, every adoptLateEvery, for the standbys of a
 // previous run not in settled, until none is left or ctx ends.
 func (b *TemporalBackend) adoptLate(ctx context.Context, settled map[string]bool) {
-	t := time.NewTicker(adoptLateEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, adoptLateEvery, func() bool {
 		left, err := b.adoptStandbys(ctx, settled)
 		if err == nil && len(left) == 0 {
 			b.log().Info("standby sandboxes left by a previous run: all settled")
-			return
+			return false
 		}
-	}
+		return true
+	})
 }
 
 // adoptStandbys is one pass of AdoptStandbys over this gateway's standbys
