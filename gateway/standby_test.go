@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/mocks"
 
@@ -161,6 +162,52 @@ func TestAdoptStandbysAdoptsLate(t *testing.T) {
 	answers.Store(true)
 	require.Eventually(t, func() bool { return len(b.ids()) == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, map[standbyKey]string{{image: "img", queue: "q"}: "eos-mute"}, b.ids())
+}
+
+// A standby that answers late when the pool already has one of its image
+// and host is released, and the pool's stays.
+func TestAdoptStandbysReleasesALateOneThePoolHas(t *testing.T) {
+	defer func(d time.Duration) { adoptLateEvery = d }(adoptLateEvery)
+	adoptLateEvery = 50 * time.Millisecond
+	c := mocks.NewClient(t)
+	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: 300 * time.Millisecond}}
+	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
+		runningSandbox(t, "eos-mute", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "me"})}}, nil)
+	var answers atomic.Bool
+	v := mocks.NewEncodedValue(t)
+	v.On("Get", mock.Anything).Run(func(a mock.Arguments) {
+		*a.Get(0).(*workflows.SandboxState) = workflows.SandboxState{SandboxID: "eos-mute", Phase: workflows.PhaseStandby, Standby: true, HostQueue: "q"}
+	}).Return(nil)
+	c.On("QueryWorkflow", mock.Anything, mock.Anything, "", workflows.QueryState).Return(
+		func(context.Context, string, string, string, ...interface{}) (converter.EncodedValue, error) {
+			if !answers.Load() {
+				return nil, serviceerror.NewDeadlineExceeded("no worker")
+			}
+			return v, nil
+		})
+	released := make(chan string, 1)
+	h := mocks.NewWorkflowUpdateHandle(t)
+	h.On("Get", mock.Anything, mock.Anything).Return(nil).Maybe()
+	c.On("UpdateWorkflow", mock.Anything, mock.MatchedBy(func(o client.UpdateWorkflowOptions) bool {
+		return o.UpdateName == workflows.UpdateRelease
+	})).Run(func(a mock.Arguments) {
+		released <- a.Get(1).(client.UpdateWorkflowOptions).WorkflowID
+	}).Return(h, nil).Once()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.ErrorContains(t, b.AdoptStandbys(ctx), "eos-mute")
+	p := b.pool() // meanwhile the pool started its own
+	p.mu.Lock()
+	p.ids[standbyKey{image: "img", queue: "q"}] = "eos-new"
+	p.mu.Unlock()
+	answers.Store(true)
+	select {
+	case id := <-released:
+		require.Equal(t, workflows.SandboxWorkflowID("eos-mute"), id)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late standby was not released")
+	}
+	require.Equal(t, map[standbyKey]string{{image: "img", queue: "q"}: "eos-new"}, b.ids())
 }
 
 // ids is the pool's standbys by image and host, read under its lock.
