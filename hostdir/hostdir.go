@@ -64,7 +64,11 @@ func (d *Directory) Hosts(ctx context.Context, c Querier) ([]workflows.HostInfo,
 	d.mu.Unlock()
 	qctx, cancel := context.WithTimeout(ctx, QueryPatience)
 	v, err := c.QueryWorkflow(qctx, workflows.HostRegistryWorkflowID, "", workflows.QueryHosts)
-	impatient := errors.Is(qctx.Err(), context.DeadlineExceeded) // read before cancel sets it
+	// Out of patience: the client's deadline passed, or the server gave
+	// up at it first (it answers DeadlineExceeded a moment before the
+	// deadline it was sent, while qctx still has time).
+	var server *serviceerror.DeadlineExceeded
+	impatient := errors.Is(qctx.Err(), context.DeadlineExceeded) || errors.As(err, &server) // read before cancel sets it
 	cancel()
 	if err != nil && impatient && ctx.Err() == nil {
 		d.mu.Lock()
