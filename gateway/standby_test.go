@@ -131,18 +131,18 @@ func TestAdoptStandbysWaitsOutAClaimCheck(t *testing.T) {
 	c.AssertNumberOfCalls(t, "QueryWorkflow", 2)
 }
 
-// A standby that does not answer within the patience is reported by name
-// and asked again in the background: when it answers it is adopted (the
-// pool has none of its image and host), not left running outside the pool
-// until its TTL.
-func TestAdoptStandbysAdoptsLate(t *testing.T) {
-	defer func(d time.Duration) { adoptLateEvery = d }(adoptLateEvery)
+// muteStandby is a backend of owner "me" whose only standby, eos-mute
+// (image img on queue q), does not answer its state query until answers
+// is set; late adoption is asked every 50 ms.
+func muteStandby(t *testing.T, patience time.Duration) (*mocks.Client, *TemporalBackend, *atomic.Bool) {
+	old := adoptLateEvery
+	t.Cleanup(func() { adoptLateEvery = old })
 	adoptLateEvery = 50 * time.Millisecond
 	c := mocks.NewClient(t)
-	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: 500 * time.Millisecond}}
+	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: patience}}
 	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
 		runningSandbox(t, "eos-mute", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "me"})}}, nil)
-	var answers atomic.Bool
+	answers := new(atomic.Bool)
 	v := mocks.NewEncodedValue(t)
 	v.On("Get", mock.Anything).Run(func(a mock.Arguments) {
 		*a.Get(0).(*workflows.SandboxState) = workflows.SandboxState{SandboxID: "eos-mute", Phase: workflows.PhaseStandby, Standby: true, HostQueue: "q"}
@@ -154,6 +154,15 @@ func TestAdoptStandbysAdoptsLate(t *testing.T) {
 			}
 			return v, nil
 		})
+	return c, b, answers
+}
+
+// A standby that does not answer within the patience is reported by name
+// and asked again in the background: when it answers it is adopted (the
+// pool has none of its image and host), not left running outside the pool
+// until its TTL.
+func TestAdoptStandbysAdoptsLate(t *testing.T) {
+	_, b, answers := muteStandby(t, 500*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	err := b.AdoptStandbys(ctx)
@@ -167,24 +176,7 @@ func TestAdoptStandbysAdoptsLate(t *testing.T) {
 // A standby that answers late when the pool already has one of its image
 // and host is released, and the pool's stays.
 func TestAdoptStandbysReleasesALateOneThePoolHas(t *testing.T) {
-	defer func(d time.Duration) { adoptLateEvery = d }(adoptLateEvery)
-	adoptLateEvery = 50 * time.Millisecond
-	c := mocks.NewClient(t)
-	b := &TemporalBackend{Client: c, Standby: StandbyOptions{Enabled: true, Owner: "me", AdoptPatience: 300 * time.Millisecond}}
-	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
-		runningSandbox(t, "eos-mute", map[string]any{workflows.MemoStandby: true, "image": "img", memoStandbyOwner: "me"})}}, nil)
-	var answers atomic.Bool
-	v := mocks.NewEncodedValue(t)
-	v.On("Get", mock.Anything).Run(func(a mock.Arguments) {
-		*a.Get(0).(*workflows.SandboxState) = workflows.SandboxState{SandboxID: "eos-mute", Phase: workflows.PhaseStandby, Standby: true, HostQueue: "q"}
-	}).Return(nil)
-	c.On("QueryWorkflow", mock.Anything, mock.Anything, "", workflows.QueryState).Return(
-		func(context.Context, string, string, string, ...interface{}) (converter.EncodedValue, error) {
-			if !answers.Load() {
-				return nil, serviceerror.NewDeadlineExceeded("no worker")
-			}
-			return v, nil
-		})
+	c, b, answers := muteStandby(t, 300*time.Millisecond)
 	released := make(chan string, 1)
 	h := mocks.NewWorkflowUpdateHandle(t)
 	h.On("Get", mock.Anything, mock.Anything).Return(nil).Maybe()

@@ -52,12 +52,11 @@ func (s *Store) Amend(ctx context.Context, req AmendRequest) (*AmendResult, erro
 		r.Replayed = true
 		return &AmendResult{PublishResult: *r}, nil
 	}
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	head := s.head.Load()
-	if head == nil {
-		return nil, ErrNoManifest
+	head, err := s.lockedHead()
+	if err != nil {
+		return nil, err
 	}
+	defer s.commitMu.Unlock()
 	res := &AmendResult{}
 	content, mode, err := s.amendContent(p, req, res)
 	if err != nil {
@@ -88,12 +87,11 @@ func (s *Store) CommitOnHead(ctx context.Context, req PublishRequest) (*PublishR
 		r.Replayed = true
 		return r, nil
 	}
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	head := s.head.Load()
-	if head == nil {
-		return nil, ErrNoManifest
+	head, err := s.lockedHead()
+	if err != nil {
+		return nil, err
 	}
+	defer s.commitMu.Unlock()
 	return s.commitOnHead(ctx, head, req, false)
 }
 

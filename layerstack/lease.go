@@ -81,6 +81,17 @@ func (s *Store) acquireLocked(owner string, record func(*Lease) (*atomicfile.Fil
 	return s.acquire(&Lease{Owner: owner}, record)
 }
 
+// lockedHead takes the commit lock and loads the head; with no head it
+// lets the lock go and answers ErrNoManifest. The caller unlocks.
+func (s *Store) lockedHead() (*Manifest, error) {
+	s.commitMu.Lock()
+	if m := s.head.Load(); m != nil {
+		return m, nil
+	}
+	s.commitMu.Unlock()
+	return nil, ErrNoManifest
+}
+
 // Hold pins the current head for owner in memory only: no file is written
 // or flushed (no disk wait, and the commit lock only for the moment the
 // head is read), and the lease is gone with the process. For a pin that
@@ -91,12 +102,11 @@ func (s *Store) Hold(owner string) (*Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	m := s.head.Load()
-	if m == nil {
-		return nil, ErrNoManifest
+	m, err := s.lockedHead()
+	if err != nil {
+		return nil, err
 	}
+	defer s.commitMu.Unlock()
 	l := &Lease{Owner: owner, transient: true, ID: newID("lease-", m.Version), ManifestVersion: m.Version, RootHash: m.RootHash(),
 		Layers: append([]ManifestLayer(nil), m.Layers...), Created: s.opts.Now().UTC()}
 	s.mu.Lock()
