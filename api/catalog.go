@@ -603,7 +603,8 @@ func ResolvePublic(name string) (*Operation, *Error) {
 	return o, nil
 }
 
-// CheckScope validates the scope kind ("system" or "sandbox") against the op.
+// CheckScope validates the scope kind ("system" or "sandbox") against the
+// op (a request that names none has ScopeOf's).
 func (o *Operation) CheckScope(kind, sandboxID string) *Error {
 	switch kind {
 	case ScopeSystem:
@@ -624,6 +625,15 @@ func (o *Operation) CheckScope(kind, sandboxID string) *Error {
 		return Errorf(KindInvalidRequest, map[string]any{"scope": kind}, "scope.kind must be system or sandbox")
 	}
 	return nil
+}
+
+// ScopeOf is the scope kind of a request to o that names none: sandbox
+// when it gives a sandbox_id and o takes a sandbox scope, else system.
+func (o *Operation) ScopeOf(sandboxID string) string {
+	if sandboxID != "" && o.Scope != ScopeSystem {
+		return ScopeSandbox
+	}
+	return ScopeSystem
 }
 
 // Validate checks args against the op: unknown args, required args, types,
@@ -868,7 +878,9 @@ func OpenAPI() []byte {
 			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
 			"schemas": map[string]any{
 				"Scope": map[string]any{"type": "object", "properties": map[string]any{
-					"kind": map[string]any{"type": "string", "enum": []string{"system", "sandbox"}}, "sandbox_id": map[string]any{"type": "string"}}},
+					"kind": map[string]any{"type": "string", "enum": []string{"system", "sandbox"},
+						"description": "Left out: sandbox when sandbox_id is given to an operation that takes a sandbox scope, else system."},
+					"sandbox_id": map[string]any{"type": "string"}}},
 				"ErrorEnvelope": map[string]any{"type": "object", "required": []string{"error"}, "properties": map[string]any{
 					"error": map[string]any{"type": "object", "required": []string{"kind", "message", "details"}, "properties": map[string]any{
 						"kind": map[string]any{"type": "string"}, "message": map[string]any{"type": "string"}, "details": map[string]any{"type": "object"}}}}},

@@ -373,7 +373,7 @@ func (s *Server) consoleWatch(c *gin.Context) {
 			args = map[string]any{}
 		}
 		scope := jsonl.SystemScope()
-		if v.SandboxID != "" && op.Scope != api.ScopeSystem {
+		if op.ScopeOf(v.SandboxID) == api.ScopeSandbox {
 			scope = jsonl.SandboxScope(v.SandboxID)
 		} else if v.SandboxID != "" {
 			args["sandbox_id"] = v.SandboxID

@@ -156,6 +156,9 @@ func (s *Server) DispatchProgress(ctx context.Context, req *jsonl.Request, progr
 	if aerr != nil {
 		return nil, aerr
 	}
+	if req.Scope.Kind == "" {
+		req.Scope.Kind = op.ScopeOf(req.Scope.SandboxID)
+	}
 	if aerr := op.CheckScope(req.Scope.Kind, req.Scope.SandboxID); aerr != nil {
 		s.Metrics.observe(op.Name, 0, nil, aerr)
 		return nil, aerr

@@ -136,6 +136,37 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// A scope that names no kind has the one its sandbox_id implies, through
+// both doors: a sandbox op given a sandbox_id runs in that sandbox, one
+// given none is refused as before, a system op keeps its system scope, and
+// a hostile sandbox_id is refused before the backend.
+func TestScopeKindFollowsTheSandboxID(t *testing.T) {
+	fb, _, addr := start(t)
+	auth := "Bearer " + testToken
+	for _, c := range []struct {
+		op, body string
+		status   int
+		kind     string
+	}{
+		{"file_read", `{"scope":{"sandbox_id":"s"},"args":{"path":"x"}}`, 404, api.KindNotFound},
+		{"exec_command", `{"args":{"cmd":"ls"}}`, 400, api.KindInvalidRequest},
+		{"exec_command", `{"scope":{"sandbox_id":"../etc"},"args":{"cmd":"ls"}}`, 400, api.KindInvalidRequest},
+		{"destroy_sandbox", `{"scope":{"sandbox_id":"s"},"args":{"sandbox_id":"missing"}}`, 400, api.KindInvalidRequest},
+	} {
+		code, out, _ := post(t, addr, c.op, auth, []byte(c.body))
+		if code != c.status || kindOf(out) != c.kind {
+			t.Errorf("%s %s: %d %v", c.op, c.body, code, out)
+		}
+	}
+	line := jsonl.EncodeLine(jsonl.Request{Op: "file_read", Scope: jsonl.Scope{SandboxID: "s"}, Args: map[string]any{"path": "x"}, Token: testToken})
+	if out := rawLine(t, addr, line); kindOf(out) != api.KindNotFound {
+		t.Errorf("jsonl file_read with a sandbox_id and no kind: %v", out)
+	}
+	if n := fb.n(); n != 3 { // the two file_reads and destroy_sandbox
+		t.Errorf("backend called %d times", n)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	fb, _, addr := start(t)
 	auth := "Bearer " + testToken

@@ -79,10 +79,7 @@ func DecodeRequest(line []byte) (*Request, *api.Error) {
 	if req.Args == nil {
 		req.Args = map[string]any{}
 	}
-	if req.Scope.Kind == "" {
-		req.Scope.Kind = api.ScopeSystem
-	}
-	return &req, nil
+	return &req, nil // a scope without a kind gets the op's (Operation.ScopeOf)
 }
 
 // EncodeLine marshals v as one line with a trailing newline.

@@ -25,7 +25,7 @@ func TestReadLine(t *testing.T) {
 
 func TestDecodeAndParse(t *testing.T) {
 	req, e := DecodeRequest([]byte(`{"op":"x","args":{"n":5},"_sandbox_gateway_auth_token":"t"}`))
-	if e != nil || req.Op != "x" || req.Token != "t" || req.Scope.Kind != "system" || req.Args["n"].(interface{ String() string }).String() != "5" {
+	if e != nil || req.Op != "x" || req.Token != "t" || req.Scope.Kind != "" || req.Args["n"].(interface{ String() string }).String() != "5" {
 		t.Errorf("%+v %v", req, e)
 	}
 	if _, e := DecodeRequest([]byte(`{"op":`)); e == nil || e.Kind != api.KindBadJSON {
