@@ -292,11 +292,14 @@ func (s *Session) Kill(ctx context.Context) error {
 // killLocked kills the init and waits for it to be gone (err); thawErr is a
 // failure to thaw a paused session first, after which the kill goes on.
 func (s *Session) killLocked(ctx context.Context) (thawErr, err error) {
-	// A frozen process does not die of SIGKILL until thawed.
-	s.frozen = 0
-	if s.c.paused() {
+	// A frozen process does not die of SIGKILL until thawed. Only Freeze
+	// freezes a session (a loaded one left frozen is thawed by
+	// loadContainer), so the count says whether it is: no status read of
+	// the container (its init's /proc entry and freezer state) per kill.
+	if s.frozen > 0 {
 		thawErr = s.c.resume()
 	}
+	s.frozen = 0
 	if err := s.c.kill(); err != nil {
 		return thawErr, err
 	}
