@@ -31,7 +31,12 @@ func TestTerminalResponsesWaitForOnExit(t *testing.T) {
 	require.Equal(t, api.StatusRunning, out.Status)
 	id := out.CommandSessionID
 
-	_, err = e.WriteStdin(ctx, api.WriteCommandStdinArgs{CommandSessionID: id, Stdin: "go\n", YieldTimeMS: ms(0)})
+	// The command may end before this write's response is rendered; that
+	// response then waits for OnExit, which waits for release below: give
+	// it a deadline, so it shows the command running instead.
+	write, cancelWrite := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelWrite()
+	_, err = e.WriteStdin(write, api.WriteCommandStdinArgs{CommandSessionID: id, Stdin: "go\n", YieldTimeMS: ms(0)})
 	require.NoError(t, err)
 	<-entered
 
