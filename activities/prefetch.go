@@ -48,8 +48,9 @@ type prefetches struct {
 var errPrefetchDropped = errors.New("workspace prefetch dropped: no import took it")
 
 // startPrefetch begins packing root for sandboxID's import; a prefetch of
-// the sandbox already there is replaced.
-func (a *Activities) startPrefetch(sandboxID, root string) {
+// the sandbox already there is replaced. It returns the prefetch, or nil
+// when every slot is taken.
+func (a *Activities) startPrefetch(sandboxID, root string) *prefetch {
 	pr, pw := io.Pipe()
 	p := &prefetch{root: root, w: &workspaceTar{ctx: context.Background(), root: root}, pr: pr, werr: make(chan error, 1)}
 	a.pf.mu.Lock()
@@ -59,7 +60,7 @@ func (a *Activities) startPrefetch(sandboxID, root string) {
 	old := a.pf.m[sandboxID]
 	if old == nil && len(a.pf.m) >= prefetchSlots {
 		a.pf.mu.Unlock()
-		return
+		return nil
 	}
 	a.pf.m[sandboxID] = p
 	a.pf.mu.Unlock()
@@ -82,6 +83,7 @@ func (a *Activities) startPrefetch(sandboxID, root string) {
 			pr.CloseWithError(errPrefetchDropped)
 		}
 	})
+	return p
 }
 
 // dropPrefetch ends sandboxID's prefetch of root, if any.

@@ -61,10 +61,11 @@ func TestPrefetchTakenDroppedReplaced(t *testing.T) {
 	a.startPrefetch("sbx1", root)
 	require.ErrorIs(t, <-first.werr, errPrefetchDropped, "replaced")
 
-	defer func(d time.Duration) { prefetchTTL = d }(prefetchTTL)
+	ttl := prefetchTTL
+	defer func() { prefetchTTL = ttl }()
 	prefetchTTL = 30 * time.Millisecond
-	a.startPrefetch("sbx3", root)
-	p := peek("sbx3")
+	p := a.startPrefetch("sbx3", root) // peek could come after the drop
+	require.NotNil(t, p)
 	select {
 	case err := <-p.werr:
 		require.ErrorIs(t, err, errPrefetchDropped)
@@ -74,8 +75,12 @@ func TestPrefetchTakenDroppedReplaced(t *testing.T) {
 	require.Nil(t, a.takePrefetch("sbx3", root, nil))
 
 	// A taken one outlives the TTL: the import reads it at its pace.
-	a.startPrefetch("sbx4", root)
-	p = a.takePrefetch("sbx4", root, nil)
+	// (A stall of the TTL between start and take lets the drop win: start
+	// again then.)
+	for p = nil; p == nil; {
+		a.startPrefetch("sbx4", root)
+		p = a.takePrefetch("sbx4", root, nil)
+	}
 	time.Sleep(100 * time.Millisecond)
 	_, err := io.ReadAll(p.pr)
 	require.NoError(t, err)

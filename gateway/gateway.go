@@ -78,6 +78,7 @@ type Server struct {
 	engine   *gin.Engine
 	sem      chan struct{}
 	lineHook func(*jsonl.Request) // tests: runs before a JSON-lines dispatch
+	httpHook func(http.ConnState) // tests: told each HTTP connection's state change
 }
 
 // New builds a server.

@@ -8,6 +8,34 @@ import (
 	"time"
 )
 
+// startCapped serves with one HTTP connection at most, and returns a
+// function that waits until the HTTP server has taken a connection (it
+// holds that slot from then on).
+func startCapped(t *testing.T, tweak func(*Server)) (addr string, held func()) {
+	active := make(chan struct{}, 1)
+	addr = startWith(t, &fakeBackend{}, func(s *Server) {
+		s.MaxHTTPConns = 1
+		s.httpHook = func(st http.ConnState) {
+			if st == http.StateNew {
+				select {
+				case active <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if tweak != nil {
+			tweak(s)
+		}
+	})
+	return addr, func() {
+		select {
+		case <-active:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no connection took the HTTP slot in 10 s")
+		}
+	}
+}
+
 func TestLimitListener(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +90,7 @@ func TestLimitListener(t *testing.T) {
 }
 
 func TestHTTPConnectionCap(t *testing.T) {
-	addr := startWith(t, &fakeBackend{}, func(s *Server) { s.MaxHTTPConns = 1 })
+	addr, held := startCapped(t, nil)
 	// The first connection holds the only slot with an unfinished request.
 	hold, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -70,7 +98,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 	}
 	defer hold.Close()
 	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n"))
-	time.Sleep(100 * time.Millisecond)
+	held()
 
 	c2, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -112,14 +140,14 @@ func TestHTTPConnectionCap(t *testing.T) {
 // slot busy with an unfinished request) is closed after SniffTimeout
 // instead of waiting forever.
 func TestHandoffHasADeadline(t *testing.T) {
-	addr := startWith(t, &fakeBackend{}, func(s *Server) { s.MaxHTTPConns = 1; s.SniffTimeout = 300 * time.Millisecond })
+	addr, held := startCapped(t, func(s *Server) { s.SniffTimeout = 300 * time.Millisecond })
 	hold, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hold.Close()
 	hold.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n")) // unfinished: holds the slot
-	time.Sleep(100 * time.Millisecond)
+	held()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

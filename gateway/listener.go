@@ -51,6 +51,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	ll := newLimitListener(ml, max)
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: LineReadTimeout, IdleTimeout: IdleTimeout,
 		BaseContext: func(net.Listener) context.Context { return ctx }, ConnState: ll.connState}
+	if hook := s.httpHook; hook != nil {
+		hs.ConnState = func(c net.Conn, st http.ConnState) { ll.connState(c, st); hook(st) }
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -222,11 +222,20 @@ func TestCommandStreamErrorsAndHeartbeat(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	time.Sleep(50 * time.Millisecond)
-	n := b.nReads()
-	time.Sleep(100 * time.Millisecond)
-	if m := b.nReads(); m != n {
-		t.Fatalf("still polling after disconnect: %d -> %d", n, m)
+	// The server notices the disconnect when it notices (a loaded machine
+	// may take a while): wait for 100 ms (20 polls) without a read. A
+	// stream that kept polling never has one.
+	deadline := time.Now().Add(10 * time.Second)
+	for n := b.nReads(); ; {
+		time.Sleep(100 * time.Millisecond)
+		m := b.nReads()
+		if m == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still polling 10 s after disconnect: %d -> %d reads in 100 ms", n, m)
+		}
+		n = m
 	}
 }
 

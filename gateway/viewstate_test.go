@@ -32,6 +32,7 @@ type viewTemporal struct {
 	state   *workflows.SandboxState
 	queried int
 	hold    chan struct{} // non-nil: a query waits for it (a workflow task in flight)
+	held    chan struct{} // non-nil: told (without blocking) when a query starts to wait
 }
 
 func (f *viewTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
@@ -47,9 +48,13 @@ func (f *viewTemporal) QueryWorkflow(ctx context.Context, id, _, _ string, _ ...
 	}
 	f.mu.Lock()
 	f.queried++
-	hold := f.hold
+	hold, held := f.hold, f.held
 	f.mu.Unlock()
 	if hold != nil {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
 		select {
 		case <-hold:
 		case <-ctx.Done():
@@ -125,11 +130,16 @@ func TestViewStateReadsTheMirrorOnlyWhileItIsCurrent(t *testing.T) {
 
 	// A query held by a workflow task in flight: the copy the next task
 	// leaves is served as soon as it is current, without the query's answer.
-	f.run, f.length, f.status, f.hold = "run-1", 50, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, make(chan struct{})
+	f.mu.Lock()
+	f.run, f.length, f.status, f.hold, f.held = "run-1", 50, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, make(chan struct{}), make(chan struct{}, 1)
+	f.mu.Unlock()
 	defer close(f.hold)
 	require.NoError(t, workflows.Mirror(wid, "run-1", 45, &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 8}))
 	go func() {
-		time.Sleep(3 * mirrorRecheck)
+		// The view checked the copy (not current) before it queried: the
+		// copy is current from now on.
+		<-f.held
+		time.Sleep(mirrorRecheck)
 		_ = workflows.Mirror(wid, "run-1", 52, &workflows.SandboxState{SandboxID: id, Phase: workflows.PhaseReady, Publishes: 9})
 	}()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -211,11 +221,22 @@ func TestViewStateReadsAHostsCopyInACluster(t *testing.T) {
 	f.mu.Lock()
 	f.length = 45
 	f.mu.Unlock()
+	mu.Lock()
+	askedH1 := asked["h1"]
+	mu.Unlock()
 	go func() {
-		time.Sleep(3 * mirrorRecheck)
-		mu.Lock()
-		copyLen = 46
-		mu.Unlock()
+		// h2 refused the view's first ask (it then asks the other live
+		// hosts, h1; a recheck asks only h2): h2's copy is current from now on.
+		for {
+			mu.Lock()
+			if asked["h1"] > askedH1 {
+				copyLen = 46
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			time.Sleep(mirrorRecheck)
+		}
 	}()
 	st, _, err = b.viewState(ctx, id)
 	require.NoError(t, err, "served by h2's copy, not the held query")

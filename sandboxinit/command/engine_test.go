@@ -321,7 +321,7 @@ func TestCtrlCWithoutTTYCancels(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	e, h := newTestEngine(t, Options{})
 	begin := time.Now()
-	out := run(t, e, h, api.ExecCommandArgs{Cmd: "echo started; sleep 30", TimeoutMS: ms(200)})
+	out := run(t, e, h, api.ExecCommandArgs{Cmd: "echo started; sleep 30", TimeoutMS: ms(1000)})
 	require.Equal(t, api.StatusTimedOut, out.Status)
 	require.Equal(t, api.ExitTimeout, *out.ExitCode)
 	require.Equal(t, "started", out.Output)
@@ -732,7 +732,7 @@ func TestStreamingYieldDeliversLinesAsTheyAppear(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond)
 	first, err := e.WriteStdin(context.Background(), api.WriteCommandStdinArgs{CommandSessionID: out.CommandSessionID, YieldTimeMS: ms(0)})
 	require.NoError(t, err)
-	require.Equal(t, "a", first.Output)
+	require.Equal(t, "a", out.Output+first.Output, "Start's response has it when sh printed it before Start answered")
 	last, err := e.WriteStdin(ctx, api.WriteCommandStdinArgs{CommandSessionID: out.CommandSessionID, Stdin: "\n", YieldTimeMS: ms(long)})
 	require.NoError(t, err)
 	require.Equal(t, api.StatusOK, last.Status)

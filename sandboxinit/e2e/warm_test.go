@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,14 +405,20 @@ func TestWritesDuringKeepAreKept(t *testing.T) {
 	done = make(chan struct{})
 	written, lost = nil, nil
 	var refused int
+	acked := make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := 0; i < 200; i++ {
-			p := fmt.Sprintf("z/%03d.txt", i)
+		var once sync.Once
+		defer once.Do(func() { close(acked) })
+		// Until the session is seen gone a few times (however long the
+		// publish takes to close it on a loaded machine).
+		for i := 0; i < 5000 && refused < 3; i++ {
+			p := fmt.Sprintf("z/%04d.txt", i)
 			status, out := sb.call("file_write", map[string]any{"workspace_session_id": ws, "path": p, "content": p + "\n"})
 			switch e, _ := out["error"].(map[string]any); {
 			case status == http.StatusOK:
 				written = append(written, p)
+				once.Do(func() { close(acked) })
 			case e["kind"] == "not_found":
 				refused++
 			default:
@@ -419,7 +426,7 @@ func TestWritesDuringKeepAreKept(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(20 * time.Millisecond)
+	<-acked // the writes race the publish from here on
 	sb.ok("publish_workspace_session", map[string]any{"workspace_session_id": ws})
 	<-done
 	require.Positive(t, refused, "the writes after the publish find the session closed")

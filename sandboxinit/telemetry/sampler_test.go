@@ -11,7 +11,7 @@ import (
 func TestSamplerRunsOnlyWhileActive(t *testing.T) {
 	var rounds atomic.Int64
 	var busy atomic.Bool
-	s := NewSampler(SamplerOptions{Interval: 5 * time.Millisecond, IdleAfter: 40 * time.Millisecond,
+	s := NewSampler(SamplerOptions{Interval: 5 * time.Millisecond, IdleAfter: 300 * time.Millisecond,
 		Busy: busy.Load, Collect: func(time.Time) { rounds.Add(1) }})
 	defer s.Close()
 
