@@ -750,7 +750,7 @@ func TestStreamingYieldKeepsItsDeadline(t *testing.T) {
 	ctx := WithLineSink(context.Background(), func(api.OutputLine) { n.Add(1); time.Sleep(time.Millisecond) })
 	done := make(chan *api.CommandOutput, 1)
 	go func() {
-		out, err := e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "yes streaming", YieldTimeMS: ms(300), TimeoutMS: ms(60_000)}, Meta{})
+		out, err := e.Start(ctx, h.start, api.ExecCommandArgs{Cmd: "yes streaming", YieldTimeMS: ms(2000), TimeoutMS: ms(60_000)}, Meta{})
 		require.NoError(t, err)
 		done <- out
 	}()
@@ -761,7 +761,7 @@ func TestStreamingYieldKeepsItsDeadline(t *testing.T) {
 		_, err := e.Cancel(context.Background(), api.CancelCommandArgs{CommandSessionID: out.CommandSessionID})
 		require.NoError(t, err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("a chatty command held the streaming yield far past its 300 ms")
+		t.Fatal("a chatty command held the streaming yield far past its 2 s")
 	}
 }
 
