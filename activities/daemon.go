@@ -281,12 +281,38 @@ func (a *Activities) supervisorRestarts(ctx context.Context, containerID string,
 
 // restartLoop is the answer for a sandbox whose container Docker keeps
 // restarting: its daemon cannot start, and the container's output says why.
+// A container caught running between two restarts shows exit code 0 (Docker
+// clears it at each start): the exit code is the one of a later inspect
+// that finds it in its restart back-off or stopped, or is left out.
 func (a *Activities) restartLoop(ctx context.Context, sandboxID string, c container.InspectResponse) error {
-	return apperr.Newf(api.KindOperationFailed, map[string]any{"sandbox_id": sandboxID, "container": strings.TrimPrefix(c.Name, "/"),
-		"exit_code": c.State.ExitCode, "restart_count": c.RestartCount},
-		"daemon of sandbox %s cannot start: its container %s keeps exiting (exit code %d, %d restarts)%s",
-		sandboxID, strings.TrimPrefix(c.Name, "/"), c.State.ExitCode, c.RestartCount, a.logTail(ctx, c.ID))
+	exited := func(c container.InspectResponse) bool { return c.State != nil && (c.State.Restarting || !c.State.Running) }
+	for deadline := time.Now().Add(restartLoopExitWait); !exited(c) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+		case <-time.After(25 * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if later, err := a.inspectContainer(ctx, sandboxID); err == nil {
+			c = later
+		}
+	}
+	name := strings.TrimPrefix(c.Name, "/")
+	details := map[string]any{"sandbox_id": sandboxID, "container": name, "restart_count": c.RestartCount}
+	how := fmt.Sprintf("%d restarts", c.RestartCount)
+	if exited(c) {
+		details["exit_code"] = c.State.ExitCode
+		how = fmt.Sprintf("exit code %d, %s", c.State.ExitCode, how)
+	}
+	return apperr.Newf(api.KindOperationFailed, details, "daemon of sandbox %s cannot start: its container %s keeps exiting (%s)%s",
+		sandboxID, name, how, a.logTail(ctx, c.ID))
 }
+
+// restartLoopExitWait bounds restartLoop's wait for a sight of the
+// container between a daemon's exit and its next start (Docker's back-off
+// is 100 ms, doubling).
+var restartLoopExitWait = 2 * time.Second
 
 // Pass does nothing. A sandbox workflow about to continue as new waits
 // for it on its own queue (workflows' drain): the wait ends its workflow

@@ -234,16 +234,30 @@ func TestWaitReadyGivesUpOnARestartLoop(t *testing.T) {
 	require.NoError(t, err)
 	nobody := api.Endpoint{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
 	require.NoError(t, l.Close())
+	defer func(d time.Duration) { restartLoopExitWait = d }(restartLoopExitWait)
+	restartLoopExitWait = 500 * time.Millisecond
+	var atGiveUp int // the inspect that found the loop
 	for _, tc := range []struct {
 		name string
 		set  func(c *container.InspectResponse, checks int)
+		want string
 	}{
 		{"in its restart back-off", func(c *container.InspectResponse, _ int) {
 			c.State.Restarting, c.State.ExitCode, c.RestartCount = true, 127, 3
-		}},
-		{"restarted between two checks", func(c *container.InspectResponse, checks int) {
-			c.State.ExitCode, c.RestartCount = 2, 5+2*checks
-		}},
+		}, "(exit code 127, 3 restarts)"},
+		// Running again by every check: Docker cleared the exit code.
+		{"restarted between two checks, then seen in its back-off", func(c *container.InspectResponse, checks int) {
+			if atGiveUp == 0 && checks >= 2 {
+				atGiveUp = checks
+			}
+			c.RestartCount = 5 + 2*checks
+			if atGiveUp > 0 && checks >= atGiveUp+3 {
+				c.State.Restarting, c.State.ExitCode = true, 2
+			}
+		}, "(exit code 2, "},
+		{"restarted between two checks, never seen stopped", func(c *container.InspectResponse, checks int) {
+			c.RestartCount = 5 + 2*checks
+		}, "restarts)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, acts := startedSandbox(t)
@@ -254,6 +268,10 @@ func TestWaitReadyGivesUpOnARestartLoop(t *testing.T) {
 			err = acts.WaitReady(tctx, "sbx1", nobody)
 			e := requireAppError(t, err, api.KindOperationFailed, true)
 			require.Contains(t, e.Error(), "keeps exiting")
+			require.Contains(t, e.Error(), tc.want)
+			if !strings.Contains(tc.want, "exit code") {
+				require.NotContains(t, e.Error(), "exit code", "a running container's exit code (0) is not its daemon's")
+			}
 			require.NoError(t, tctx.Err(), "it did not wait for the deadline")
 		})
 	}
