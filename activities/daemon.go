@@ -285,7 +285,9 @@ func (a *Activities) supervisorRestarts(ctx context.Context, containerID string,
 // clears it at each start): the exit code is the one of a later inspect
 // that finds it in its restart back-off or stopped, or is left out.
 func (a *Activities) restartLoop(ctx context.Context, sandboxID string, c container.InspectResponse) error {
-	exited := func(c container.InspectResponse) bool { return c.State != nil && (c.State.Restarting || !c.State.Running) }
+	exited := func(c container.InspectResponse) bool {
+		return c.State != nil && (c.State.Restarting || !c.State.Running)
+	}
 	for deadline := time.Now().Add(restartLoopExitWait); !exited(c) && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
