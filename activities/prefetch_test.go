@@ -77,8 +77,10 @@ func TestPrefetchTakenDroppedReplaced(t *testing.T) {
 	// A taken one outlives the TTL: the import reads it at its pace.
 	// (A stall of the TTL between start and take lets the drop win: start
 	// again then.)
-	for p = nil; p == nil; {
-		a.startPrefetch("sbx4", root)
+	p = nil
+	for i := 0; p == nil; i++ {
+		require.Less(t, i, 100, "no sbx4 prefetch to take")
+		require.NotNil(t, a.startPrefetch("sbx4", root), "a slot is free")
 		p = a.takePrefetch("sbx4", root, nil)
 	}
 	time.Sleep(100 * time.Millisecond)
