@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ephemeral-sandbox/sandbox/internal/sigdefault"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
@@ -22,6 +23,9 @@ import (
 
 func main() {
 	runtime.InitMain() // libcontainer's re-exec hook: must run first
+	// Sessions and their commands start with SIGHUP and SIGINT at their
+	// defaults even if whatever started the daemon ignored them.
+	sigdefault.ForChildren()
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "sessinit":

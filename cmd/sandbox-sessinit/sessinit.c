@@ -615,11 +615,37 @@ struct started {
 	int pidfd; // -1 when the kernel gave none
 };
 
-// child_setup is what the child does between the fork and execve: a new
-// session, stdio as its 0, 1, 2, the working directory, then execve. Only
-// system calls (it may share the init's memory: spawn_vm). It returns the
-// errno that stopped it; it does not return once execve succeeds.
+// ignored lists the signals the init was started with ignored (SIG_IGN is
+// inherited across execve, from whatever started the sandbox's daemon): a
+// command starts with every signal at its default, as posix_spawn's
+// POSIX_SPAWN_SETSIGDEF and systemd give it, so ^C, a trap on INT and a
+// hangup work whatever started the daemon. The init sets no handler of its
+// own (its signals come through signalfd), so these are all there is to
+// reset. Signals the C library reserves for itself cannot be set and are
+// left as they are.
+static int ignored[64];
+static int n_ignored;
+
+static void note_ignored(void) {
+	for (int sig = 1; sig < NSIG && n_ignored < (int)(sizeof ignored / sizeof ignored[0]); sig++) {
+		struct sigaction old;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) < 0)
+			continue;
+		if (old.sa_handler == SIG_IGN)
+			ignored[n_ignored++] = sig;
+	}
+}
+
+// child_setup is what the child does between the fork and execve: signal
+// dispositions and mask at their defaults, a new session, stdio as its 0, 1,
+// 2, the working directory, then execve. Only system calls (it may share the
+// init's memory: spawn_vm; its signal handler table is its own, since
+// spawn_vm does not pass CLONE_SIGHAND). It returns the errno that stopped
+// it; it does not return once execve succeeds.
 static int child_setup(const int stdio[3], const char *path, char **argv, char **envv, const char *cwd) {
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+	for (int i = 0; i < n_ignored; i++)
+		sigaction(ignored[i], &dfl, NULL);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -1018,6 +1044,7 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "sessinit: refusing to run: not PID 1 of a session's pid namespace\n");
 		return 2;
 	}
+	note_ignored();
 	// The signals arrive on a descriptor; SIGPIPE stays blocked (a write to
 	// a daemon that hung up must not end the session). Children get an
 	// empty mask back before they exec.

@@ -13,7 +13,18 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/sigdefault"
 )
+
+// TestMain: the test host's commands start with SIGHUP and SIGINT at their
+// defaults, as the daemon's do (cmd/sandbox-daemon), even when the test
+// binary was started with them ignored (from a shell's background job
+// without job control, or nohup): TestTTYCtrlCIsSIGINT's trap needs it.
+func TestMain(m *testing.M) {
+	sigdefault.ForChildren()
+	os.Exit(m.Run())
+}
 
 // host starts commands on the test host with os/exec: its own process group
 // without a TTY, its own session with the pty as controlling terminal with

@@ -2,6 +2,7 @@ package sessinit_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -60,6 +61,15 @@ type initProc struct {
 // (but for itself): nothing a request names can be found there.
 func startInit(t testing.TB, jailed bool) *initProc {
 	t.Helper()
+	return startInitIgnoring(t, jailed, "")
+}
+
+// startInitIgnoring starts the init with the signals named in ignore (a
+// shell's trap list, "" for none) ignored, as it would be if whatever
+// started the sandbox's daemon had ignored them: a shell execs the init, so
+// the init is still PID 1 and inherits SIG_IGN.
+func startInitIgnoring(t testing.TB, jailed bool, ignore string) *initProc {
+	t.Helper()
 	bin := cinitBinary(t)
 	dir := t.TempDir()
 	var jail string
@@ -78,6 +88,10 @@ func startInit(t testing.TB, jailed bool) *initProc {
 	require.NoError(t, err)
 	ln.Close()
 	cmd := exec.Command(bin)
+	if ignore != "" {
+		require.False(t, jailed, "the jail has no shell")
+		cmd = exec.Command("/bin/sh", "-c", `trap "" `+ignore+`; exec "$0"`, bin)
+	}
 	cmd.Env = []string{"EOS_EXEC_FD=3", "PATH=/usr/bin:/bin"}
 	cmd.ExtraFiles = []*os.File{lf}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Chroot: jail}
@@ -198,6 +212,48 @@ func TestCInitRunsRequests(t *testing.T) {
 	code, sig := p.run(t, request([]string{"sh", "-c", "grep -E '^SigBlk' /proc/self/status"}, nil, ""))
 	require.Equal(t, 0, code)
 	require.Contains(t, sig, "SigBlk:\t0000000000000000")
+}
+
+// TestCInitCommandsStartWithDefaultSignals: signals the init was started
+// with ignored are at their defaults in its commands (else ^C, a trap on INT
+// or a hangup would not work in any session of such a daemon); a signal the
+// init merely blocks stays unblocked for them.
+func TestCInitCommandsStartWithDefaultSignals(t *testing.T) {
+	sigs := []unix.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGUSR1, unix.SIGPIPE, unix.SIGTERM, unix.SIGTTOU}
+	p := startInitIgnoring(t, false, "HUP INT QUIT USR1 PIPE TERM TTOU")
+	sigIgn := func(status string) uint64 {
+		t.Helper()
+		for _, l := range strings.Split(status, "\n") {
+			if v, ok := strings.CutPrefix(l, "SigIgn:\t"); ok {
+				m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				require.NoError(t, err)
+				return m
+			}
+		}
+		t.Fatalf("no SigIgn in %q", status)
+		return 0
+	}
+	code, out := p.run(t, request([]string{"sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"}, nil, ""))
+	require.Equal(t, 0, code)
+	// The init answered, so the shell has exec'd it.
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	require.NoError(t, err)
+	initIgn := sigIgn(string(st))
+	for _, s := range sigs {
+		require.NotZero(t, initIgn&(1<<(s-1)), "the init itself was started with %v ignored", s)
+	}
+	ign := sigIgn(out)
+	for _, s := range sigs {
+		require.Zero(t, ign&(1<<(s-1)), "%v is at its default in the command: %s", s, out)
+	}
+	require.Contains(t, out, "SigBlk:\t0000000000000000")
+
+	// And it acts on them: a trap on INT runs, a hangup ends the process.
+	code, out = p.run(t, request([]string{"sh", "-c", "trap 'echo INT; exit 3' INT; kill -INT $$; sleep 5"}, nil, ""))
+	require.Equal(t, 3, code, out)
+	require.Equal(t, "INT\n", out)
+	code, _ = p.run(t, request([]string{"sh", "-c", "kill -HUP $$; sleep 5"}, nil, ""))
+	require.Equal(t, -int(unix.SIGHUP), code)
 }
 
 func TestCInitRefusesBadRequests(t *testing.T) {
