@@ -615,37 +615,13 @@ struct started {
 	int pidfd; // -1 when the kernel gave none
 };
 
-// ignored lists the signals the init was started with ignored (SIG_IGN is
-// inherited across execve, from whatever started the sandbox's daemon): a
-// command starts with every signal at its default, as posix_spawn's
-// POSIX_SPAWN_SETSIGDEF and systemd give it, so ^C, a trap on INT and a
-// hangup work whatever started the daemon. The init sets no handler of its
-// own (its signals come through signalfd), so these are all there is to
-// reset. Signals the C library reserves for itself cannot be set and are
-// left as they are.
-static int ignored[64];
-static int n_ignored;
-
-static void note_ignored(void) {
-	for (int sig = 1; sig < NSIG && n_ignored < (int)(sizeof ignored / sizeof ignored[0]); sig++) {
-		struct sigaction old;
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) < 0)
-			continue;
-		if (old.sa_handler == SIG_IGN)
-			ignored[n_ignored++] = sig;
-	}
-}
-
-// child_setup is what the child does between the fork and execve: signal
-// dispositions and mask at their defaults, a new session, stdio as its 0, 1,
-// 2, the working directory, then execve. Only system calls (it may share the
-// init's memory: spawn_vm; its signal handler table is its own, since
-// spawn_vm does not pass CLONE_SIGHAND). It returns the errno that stopped
-// it; it does not return once execve succeeds.
+// child_setup is what the child does between the fork and execve: an empty
+// signal mask (its dispositions are the init's, all at their defaults:
+// unignore_signals), a new session, stdio as its 0, 1, 2, the working
+// directory, then execve. Only system calls (it may share the init's
+// memory: spawn_vm). It returns the errno that stopped it; it does not
+// return once execve succeeds.
 static int child_setup(const int stdio[3], const char *path, char **argv, char **envv, const char *cwd) {
-	struct sigaction dfl = {.sa_handler = SIG_DFL};
-	for (int i = 0; i < n_ignored; i++)
-		sigaction(ignored[i], &dfl, NULL);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -1025,6 +1001,25 @@ static int others_alive(void) {
 	return alive;
 }
 
+// unignore_signals sets every signal the init was started with ignored back
+// to its default. SIG_IGN survives execve, from whatever started the
+// sandbox's daemon: left alone, every command would inherit it (^C, a trap
+// on INT or a hangup would do nothing in the session), and an ignored
+// SIGCHLD would have the kernel reap the init's children before it learns
+// their exit codes. The init itself sets no handler (its signals come
+// through signalfd), so its commands start with every signal at its
+// default, as posix_spawn's POSIX_SPAWN_SETSIGDEF and systemd give them. The
+// signals the C library reserves for itself cannot be set and stay as they
+// are.
+static void unignore_signals(void) {
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction old;
+		if (sig != SIGKILL && sig != SIGSTOP && sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			sigaction(sig, &dfl, NULL);
+	}
+}
+
 static void terminate_all(void) {
 	kill(-1, SIGTERM);
 	int64_t deadline = now_ms() + SHUTDOWN_GRACE_MS;
@@ -1044,7 +1039,7 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "sessinit: refusing to run: not PID 1 of a session's pid namespace\n");
 		return 2;
 	}
-	note_ignored();
+	unignore_signals();
 	// The signals arrive on a descriptor; SIGPIPE stays blocked (a write to
 	// a daemon that hung up must not end the session). Children get an
 	// empty mask back before they exec.
