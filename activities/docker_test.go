@@ -425,6 +425,9 @@ func TestCopyWorkspaceTar(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(root, "sub", ".git", "HEAD"), []byte("ref\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, ".gitignore"), []byte("*.log\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "x.log"), []byte("ignored by git, copied anyway\n"), 0o644))
+	// The modes the copy must keep, whatever the umask made of them.
+	require.NoError(t, os.Chmod(filepath.Join(root, "a.txt"), 0o644))
+	require.NoError(t, os.Chmod(filepath.Join(root, "sub", "run.sh"), 0o755))
 	require.NoError(t, os.Chtimes(filepath.Join(root, "a.txt"), mtime, mtime))
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(root, "abs-link")))
 	require.NoError(t, os.Symlink("sub", filepath.Join(root, "dir-link")))

@@ -17,6 +17,20 @@ import (
 // executable file (the "*" is not part of the name).
 type tree map[string]string
 
+// mkdirs makes path and its missing parents, each 0755 whatever the umask.
+func mkdirs(t testing.TB, path string) {
+	t.Helper()
+	path = filepath.Clean(path)
+	if _, err := os.Lstat(path); err == nil {
+		return
+	}
+	mkdirs(t, filepath.Dir(path))
+	require.NoError(t, os.Mkdir(path, 0o755))
+	require.NoError(t, os.Chmod(path, 0o755))
+}
+
+// Every directory it makes is 0755 and every file 0644 (0755 with "*"),
+// whatever the umask: tests compare the modes a capture or a copy keeps.
 func writeTree(t testing.TB, dir string, tr tree) {
 	t.Helper()
 	keys := make([]string, 0, len(tr))
@@ -28,10 +42,10 @@ func writeTree(t testing.TB, dir string, tr tree) {
 		v := tr[k]
 		name, exec := strings.CutSuffix(k, "*")
 		full := filepath.Join(dir, name)
-		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		mkdirs(t, filepath.Dir(full))
 		switch {
 		case strings.HasSuffix(name, "/"):
-			require.NoError(t, os.MkdirAll(full, 0o755))
+			mkdirs(t, full)
 		case strings.HasPrefix(v, "->"):
 			require.NoError(t, os.Symlink(v[2:], full))
 		default:

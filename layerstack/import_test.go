@@ -74,8 +74,10 @@ func TestCaptureReadsEveryUpperEncoding(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(up, "gone2"), nil, 0o644))
 	require.NoError(t, unix.Setxattr(filepath.Join(up, "gone2"), xattrUserWhiteout, []byte("y"), 0))
 	require.NoError(t, os.Mkdir(filepath.Join(up, "opq"), 0o750))
+	require.NoError(t, os.Chmod(filepath.Join(up, "opq"), 0o750)) // whatever the umask
 	require.NoError(t, unix.Setxattr(filepath.Join(up, "opq"), xattrTrustedOpaque, []byte("y"), 0))
 	require.NoError(t, os.Mkdir(filepath.Join(up, "uopq"), 0o755))
+	require.NoError(t, os.Chmod(filepath.Join(up, "uopq"), 0o755))
 	require.NoError(t, unix.Setxattr(filepath.Join(up, "uopq"), xattrUserOpaque, []byte("y"), 0))
 	require.NoError(t, unix.Mkfifo(filepath.Join(up, "pipe"), 0o644))
 	cs, err := Capture(up)

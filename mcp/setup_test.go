@@ -18,6 +18,7 @@ func TestSetupCodex(t *testing.T) {
 	cfg := filepath.Join(dir, "config.toml")
 	user := "# my settings\nmodel = \"o3\"\n\n[mcp_servers.other]\ncommand = \"other\"\n"
 	require.NoError(t, os.WriteFile(cfg, []byte(user), 0o644))
+	require.NoError(t, os.Chmod(cfg, 0o644)) // the mode the rewrite must keep, whatever the umask
 	o := mcp.SetupOptions{Client: mcp.ClientCodex, Binary: "/opt/eos/sandbox-mcp", Endpoint: "127.0.0.1:7979", Config: cfg}
 
 	dry := o

@@ -68,6 +68,7 @@ func TestLoadOrCreateReadErrors(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gateway.token")
 	require.NoError(t, os.WriteFile(path, []byte("short\n"), 0o644))
+	require.NoError(t, os.Chmod(path, 0o644)) // whatever the umask
 	_, err := LoadOrCreate(path, strict)
 	require.ErrorContains(t, err, "has mode 0644", "the reader's error is returned")
 	b, err := os.ReadFile(path)
