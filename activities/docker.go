@@ -324,6 +324,18 @@ func (a *Activities) CreateContainer(ctx context.Context, spec workflows.Sandbox
 	}
 }
 
+// lsmOpts take the sandbox container out of the Linux security module
+// profile Docker would give it. Docker's AppArmor profile (docker-default,
+// applied on every host with AppArmor on: Ubuntu, Debian, SUSE) denies every
+// mount, and SELinux's container_t type (Fedora, RHEL with Docker's
+// selinux-enabled) denies overlay mounts too: the daemon could start no
+// session. What --privileged would do for both, without its capabilities or
+// devices. On a host without either module Docker ignores them. The sessions
+// stay confined by their namespaces, capabilities, seccomp filter and
+// no_new_privs, and the sandbox container by its capability set and seccomp
+// profile.
+var lsmOpts = []string{"apparmor=unconfined", "label=disable"}
+
 // containerConfig is the sandbox container: explicit capabilities on top of
 // cap-drop ALL (never privileged), the custom seccomp profile, the state
 // volume at /eos, the daemon volume (read-only) at DaemonDir, the daemon
@@ -340,7 +352,7 @@ func (a *Activities) containerConfig(spec workflows.SandboxSpec, seccomp, daemon
 	hc := &container.HostConfig{
 		CapDrop:     []string{"ALL"},
 		CapAdd:      append([]string(nil), sandboxCaps...),
-		SecurityOpt: []string{"seccomp=" + seccomp},
+		SecurityOpt: append([]string{"seccomp=" + seccomp}, lsmOpts...),
 		// Isolated sessions reach the sandbox's uplink through it; the
 		// daemon's nftables rules keep them from each other.
 		Sysctls: map[string]string{"net.ipv4.ip_forward": "1"},

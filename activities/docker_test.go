@@ -134,7 +134,8 @@ func TestCreateContainerFresh(t *testing.T) {
 	require.False(t, c.hc.Privileged)
 	require.Equal(t, []string{"ALL"}, []string(c.hc.CapDrop))
 	require.ElementsMatch(t, sandboxCaps, []string(c.hc.CapAdd))
-	require.Equal(t, []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"}]}`}, c.hc.SecurityOpt)
+	require.Equal(t, []string{`seccomp={"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"}]}`,
+		"apparmor=unconfined", "label=disable"}, c.hc.SecurityOpt, "no AppArmor or SELinux profile that refuses the daemon's mounts")
 	require.Equal(t, map[string]string{"net.ipv4.ip_forward": "1"}, c.hc.Sysctls)
 	// Alone on a bridge network of its own, with our labels.
 	require.Equal(t, "eos-net-sbx1", string(c.hc.NetworkMode))
