@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // TestWriteEtcNeverWritesThroughALink: the session's root overlay is its
@@ -71,4 +72,16 @@ func TestWriteEtcNeverWritesThroughALink(t *testing.T) {
 		require.Contains(t, string(b), "10.1.0.2\tws-1\n")
 		requireUntouched(t, outside)
 	})
+}
+
+// TestPreflightNamesAKernelWithoutOpenat2: a kernel older than 5.6 is
+// named at start, not met as ENOSYS in a session's first file operation.
+func TestPreflightNamesAKernelWithoutOpenat2(t *testing.T) {
+	require.NoError(t, checkOpenat2(), "this kernel has openat2")
+	defer func(f func(int, string, *unix.OpenHow) (int, error)) { openat2 = f }(openat2)
+	openat2 = func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS }
+	err := checkOpenat2()
+	require.ErrorIs(t, err, ErrUnsupported)
+	require.ErrorContains(t, err, "no openat2")
+	require.ErrorContains(t, err, "Linux 5.6 or later")
 }

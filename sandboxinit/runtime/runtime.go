@@ -55,7 +55,7 @@ func New(stateRoot string) (*Runtime, error) {
 		r.cgroups, err = prepareCgroups()
 		errs = append(errs, err)
 	}
-	errs = append(errs, checkOverlay())
+	errs = append(errs, checkOverlay(), checkOpenat2())
 	if r.exe, err = os.OpenFile("/proc/self/exe", os.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		errs = append(errs, fmt.Errorf("open own binary: %w", err))
 	}
@@ -88,6 +88,26 @@ func checkOverlay() error {
 		}
 	}
 	return fmt.Errorf("%w: the kernel has no overlay file system", ErrUnsupported)
+}
+
+// openat2 is unix.Openat2 (a test stands in a kernel without it).
+var openat2 = unix.Openat2
+
+// checkOpenat2: the daemon reaches every file of a session through openat2
+// (RESOLVE_IN_ROOT, RESOLVE_NO_SYMLINKS), which Linux has since 5.6. On an
+// older kernel the first file operation would fail with ENOSYS; the
+// preflight names it at start instead.
+func checkOpenat2() error {
+	fd, err := openat2(unix.AT_FDCWD, "/", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+	if err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			var u unix.Utsname
+			_ = unix.Uname(&u)
+			return fmt.Errorf("%w: the kernel (%s) has no openat2, which sessions' file operations need: Linux 5.6 or later", ErrUnsupported, unix.ByteSliceToString(u.Release[:]))
+		}
+		return fmt.Errorf("openat2 /: %w", err)
+	}
+	return unix.Close(fd)
 }
 
 // Sessions lists the ids of sessions with runtime state, running or not
