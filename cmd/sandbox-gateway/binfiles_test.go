@@ -72,7 +72,7 @@ func TestBinaryFilesEveryDoor(t *testing.T) {
 	writeFile(t, filepath.Join(root, "README"), "base\n")
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", root)
 	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	rtc := func(argv ...string) cliResult {
 		t.Helper()
 		return runCLI(t, g, rt, append([]string{"--sandbox-id", id}, argv...)...)

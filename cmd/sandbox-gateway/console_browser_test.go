@@ -330,7 +330,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.until("sandbox page", `location.hash.startsWith('#/sandbox/eos-')`)
 	loc := p.location()
 	id := loc[strings.Index(loc, "#/sandbox/")+len("#/sandbox/"):]
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	p.until("ready", hasText(".page-head .badge", "ready"))
 
 	// Two sessions the CLI drives appear.

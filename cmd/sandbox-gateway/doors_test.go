@@ -107,7 +107,7 @@ func TestFrontDoors(t *testing.T) {
 		} `json:"daemon"`
 	}
 	require.NoError(t, json.Unmarshal(body, &rec))
-	t.Cleanup(func() { removeSandboxObjects(t, rec.ID) })
+	cleanupSandbox(t, rec.ID)
 	for host, want := range map[string]int{"evil.example": http.StatusMisdirectedRequest, fmt.Sprintf("127.0.0.1:%d", rec.Daemon.Port): http.StatusOK} {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", rec.Daemon.Port), nil)
 		req.Host = host

@@ -32,7 +32,7 @@ func TestSessionFork(t *testing.T) {
 	writeFile(t, filepath.Join(root, "keep.txt"), "keep\n")
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", root)
 	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	d := &drill{t: t, g: g, id: id}
 	read := func(ws, p string) (string, *api.Error) {
 		args := map[string]any{"path": p}

@@ -58,7 +58,7 @@ func TestGitHandOff(t *testing.T) {
 
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", root)
 	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	// The user goes on committing meanwhile: the export still builds on
 	// the commit the workspace was copied from.
 	writeFile(t, filepath.Join(root, "later.txt"), "user's later commit\n")
@@ -141,7 +141,7 @@ func TestGitHandOff(t *testing.T) {
 	notRepo := t.TempDir()
 	writeFile(t, filepath.Join(notRepo, "n.txt"), "n\n")
 	nid := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", notRepo)["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, nid) })
+	cleanupSandbox(t, nid)
 	r := runCLI(t, g, mgr, "export_changes", "--sandbox-id", nid, "--dest", notRepo, "--format", "git", "--branch", "x")
 	require.Equal(t, 1, r.code, r.stdout)
 	require.Contains(t, r.errEnv["message"], "not inside a git working tree")

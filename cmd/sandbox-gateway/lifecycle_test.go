@@ -136,7 +136,7 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	// A: the gateway's default idle TTL (15s) archives an idle session.
 	recA := mustCLI(t, g, mgr, "create_sandbox", "--image", img, "--workspace-root", ws)
 	a := recA["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, a) })
+	cleanupSandbox(t, a)
 	require.Equal(t, "15s", lifecycleOf(t, recA)["session_idle_ttl"])
 	require.Equal(t, "0", lifecycleOf(t, recA)["ttl"])
 	wsA := lcMust(t, g, a, "create_workspace_session", map[string]any{"agent": "agent-a"})["workspace_session_id"].(string)
@@ -176,7 +176,7 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	// B: pause and resume, with unpublished work in a session.
 	recB := lcMust(t, g, "", "create_sandbox", map[string]any{"image": img, "workspace_root": ws, "ttl": "1h", "session_idle_ttl": "0"})
 	b := recB["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, b) })
+	cleanupSandbox(t, b)
 	lcB := lifecycleOf(t, recB)
 	require.Equal(t, "1h0m0s", lcB["ttl"])
 	require.Equal(t, "0", lcB["session_idle_ttl"])
@@ -239,7 +239,7 @@ func TestLifecycleUsersTurnOn(t *testing.T) {
 	// C: a short ttl pauses the sandbox (the workflow's timer); never deleted.
 	recC := mustCLI(t, g, mgr, "create_sandbox", "--image", img, "--workspace-root", ws, "--ttl", "3s")
 	c := recC["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, c) })
+	cleanupSandbox(t, c)
 	start = time.Now()
 	eventually(t, 3*time.Minute, "the ttl pauses the sandbox", func() (bool, any) {
 		rec := lcMust(t, g, "", "inspect_sandbox", map[string]any{"sandbox_id": c})

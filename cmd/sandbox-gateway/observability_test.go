@@ -93,7 +93,7 @@ func TestObservabilityThroughTheGateway(t *testing.T) {
 	}
 	require.Len(t, ids, 2)
 	for _, id := range ids {
-		t.Cleanup(func() { removeSandboxObjects(t, id) })
+		cleanupSandbox(t, id)
 	}
 	require.Equal(t, before+1, metricValue(t, g, `eos_operations_total{op="create_sandbox",outcome="ok"}`), "the metrics count the call just made")
 

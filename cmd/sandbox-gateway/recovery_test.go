@@ -158,7 +158,7 @@ func TestRecoveryDrills(t *testing.T) {
 	create := func() *drill {
 		rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
 		id := rec["id"].(string)
-		t.Cleanup(func() { removeSandboxObjects(t, id) })
+		cleanupSandbox(t, id)
 		return &drill{t: t, g: g, id: id}
 	}
 	d := create()
@@ -394,7 +394,7 @@ func TestCreateKilledMidway(t *testing.T) {
 	ws := numberedTree(t, 300)
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-root", ws, "--async")
 	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	require.Eventually(t, func() bool { return exec.Command("docker", "inspect", workflows.ContainerName(id)).Run() == nil },
 		time.Minute, 5*time.Millisecond, "the container is made")
 	g.Kill()

@@ -145,6 +145,11 @@ func dockerList(t testing.TB, kind, id string) []string { return testenv.DockerO
 
 func removeSandboxObjects(t testing.TB, id string) { testenv.RemoveSandboxObjects(t, id) }
 
+// cleanupSandbox removes sandbox id's Docker objects when the test ends: the
+// id as it is now (a closure over a variable the test reuses would remove
+// only the last sandbox it named).
+func cleanupSandbox(t testing.TB, id string) { t.Cleanup(func() { removeSandboxObjects(t, id) }) }
+
 // gatewayWithSandbox starts a gateway and creates one sandbox over a new
 // workspace that holds f.txt (content); the sandbox's objects are removed
 // when the test ends. It returns the gateway, the sandbox id and the
@@ -156,7 +161,7 @@ func gatewayWithSandbox(t *testing.T, content string) (*gatewayProc, string, str
 	writeFile(t, filepath.Join(ws, "f.txt"), content)
 	rec := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)
 	id := rec["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	return g, id, ws
 }
 
@@ -186,7 +191,7 @@ func TestSeedFlowCLI(t *testing.T) {
 	if !strings.HasPrefix(id, "eos-") || rec["state"] != "ready" {
 		t.Fatalf("create: %v", rec)
 	}
-	t.Cleanup(func() { removeSandboxObjects(t, id) })
+	cleanupSandbox(t, id)
 	requireKeys(t, "sandbox_record.daemon", sub(t, rec, "daemon"), keysEndpoint)
 	if rec["daemon_http"] == nil && knownShapeGaps["sandbox_record.daemon_http:null"] {
 		t.Logf("known shape gap: sandbox_record.daemon_http is null, want {host,port}")

@@ -83,7 +83,7 @@ func TestStandbySandboxes(t *testing.T) {
 	create := func(ws string) string {
 		t.Helper()
 		id := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", ws)["id"].(string)
-		t.Cleanup(func() { removeSandboxObjects(t, id) })
+		cleanupSandbox(t, id)
 		return id
 	}
 	read := func(id string) string {
@@ -101,7 +101,7 @@ func TestStandbySandboxes(t *testing.T) {
 	killed := time.Now()
 	g = testenv.StartGatewayWith(t, g.Options())
 	sb := standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	cleanupSandbox(t, sb)
 	// No create since the restart: a standby now is the one the kill cut.
 	created, err := exec.Command("docker", "inspect", "-f", "{{.Created}}", workflows.ContainerName(sb)).Output()
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestStandbySandboxes(t *testing.T) {
 	// A standby whose container was stopped is not handed out: the create
 	// makes a sandbox anew, and the stopped standby goes.
 	sb = standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	cleanupSandbox(t, sb)
 	require.NoError(t, exec.Command("docker", "stop", "-t", "1", workflows.ContainerName(sb)).Run())
 	fresh := create(workspace("fresh"))
 	require.NotEqual(t, sb, fresh, "a stopped standby is not claimed")
@@ -138,7 +138,7 @@ func TestStandbySandboxes(t *testing.T) {
 	// it lost, and as an orphan it names its workspace root, though its
 	// labels predate the claim (the memo of its workflow has it).
 	sb = standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	cleanupSandbox(t, sb)
 	g.Kill()
 	require.NoError(t, exec.Command("docker", "rm", "-f", workflows.ContainerName(second)).Run())
 	opts := g.Options()
@@ -161,7 +161,7 @@ func TestStandbySandboxes(t *testing.T) {
 
 	// A graceful stop removes the standby, and only it.
 	sb = standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	cleanupSandbox(t, sb)
 	stopRemovesOnly(t, g, sb, first, fresh, third)
 	require.Len(t, testenv.DockerObjects(t, "volume", second), 1, "the orphan keeps its work")
 	require.Error(t, exec.Command("docker", "inspect", workflows.ContainerName(sb)).Run())
@@ -183,7 +183,7 @@ func TestSpareSandbox(t *testing.T) {
 	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
 	image := testenv.Images[0]
 	spare := standbyOf(t, g, "")
-	t.Cleanup(func() { removeSandboxObjects(t, spare) })
+	cleanupSandbox(t, spare)
 	require.Len(t, testenv.DockerObjects(t, "network", spare), 1, "the spare's network is made")
 	require.Len(t, testenv.DockerObjects(t, "volume", spare), 1, "the spare's state volume is made")
 	require.Empty(t, testenv.DockerObjects(t, "container", spare), "no image yet, no container")
@@ -223,7 +223,7 @@ func TestSpareSandbox(t *testing.T) {
 		require.Len(t, testenv.DockerObjects(t, kind, spare), 1, kind)
 	}
 	next := standbyOf(t, g, "")
-	t.Cleanup(func() { removeSandboxObjects(t, next) })
+	cleanupSandbox(t, next)
 	require.NotEqual(t, spare, next, "a new spare follows the claim")
 
 	// Killed while the spare checks a claim's image (no standby of an image
@@ -237,13 +237,13 @@ func TestSpareSandbox(t *testing.T) {
 	require.ElementsMatch(t, []string{spare, next}, listedIDs(t, g))
 	third := next
 	next = standbyOf(t, g, "")
-	t.Cleanup(func() { removeSandboxObjects(t, next) })
+	cleanupSandbox(t, next)
 	require.NotEqual(t, third, next, "a new spare follows that claim too")
 
 	second := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, second) })
+	cleanupSandbox(t, second)
 	sb := standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	cleanupSandbox(t, sb)
 
 	stopRemovesOnly(t, g, sb, spare, second, third)
 	if second != next {
@@ -332,9 +332,9 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	g := testenv.StartGatewayWith(t, testenv.GatewayOptions{Args: []string{"--standby=true"}})
 	image := testenv.Images[0]
 	first := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, first) })
+	cleanupSandbox(t, first)
 	sb := standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, sb) })
+	cleanupSandbox(t, sb)
 
 	// The failpoint is armed in a gateway started after the first create
 	// imported its workspace: it takes the standby back, and the claim's
@@ -354,8 +354,8 @@ func TestStandbyClaimKilledMidway(t *testing.T) {
 	}
 	// The restarted gateway makes a new standby; the claimed one is not it.
 	last2 := mustCLI(t, g, mgr, "create_sandbox", "--image", image, "--workspace-root", t.TempDir())["id"].(string)
-	t.Cleanup(func() { removeSandboxObjects(t, last2) })
+	cleanupSandbox(t, last2)
 	next := standbyOf(t, g, image)
-	t.Cleanup(func() { removeSandboxObjects(t, next) })
+	cleanupSandbox(t, next)
 	require.NotEqual(t, sb, next)
 }
