@@ -181,7 +181,11 @@ func copyOpen(in *os.File, dst string) (string, int64, error) {
 		return "", 0, err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), in)
+	hw := newHoleWriter(int(out.Fd()))
+	n, err := io.Copy(io.MultiWriter(hw, h), in)
+	if err == nil {
+		err = hw.Close()
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}

@@ -438,18 +438,22 @@ func (si *streamImporter) file(hdr *tar.Header, tr *tar.Reader, name string) err
 		return si.ioErr(name, err)
 	}
 	h := sha256.New()
+	hw := newHoleWriter(fd)
 	var n int64
 	werr := func() error {
 		for {
 			k, rerr := tr.Read(si.buf)
 			if k > 0 {
 				h.Write(si.buf[:k])
-				if err := writeAll(fd, si.buf[:k]); err != nil {
+				if _, err := hw.Write(si.buf[:k]); err != nil {
 					return &archive.ApplyError{Path: name, Reason: archive.ReasonIO, Phase: archive.PhaseApply, Err: err}
 				}
 				n += int64(k)
 			}
 			if errors.Is(rerr, io.EOF) {
+				if err := hw.Close(); err != nil {
+					return &archive.ApplyError{Path: name, Reason: archive.ReasonIO, Phase: archive.PhaseApply, Err: err}
+				}
 				return nil
 			}
 			if rerr != nil {

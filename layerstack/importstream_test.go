@@ -109,6 +109,7 @@ func richTree(t testing.TB) string {
 	require.NoError(t, os.Chmod(filepath.Join(src, "deep/all"), 0o777))
 	require.NoError(t, os.Chmod(filepath.Join(src, "deep/er"), 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "zero"), nil, 0o600))
+	writeSparse(t, filepath.Join(src, "deep/disk.img"))
 	require.NoError(t, unix.Mkfifo(filepath.Join(src, "fifo"), 0o644))
 	old := time.Date(2020, 1, 2, 3, 4, 5, 600, time.UTC)
 	for _, p := range []string{"a.txt", "deep/er", "empty", "deep"} {
@@ -146,6 +147,29 @@ func TestImportStreamMatchesImportDir(t *testing.T) {
 	for _, e := range ents {
 		require.NotContains(t, e.Name(), ".import-", "no staging left behind")
 	}
+	// A sparse file stays sparse in either base.
+	for _, base := range []string{want.Path, got.Path} {
+		requireSparse(t, filepath.Join(base, "deep/disk.img"))
+	}
+}
+
+// writeSparse makes a file of 8 MiB and 100 bytes that holds a few bytes
+// at 1 MiB and a hole everywhere else, ending in one.
+func writeSparse(t testing.TB, p string) {
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("data in a sparse file"), 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(8<<20+100))
+	require.NoError(t, f.Close())
+}
+
+// requireSparse checks that p holds at most 64 KiB of disk, whatever its size.
+func requireSparse(t testing.TB, p string) {
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(p, &st))
+	require.Greater(t, st.Size, int64(8<<20))
+	require.LessOrEqual(t, st.Blocks*512, int64(64<<10), "%s: %d bytes of disk for %d bytes", p, st.Blocks*512, st.Size)
 }
 
 func TestImportStreamGitAwareMatchesImportDir(t *testing.T) {
