@@ -732,6 +732,18 @@ func (a Arg) check(op string, v any) *Error {
 	return nil
 }
 
+// IntArg is args[name] as an integer, however the door decoded it (a
+// json.Number from HTTP and JSON lines, a float64 from MCP, an int from
+// Go); false when it is absent or not a whole number. Validate has checked
+// the type and bounds the catalog gives.
+func IntArg(args map[string]any, name string) (int64, bool) {
+	v, ok := args[name]
+	if !ok {
+		return 0, false
+	}
+	return asInt(v)
+}
+
 func asInt(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int:

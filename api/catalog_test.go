@@ -138,6 +138,22 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// IntArg reads an integer however a door decoded it.
+func TestIntArg(t *testing.T) {
+	args := map[string]any{"http": json.Number("7"), "mcp": float64(8), "go": 9, "half": 1.5, "big": json.Number("1e400"), "text": "10"}
+	for name, want := range map[string]int64{"http": 7, "mcp": 8, "go": 9} {
+		n, ok := IntArg(args, name)
+		if !ok || n != want {
+			t.Errorf("%s: %d, %v", name, n, ok)
+		}
+	}
+	for _, name := range []string{"half", "big", "text", "absent"} {
+		if n, ok := IntArg(args, name); ok {
+			t.Errorf("%s read as %d", name, n)
+		}
+	}
+}
+
 func TestScopeAndRouting(t *testing.T) {
 	ex, _ := LookupOp("exec_command")
 	if ex.CheckScope(ScopeSystem, "") == nil || ex.CheckScope(ScopeSandbox, "") == nil || ex.CheckScope(ScopeSandbox, "eos-1") != nil {

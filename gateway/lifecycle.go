@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
@@ -47,8 +46,8 @@ var recordHandlers = map[string]recordHandler{
 	},
 	"workflows": func(b *TemporalBackend, ctx context.Context, id string, args map[string]any, _ bool, _ func(string)) (any, error) {
 		limit := 100
-		if n, err := strconv.Atoi(fmt.Sprint(args["limit"])); err == nil && n > 0 {
-			limit = n
+		if n, ok := api.IntArg(args, "limit"); ok && n > 0 {
+			limit = int(n)
 		}
 		return b.workflowsView(ctx, id, limit)
 	},
@@ -217,10 +216,8 @@ func (b *TemporalBackend) createSandboxes(ctx context.Context, _ string, args ma
 		return nil, hostpath.Refusal(err)
 	}
 	count := 1
-	if n, ok := args["count"]; ok {
-		if v, err := strconv.Atoi(fmt.Sprint(n)); err == nil {
-			count = v
-		}
+	if n, ok := api.IntArg(args, "count"); ok {
+		count = int(n)
 	}
 	ids := make([]string, count)
 	for i := range ids {

@@ -28,7 +28,7 @@ func (b *TemporalBackend) listWorkflowsOp(ctx context.Context, _ string, args ma
 		where = append(where, fmt.Sprintf("ExecutionStatus = '%s'", statusQuery[st]))
 	}
 	limit := 100
-	if n, ok := args["limit"].(float64); ok && n > 0 {
+	if n, ok := api.IntArg(args, "limit"); ok && n > 0 {
 		limit = int(n)
 	}
 	out, err := b.listWorkflows(ctx, strings.Join(where, " AND "), limit)
@@ -79,7 +79,7 @@ func (b *TemporalBackend) waitOperation(ctx context.Context, _ string, args map[
 	id, _ := args["workflow_id"].(string)
 	update, _ := args["update_id"].(string)
 	timeout := 10 * time.Minute
-	if n, ok := args["timeout_ms"].(float64); ok && n > 0 {
+	if n, ok := api.IntArg(args, "timeout_ms"); ok && n > 0 {
 		timeout = time.Duration(n) * time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

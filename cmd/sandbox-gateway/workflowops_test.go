@@ -48,6 +48,11 @@ func TestWorkflowsFromTheCLI(t *testing.T) {
 	require.NotNil(t, last, "the sandbox workflow lists its last publish: %v", list)
 	require.Equal(t, "committed", last["outcome"], "%v", last)
 	require.Equal(t, pub["layer_id"], last["layer_id"], "%v", last)
+	// --limit reaches the gateway as a JSON number and bounds the list.
+	all := mustCLI(t, g, mgr, "list_workflows")["workflows"].([]any)
+	require.Greater(t, len(all), 1, "%v", all)
+	one := mustCLI(t, g, mgr, "list_workflows", "--limit", "1")["workflows"].([]any)
+	require.Len(t, one, 1, "list_workflows --limit 1: %v", one)
 	running := mustCLI(t, g, mgr, "list_workflows", "--sandbox-id", id, "--status", "running")["workflows"].([]any)
 	require.Len(t, running, 1, "only the sandbox's own workflow runs: %v", running)
 
