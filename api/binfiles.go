@@ -45,6 +45,26 @@ type FileDownloadResult struct {
 	Executable bool   `json:"executable"`
 }
 
+// MaxUpdateArgsBytes caps the arguments of an operation that runs as a
+// durable Temporal update (a sessionless file_write, file_edit or
+// file_upload, a publish's message, ...), as JSON: Temporal records them in
+// the sandbox workflow's history, whose events are at most 2 MiB, and an
+// update over that fails the workflow's task and holds up every update of
+// the sandbox until it times out. Bigger content goes into a session.
+const MaxUpdateArgsBytes = 1536 << 10
+
+// CheckUpdateArgsSize refuses the arguments of durable update op that take
+// n bytes as JSON, over MaxUpdateArgsBytes, with resource_exhausted
+// (details.limit, max, size, op).
+func CheckUpdateArgsSize(op string, n int) *Error {
+	if n <= MaxUpdateArgsBytes {
+		return nil
+	}
+	return Errorf(KindResourceExhausted, map[string]any{"limit": "max_update_args_bytes", "max": MaxUpdateArgsBytes, "size": n, "op": op},
+		"%s's arguments take %d bytes, more than max_update_args_bytes (%d) for an operation recorded in the sandbox's workflow; write large content in a workspace session (up to %d bytes a file) and publish that",
+		op, n, MaxUpdateArgsBytes, MaxTransferBytes)
+}
+
 // CheckUploadSize refuses an upload of n bytes over its cap with
 // resource_exhausted (details.limit, details.max, details.size).
 func CheckUploadSize(sessionless bool, n int) *Error {

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -38,6 +41,35 @@ type terminalMsg struct {
 	Cols int    `json:"cols,omitempty"`
 }
 
+// webSocketHandshake refuses r unless it is a WebSocket handshake that
+// websocket.Accept takes (RFC 6455 4.2.1: GET, Upgrade: websocket,
+// Connection: Upgrade, version 13, a 16-byte key), checked before any
+// work.
+func webSocketHandshake(r *http.Request) *api.Error {
+	has := func(header, token string) bool {
+		for _, v := range r.Header.Values(header) {
+			for _, t := range strings.Split(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(t), token) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	key, err := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key"))
+	switch {
+	case r.Method != http.MethodGet:
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"method": r.Method}, "the console terminal is a WebSocket: GET with an Upgrade: websocket handshake")
+	case !has("Connection", "upgrade") || !has("Upgrade", "websocket"):
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"need": "websocket"}, "the console terminal is a WebSocket: the request has no Upgrade: websocket handshake")
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"need": "websocket", "sec_websocket_version": r.Header.Get("Sec-WebSocket-Version")}, "the console terminal speaks WebSocket version 13")
+	case err != nil || len(key) != 16:
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"need": "websocket"}, "the WebSocket handshake has no valid Sec-WebSocket-Key")
+	}
+	return nil
+}
+
 func queryInt(c *gin.Context, name string, def int) (int, *api.Error) {
 	v := c.Query(name)
 	if v == "" {
@@ -57,6 +89,15 @@ func (s *Server) consoleTerminal(c *gin.Context) {
 	// (the WebSocket handshake checks the origin again).
 	if aerr := sameOrigin(c); aerr != nil {
 		abort(c, aerr)
+		return
+	}
+	// Nor does a request that is not a WebSocket handshake: the shell would
+	// run (and its session publish) with nobody to answer.
+	if aerr := webSocketHandshake(c.Request); aerr != nil {
+		c.Header("Upgrade", "websocket")
+		c.Header("Connection", "Upgrade")
+		c.Header("Sec-WebSocket-Version", "13")
+		c.AbortWithStatusJSON(http.StatusUpgradeRequired, api.Envelope{Error: aerr})
 		return
 	}
 	sandboxID := c.Query("sandbox_id")

@@ -105,6 +105,27 @@ func TestConsoleTerminalProtocol(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Equal(t, 0, sb.called("exec_command"))
+	// So is a request that is not a WebSocket handshake (a plain GET, a
+	// wrong version, a bad key, a POST): no shell is started for nobody.
+	ws := map[string]string{"Connection": "keep-alive, Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	for name, change := range map[string][2]string{"plain": {"Upgrade", ""}, "version": {"Sec-WebSocket-Version", "8"},
+		"key": {"Sec-WebSocket-Key", "c2hvcnQ="}, "no connection": {"Connection", "keep-alive"}, "post": {"method", "POST"}} {
+		hdrs, method := map[string]string{"Cookie": ck}, "GET"
+		for k, v := range ws {
+			hdrs[k] = v
+		}
+		if change[0] == "method" {
+			method = change[1]
+		} else {
+			hdrs[change[0]] = change[1]
+		}
+		resp, body := consoleReq(t, addr, method, "/console/terminal?sandbox_id=eos-1&csrf="+csrf, "", hdrs)
+		require.Contains(t, []int{http.StatusUpgradeRequired, http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode, "%s: %s", name, body)
+		if resp.StatusCode == http.StatusUpgradeRequired {
+			require.Contains(t, body, `"kind":"invalid_request"`, name)
+		}
+		require.Equal(t, 0, sb.called("exec_command"), name)
+	}
 
 	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/console/terminal?sandbox_id=eos-1&workspace_session_id=ws-1&rows=30&cols=100&csrf="+csrf,
 		&websocket.DialOptions{HTTPHeader: hdr})

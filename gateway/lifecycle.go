@@ -105,11 +105,16 @@ func (b *TemporalBackend) updateOp(ctx context.Context, op *api.Operation, sandb
 		}
 	}
 	name, req := op.Name, any(args)
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, api.Errorf(api.KindInvalidRequest, nil, "args: %v", err)
+	}
+	// Refused before it is sent: an update too large for the workflow's
+	// history would fail its task and hold up the sandbox's other updates.
+	if aerr := api.CheckUpdateArgsSize(op.Name, len(raw)); aerr != nil {
+		return nil, aerr
+	}
 	if op.AmendWhenSessionless {
-		raw, err := json.Marshal(args)
-		if err != nil {
-			return nil, api.Errorf(api.KindInvalidRequest, nil, "args: %v", err)
-		}
 		name, req = workflows.UpdateAmend, workflows.AmendRequest{Op: op.Name, Args: raw}
 	}
 	var payload []any

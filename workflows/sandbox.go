@@ -516,7 +516,7 @@ func awaitFor(ctx workflow.Context, d time.Duration, cond func() bool) bool {
 // handle registers update name: fn counted (counted), its validator
 // validate (nil: none) behind the drain's refusal (guarded).
 func (s *sandbox) handle(ctx workflow.Context, name string, fn, validate any) error {
-	return workflow.SetUpdateHandlerWithOptions(ctx, name, s.counted(name, fn), workflow.UpdateHandlerOptions{Validator: s.guarded(fn, validate)})
+	return workflow.SetUpdateHandlerWithOptions(ctx, name, s.counted(name, fn), workflow.UpdateHandlerOptions{Validator: s.guarded(name, fn, validate)})
 }
 
 // counted wraps update handler fn of name so s.inFlight counts the
@@ -550,11 +550,12 @@ func (s *sandbox) counted(name string, fn any) any {
 
 var errorType = reflect.TypeOf((*error)(nil)).Elem()
 
-// guarded is the validator of the update handler fn: validate (nil: none)
-// behind the drain's refusal. Validators decide nothing that is recorded
-// (a refused update leaves no trace in the history), so adding one
-// replays as before.
-func (s *sandbox) guarded(fn, validate any) any {
+// guarded is the validator of the update handler fn of update name:
+// validate (nil: none) behind the drain's refusal and a cap on the size of
+// its arguments (checkArgsSize). Validators decide nothing that is
+// recorded (a refused update leaves no trace in the history), so adding
+// one replays as before.
+func (s *sandbox) guarded(name string, fn, validate any) any {
 	ft := reflect.TypeOf(fn)
 	in := make([]reflect.Type, 0, ft.NumIn())
 	for i := 1; i < ft.NumIn(); i++ { // the handler's arguments after its workflow.Context
@@ -571,11 +572,36 @@ func (s *sandbox) guarded(fn, validate any) any {
 				"sandbox %s is starting its next workflow run; send the update again", s.id())))
 			return []reflect.Value{err}
 		}
+		if aerr := checkArgsSize(name, args); aerr != nil {
+			err := reflect.New(errorType).Elem()
+			err.Set(reflect.ValueOf(aerr))
+			return []reflect.Value{err}
+		}
 		if v.IsValid() {
 			return v.Call(args)
 		}
 		return []reflect.Value{reflect.Zero(errorType)}
 	}).Interface()
+}
+
+// checkArgsSize refuses an update whose arguments, as JSON, are over
+// api.MaxUpdateArgsBytes: accepted, they would be recorded in an event
+// over the history's 2 MiB limit, which fails the workflow task and holds
+// up every other update until this one times out. The gateway refuses
+// them before sending; this covers any other client.
+func checkArgsSize(name string, args []reflect.Value) error {
+	n := 0
+	for _, a := range args {
+		b, err := json.Marshal(a.Interface())
+		if err != nil {
+			return apperr.Newf(api.KindInvalidRequest, map[string]any{"update": name}, "arguments of %s: %v", name, err)
+		}
+		n += len(b)
+	}
+	if aerr := api.CheckUpdateArgsSize(name, n); aerr != nil {
+		return apperr.Newf(aerr.Kind, aerr.Details, "%s", aerr.Message)
+	}
+	return nil
 }
 
 // settle waits for running handlers, so none outlives the run.

@@ -636,8 +636,8 @@ func TestVerifiedPublishRefusesBadInput(t *testing.T) {
 func TestDrainingRefusesNewUpdates(t *testing.T) {
 	s := &sandbox{state: &SandboxState{SandboxID: "sb1", Phase: PhaseReady, Sessions: map[string]*SessionRecord{"ws-1": {ID: "ws-1"}}},
 		publishing: map[string]bool{}}
-	destroy := s.guarded(s.destroySession, s.validateSession).(func(SessionRequest) error)
-	waitReady := s.guarded(s.waitReady, nil).(func() error)
+	destroy := s.guarded(UpdateDestroySession, s.destroySession, s.validateSession).(func(SessionRequest) error)
+	waitReady := s.guarded(UpdateWaitReady, s.waitReady, nil).(func() error)
 	require.NoError(t, destroy(SessionRequest{WorkspaceSessionID: "ws-1"}))
 	e, _ := apperr.From(destroy(SessionRequest{WorkspaceSessionID: "ws-2"}))
 	require.Equal(t, api.KindNotFound, e.Kind, "the handler's own validator")
@@ -649,6 +649,29 @@ func TestDrainingRefusesNewUpdates(t *testing.T) {
 		require.True(t, ok, "%v", err)
 		require.Equal(t, KindContinuing, e.Kind)
 		require.Equal(t, "sb1", e.Details["sandbox_id"])
+	}
+}
+
+// TestUpdateArgsOverTheCapAreRefused: an update whose arguments would make
+// a history event over Temporal's limit is refused in its validator (no
+// trace in the history), whoever sent it; one at the cap is not.
+func TestUpdateArgsOverTheCapAreRefused(t *testing.T) {
+	s := &sandbox{state: &SandboxState{SandboxID: "sb1", Phase: PhaseReady, Sessions: map[string]*SessionRecord{"ws-1": {ID: "ws-1"}}},
+		publishing: map[string]bool{}}
+	publish := s.guarded(UpdatePublish, s.publish, nil).(func(PublishRequest) error)
+	amend := s.guarded(UpdateAmend, s.amend, nil).(func(AmendRequest) error)
+	one, err := json.Marshal(PublishRequest{WorkspaceSessionID: "ws-1", Message: "m"})
+	require.NoError(t, err)
+	around := len(one) - 1 // the request's bytes besides its message
+	require.NoError(t, publish(PublishRequest{WorkspaceSessionID: "ws-1", Message: strings.Repeat("m", api.MaxUpdateArgsBytes-around)}))
+	for _, err := range []error{
+		publish(PublishRequest{WorkspaceSessionID: "ws-1", Message: strings.Repeat("m", api.MaxUpdateArgsBytes-around+1)}),
+		amend(AmendRequest{Op: "file_write", Args: []byte(`{"path":"a","content":"` + strings.Repeat("x", api.MaxUpdateArgsBytes) + `"}`)}),
+	} {
+		e, ok := apperr.From(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, api.KindResourceExhausted, e.Kind)
+		require.Equal(t, "max_update_args_bytes", e.Details["limit"])
 	}
 }
 

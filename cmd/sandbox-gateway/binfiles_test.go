@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,6 +220,31 @@ func TestBinaryFilesEveryDoor(t *testing.T) {
 			st, _, b := rawFiles(t, g, http.MethodGet, id, q, nil)
 			require.Equal(t, http.StatusNotFound, st, "%s", b)
 		}
+	})
+
+	t.Run("a durable update too large for the workflow is refused and holds nothing up", func(t *testing.T) {
+		scope := map[string]any{"kind": "sandbox", "sandbox_id": id}
+		big := strings.Repeat("x", api.MaxUpdateArgsBytes)
+		for _, c := range []struct {
+			op   string
+			args map[string]any
+		}{
+			{"file_write", map[string]any{"path": "big.txt", "content": big}},
+			{"file_edit", map[string]any{"path": "assets/logo.png", "edits": []any{map[string]any{"old_string": "a", "new_string": big}}}},
+			{"publish_workspace_session", map[string]any{"workspace_session_id": ws, "message": big}},
+		} {
+			st, b, err := g.HTTPOp(c.op, map[string]any{"scope": scope, "args": c.args})
+			require.NoError(t, err)
+			require.Equal(t, http.StatusTooManyRequests, st, "%s: %.300s", c.op, b)
+			e := errOf(t, b)
+			require.Equal(t, "max_update_args_bytes", e.Details["limit"], "%s: %v", c.op, e)
+			require.Equal(t, c.op, e.Details["op"])
+		}
+		st, _, b := rawFiles(t, g, http.MethodGet, id, url.Values{"path": {"big.txt"}}, nil)
+		require.Equal(t, http.StatusNotFound, st, "%s", b)
+		// The sandbox's next update is not held up.
+		r := rtc("file_write", "--path", "small.txt", "--content", "s\n")
+		require.Equal(t, 0, r.code, r.stderr)
 	})
 
 	t.Run("path escapes are refused", func(t *testing.T) {
