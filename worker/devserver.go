@@ -105,6 +105,9 @@ func StartDevServer(ctx context.Context, o DevServerOptions) (*DevServer, error)
 			// is an Update on its sandbox's one workflow; the default of
 			// 10 in flight per workflow stalls 20 agents (measured).
 			"history.maxInFlightUpdates": 1000,
+			// Nexus is unused, and its HTTP routes (task dispatch, operation
+			// callbacks) check no token: off, they answer 404.
+			"system.enableNexus": false,
 		},
 	}
 	opts.FrontendHTTPPort = devserver.MustGetFreePort(host)

@@ -140,6 +140,19 @@ func TestStrangerChild(t *testing.T) {
 	}
 	require.Equal(t, http.StatusUnauthorized, get(""))
 	require.Equal(t, http.StatusOK, get("Bearer "+token))
+	// Nexus's HTTP routes, which Temporal does not put behind the token,
+	// are off: no task is dispatched, no callback parsed.
+	for _, path := range []string{"/namespaces/" + ns + "/task-queues/x/nexus-services/s/op", "/nexus/endpoints/e/services/s/op",
+		"/namespaces/" + ns + "/nexus/callback"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+httpAddr+path, strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Nexus-Operation-State", "succeeded") // a well-formed completion: it reaches the handler
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Contains(t, []int{http.StatusNotFound, http.StatusUnauthorized}, resp.StatusCode, "%s: %s", path, body)
+	}
 
 	// The SDK client with the token.
 	c, err := client.Dial(client.Options{HostPort: addr, Logger: quietLogger{}, HeadersProvider: tokenHeaders(token)})
