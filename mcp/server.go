@@ -76,7 +76,13 @@ func (h *handlers) handler(op *api.Operation) mcpserver.ToolHandlerFunc {
 		}
 		scope := jsonl.SystemScope()
 		if how != "" {
-			id, _ := args[argSandboxID].(string)
+			v, given := args[argSandboxID]
+			id, isString := v.(string)
+			if given && !isString {
+				// Not read as "no sandbox": that would widen the scope.
+				return errorResult(op.Name, "", api.Errorf(api.KindInvalidRequest, map[string]any{"op": op.Name, "arg": argSandboxID},
+					"%s: sandbox_id must be a string", argSandboxID)), nil
+			}
 			delete(args, argSandboxID)
 			switch {
 			case id != "":

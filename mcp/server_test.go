@@ -242,6 +242,14 @@ func TestRoutingBySandboxID(t *testing.T) {
 	require.Equal(t, jsonl.SystemScope(), obs.last().scope, "snapshot without sandbox_id is the fleet form")
 	callTool(t, ocl, "snapshot", map[string]any{"sandbox_id": "eos-2"})
 	require.Equal(t, jsonl.SandboxScope("eos-2"), obs.last().scope)
+	// A sandbox_id that is not a string is refused, not read as the fleet.
+	n := len(obs.calls)
+	for _, bad := range []any{123, true, []any{"eos-2"}, map[string]any{}} {
+		res := callTool(t, ocl, "snapshot", map[string]any{"sandbox_id": bad})
+		require.True(t, res.IsError, "%v", bad)
+		require.Equal(t, "invalid_request", structured(t, res)["error"].(map[string]any)["kind"])
+	}
+	require.Len(t, obs.calls, n, "nothing was sent")
 
 	mgr := &fakeCaller{}
 	mcl := connect(t, mcp.SetManagement, mgr, false)

@@ -68,13 +68,19 @@ func ReadLine(r io.Reader, max int) ([]byte, error) {
 	}
 }
 
-// DecodeRequest parses a request line; errors are bad_json.
+// DecodeRequest parses a request line: one JSON object of the envelope's
+// fields and nothing after it (a misspelled "arg" would otherwise run the
+// op on its defaults); errors are bad_json.
 func DecodeRequest(line []byte) (*Request, *api.Error) {
 	var req Request
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber()
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, api.Errorf(api.KindBadJSON, nil, "bad request json: %v", err)
+		return nil, api.Errorf(api.KindBadJSON, nil, "bad request json: %v (the envelope is {\"op\", \"request_id\", \"scope\", \"args\"})", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, api.Errorf(api.KindBadJSON, nil, "bad request json: more after the request object")
 	}
 	if req.Args == nil {
 		req.Args = map[string]any{}

@@ -38,3 +38,19 @@ func TestDecodeAndParse(t *testing.T) {
 		t.Errorf("%s %v", out, err)
 	}
 }
+
+// An envelope with a field it does not have (a misspelled "arg", a scope
+// key) or anything after its object is refused, not run on defaults.
+func TestDecodeRequestIsStrict(t *testing.T) {
+	for _, line := range []string{`{"op":"x","arg":{"egress":"none"}}`, `{"bogus":1}`, `{}{"x":1}`, `{"op":"x"} 5`,
+		`{"scope":{"kind":"sandbox","sandbox_id":"s","x":1}}`} {
+		if _, e := DecodeRequest([]byte(line)); e == nil || e.Kind != api.KindBadJSON {
+			t.Errorf("%s: %v", line, e)
+		}
+	}
+	for _, line := range []string{`{}`, ` {"op":"x","request_id":"r","scope":{"kind":"system"},"args":{},"_stream_logs":true} `} {
+		if _, e := DecodeRequest([]byte(line)); e != nil {
+			t.Errorf("%s: %v", line, e)
+		}
+	}
+}
