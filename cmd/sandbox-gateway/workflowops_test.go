@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/internal/testenv"
 )
 
 // TestWorkflowsFromTheCLI: an --async publish answers at once; its result
@@ -15,7 +17,7 @@ import (
 // and status; describe_workflow shows one; cancel_operation refuses a
 // sandbox's own workflow; bad ids are refused before any work.
 func TestWorkflowsFromTheCLI(t *testing.T) {
-	g, id, _ := gatewayWithSandbox(t, "base\n")
+	g, id, ws := gatewayWithSandbox(t, "base\n")
 	rtc := func(argv ...string) map[string]any {
 		t.Helper()
 		return mustCLI(t, g, "sandbox-runtime-cli", append([]string{"--sandbox-id", id}, argv...)...)
@@ -49,6 +51,8 @@ func TestWorkflowsFromTheCLI(t *testing.T) {
 	require.Equal(t, "committed", last["outcome"], "%v", last)
 	require.Equal(t, pub["layer_id"], last["layer_id"], "%v", last)
 	// --limit reaches the gateway as a JSON number and bounds the list.
+	other := mustCLI(t, g, mgr, "create_sandbox", "--image", testenv.Images[0], "--workspace-bind-root", ws)["id"].(string)
+	cleanupSandbox(t, other)
 	all := mustCLI(t, g, mgr, "list_workflows")["workflows"].([]any)
 	require.Greater(t, len(all), 1, "%v", all)
 	one := mustCLI(t, g, mgr, "list_workflows", "--limit", "1")["workflows"].([]any)
