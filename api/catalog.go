@@ -209,9 +209,11 @@ var (
 		}}}
 	envSchema    = map[string]any{"additionalProperties": map[string]any{"type": "string"}}
 	limitsSchema = map[string]any{"additionalProperties": false, "properties": map[string]any{
-		"pids_max":     map[string]any{"type": "integer", "minimum": 1, "description": "Maximum number of processes."},
-		"memory_bytes": map[string]any{"type": "integer", "minimum": 1, "description": "Memory limit in bytes."},
-		"cpus":         map[string]any{"type": "number", "exclusiveMinimum": 0, "description": "CPU quota in cores, e.g. 0.5."},
+		// The daemon's bounds (sandboxinit/runtime, Limits.Check), enforced
+		// here too (Arg.checkProperties) so a bad value never reaches it.
+		"pids_max":     map[string]any{"type": "integer", "minimum": 1, "maximum": 4 << 20, "description": "Maximum number of processes (at most 4194304, the kernel's PID_MAX_LIMIT)."},
+		"memory_bytes": map[string]any{"type": "integer", "minimum": 8 << 20, "description": "Memory limit in bytes (at least 8 MiB)."},
+		"cpus":         map[string]any{"type": "number", "exclusiveMinimum": 0, "maximum": 1024, "description": "CPU quota in cores, e.g. 0.5 (at most 1024)."},
 	}}
 )
 
@@ -700,9 +702,11 @@ func (a Arg) check(op string, v any) *Error {
 			return bad("must be a boolean")
 		}
 	case TypeObject:
-		if _, ok := v.(map[string]any); !ok {
+		m, ok := v.(map[string]any)
+		if !ok {
 			return bad("must be an object")
 		}
+		return a.checkProperties(op, m)
 	case TypeArray:
 		if _, ok := v.([]any); !ok {
 			return bad("must be an array")
@@ -730,6 +734,85 @@ func (a Arg) check(op string, v any) *Error {
 		return bad("has unknown type %s", a.Type)
 	}
 	return nil
+}
+
+// checkProperties checks an object arg's properties against what its
+// Schema declares of them: no others when additionalProperties is false,
+// and integer and number properties' types and bounds (minimum,
+// exclusiveMinimum, maximum). Errors name the property in details.arg
+// ("limits.cpus").
+func (a Arg) checkProperties(op string, m map[string]any) *Error {
+	props, _ := a.Schema["properties"].(map[string]any)
+	if props == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name := a.Name + "." + k
+		bad := func(format string, x ...any) *Error {
+			return Errorf(KindInvalidRequest, map[string]any{"op": op, "arg": name}, "%s: "+format, append([]any{name}, x...)...)
+		}
+		p, ok := props[k].(map[string]any)
+		if !ok {
+			if a.Schema["additionalProperties"] == false {
+				return bad("unknown property of %s", a.Name)
+			}
+			continue
+		}
+		v := m[k]
+		if v == nil {
+			continue
+		}
+		var n float64
+		switch p["type"] {
+		case "integer":
+			i, ok := asInt(v)
+			if !ok {
+				return bad("must be an integer")
+			}
+			n = float64(i)
+		case "number":
+			f, ok := asNumber(v)
+			if !ok {
+				return bad("must be a finite number")
+			}
+			n = f
+		default:
+			continue
+		}
+		if min, ok := asNumber(p["minimum"]); ok && n < min {
+			return bad("must be at least %v", p["minimum"])
+		}
+		if min, ok := asNumber(p["exclusiveMinimum"]); ok && n <= min {
+			return bad("must be greater than %v", p["exclusiveMinimum"])
+		}
+		if max, ok := asNumber(p["maximum"]); ok && n > max {
+			return bad("must be at most %v", p["maximum"])
+		}
+	}
+	return nil
+}
+
+// asNumber is v as a finite number, however the door decoded it.
+func asNumber(v any) (float64, bool) {
+	var f float64
+	switch n := v.(type) {
+	case float64:
+		f = n
+	case json.Number:
+		var err error
+		if f, err = n.Float64(); err != nil {
+			return 0, false
+		}
+	default:
+		i, ok := asInt(v)
+		return float64(i), ok
+	}
+	return f, !math.IsNaN(f) && !math.IsInf(f, 0)
 }
 
 // IntArg is args[name] as an integer, however the door decoded it (a

@@ -113,6 +113,31 @@ func (e *NotFileError) Error() string {
 // than max bytes (max <= 0: no limit).
 func (v *View) ReadFile(p string, max int64) ([]byte, Entry, error) {
 	var b []byte
+	e, err := v.withFile(p, max, func(full string) error {
+		var err error
+		b, err = os.ReadFile(full)
+		return err
+	})
+	return b, e, err
+}
+
+// OpenFile opens the regular file p for reading, with ReadFile's checks, so
+// that a caller can stream it. The open file stays readable after a GC
+// deletes its layer (layers are never written in place).
+func (v *View) OpenFile(p string, max int64) (*os.File, Entry, error) {
+	var f *os.File
+	e, err := v.withFile(p, max, func(full string) error {
+		var err error
+		f, err = os.Open(full)
+		return err
+	})
+	return f, e, err
+}
+
+// withFile runs fn on the layer file that supplies the regular file p,
+// refusing anything else and files larger than max bytes (max <= 0: no
+// limit).
+func (v *View) withFile(p string, max int64, fn func(full string) error) (Entry, error) {
 	var e Entry
 	err := v.with(func(st stack) error {
 		var err error
@@ -125,10 +150,9 @@ func (v *View) ReadFile(p string, max int64) ([]byte, Entry, error) {
 		if max > 0 && e.Size > max {
 			return &TooLargeError{Path: p, Size: e.Size, Max: max}
 		}
-		b, err = os.ReadFile(e.full)
-		return err
+		return fn(e.full)
 	})
-	return b, e, err
+	return e, err
 }
 
 // TooLargeError refuses a file above a size limit.

@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,9 @@ import (
 func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.CommandOutput, retErr error) {
 	if a.Cmd == "" {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "cmd is required")
+	}
+	if strings.ContainsRune(a.Cmd, 0) { // no argv can carry it: the start would fail as the daemon's own error
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "cmd"}, "cmd contains a NUL byte")
 	}
 	// command.exec lasts until the command ends (OnExit), not just this
 	// request; it ends here only if the command never started.

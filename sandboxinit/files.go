@@ -3,6 +3,7 @@ package sandboxinit
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -91,31 +92,62 @@ func (v *fileView) close() {
 	}
 }
 
-// readAll returns a regular file's bytes and its size.
-func (v *fileView) readAll(p string, max int64) ([]byte, fs.FileMode, error) {
+// openFile opens a regular file for reading and says its size and
+// permission bits; files over max bytes (max > 0) are refused. The reader
+// stops one byte past the size (a file growing under a session's
+// processes is read as it was, plus the byte that shows it grew).
+func (v *fileView) openFile(p string, max int64) (io.ReadCloser, int64, fs.FileMode, error) {
+	var (
+		f    *os.File
+		size int64
+		mode fs.FileMode
+	)
 	if v.s == nil {
-		b, e, err := v.d.store.Head().ReadFile(p, max)
+		var e layerstack.Entry
+		var err error
+		f, e, err = v.d.store.Head().OpenFile(p, max)
 		if err != nil {
 			if e.Kind == layerstack.KindSymlink {
-				return nil, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "target": e.Target}, "%s is a symlink to %s", p, e.Target)
+				return nil, 0, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "target": e.Target}, "%s is a symlink to %s", p, e.Target)
 			}
 			if e.Kind != "" && e.Kind != layerstack.KindFile {
-				return nil, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is a %s, not a regular file", p, e.Kind)
+				return nil, 0, 0, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is a %s, not a regular file", p, e.Kind)
 			}
-			return nil, 0, fileError(p, err)
+			return nil, 0, 0, fileError(p, err)
 		}
-		return b, e.Mode, nil
+		size, mode = e.Size, e.Mode
+	} else {
+		var fi fs.FileInfo
+		var err error
+		f, fi, err = v.rt.openRegular(p)
+		if err != nil {
+			return nil, 0, 0, fileError(p, err)
+		}
+		if max > 0 && fi.Size() > max {
+			f.Close()
+			return nil, 0, 0, fileError(p, &layerstack.TooLargeError{Path: p, Size: fi.Size(), Max: max})
+		}
+		size, mode = fi.Size(), fi.Mode().Perm()
 	}
-	f, fi, err := v.rt.openRegular(p)
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, size+1), f}, size, mode, nil
+}
+
+// readAll returns a regular file's bytes and its permission bits.
+func (v *fileView) readAll(p string, max int64) ([]byte, fs.FileMode, error) {
+	r, size, mode, err := v.openFile(p, max)
 	if err != nil {
-		return nil, 0, fileError(p, err)
+		return nil, 0, err
 	}
-	defer f.Close()
-	if max > 0 && fi.Size() > max {
-		return nil, 0, fileError(p, &layerstack.TooLargeError{Path: p, Size: fi.Size(), Max: max})
+	defer r.Close()
+	b := make([]byte, size+1)
+	n, err := io.ReadFull(r, b)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
 	}
-	b, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
-	return b, fi.Mode().Perm(), err
+	return b[:n], mode, err
 }
 
 func (d *Daemon) fileRead(a api.FileReadArgs) (*api.FileReadResult, error) {
@@ -137,11 +169,16 @@ func (d *Daemon) fileRead(a api.FileReadArgs) (*api.FileReadResult, error) {
 		return nil, err
 	}
 	defer v.close()
-	b, _, err := v.readAll(p, MaxReadFileBytes)
+	r, _, _, err := v.openFile(p, MaxReadFileBytes)
 	if err != nil {
 		return nil, err
 	}
-	return readWindow(b, a)
+	defer r.Close()
+	res, err := readWindow(r, a)
+	if err != nil {
+		return nil, fileError(a.Path, err)
+	}
+	return res, nil
 }
 
 func (d *Daemon) fileWrite(ctx context.Context, rid string, a api.FileWriteArgs) (map[string]any, error) {
@@ -214,12 +251,10 @@ func (v *fileView) writeFile(p string, data []byte, mode fs.FileMode) (bool, err
 			return false, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is not a regular file", p)
 		}
 	}
-	tmp := fmt.Sprintf(".%s.eos-write-%d", name, os.Getpid())
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
+	f, tmp, err := createTemp(dfd, name, mode)
 	if err != nil {
 		return false, err
 	}
-	f := os.NewFile(uintptr(fd), tmp)
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(mode.Perm())
@@ -235,6 +270,28 @@ func (v *fileView) writeFile(p string, data []byte, mode fs.FileMode) (bool, err
 		return false, err
 	}
 	return created, nil
+}
+
+// createTemp creates a new file beside name in the directory dfd under a
+// random name. Concurrent writes of one path each get their own, and a
+// process in the session cannot block a write by creating the name first:
+// a name taken is skipped, never opened or removed.
+func createTemp(dfd int, name string, mode fs.FileMode) (*os.File, string, error) {
+	if len(name) > 200 { // the suffix must fit in NAME_MAX
+		name = name[:200]
+	}
+	for range 16 {
+		tmp := fmt.Sprintf(".%s.eos-write-%s", name, rand.Text()[:16])
+		fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return os.NewFile(uintptr(fd), tmp), tmp, nil
+	}
+	return nil, "", fmt.Errorf("create a temporary file beside %s: every name tried exists", name)
 }
 
 func (d *Daemon) fileEdit(ctx context.Context, rid string, a api.FileEditArgs) (map[string]any, error) {
@@ -316,6 +373,9 @@ func (d *Daemon) fileList(a api.FileListArgs) (map[string]any, error) {
 	}
 	defer v.close()
 	ents, err := v.list(p)
+	if errors.Is(err, errNotDirectory) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"path": a.Path}, "%s is not a directory", a.Path)
+	}
 	if err != nil {
 		return nil, fileError(a.Path, err)
 	}
@@ -330,10 +390,18 @@ func (d *Daemon) fileList(a api.FileListArgs) (map[string]any, error) {
 	return map[string]any{"path": shown, "entries": ents, "truncated": truncated}, nil
 }
 
+// errNotDirectory: file_list of a path that exists and is not a directory
+// (not one of its parents: that is ENOTDIR).
+var errNotDirectory = errors.New("not a directory")
+
 func (v *fileView) list(p string) ([]api.ListEntry, error) {
 	out := []api.ListEntry{}
 	if v.s == nil {
-		ents, err := v.d.store.Head().ReadDir(p)
+		head := v.d.store.Head()
+		if e, err := head.Stat(p); err == nil && e.Kind != layerstack.KindDirectory {
+			return nil, errNotDirectory
+		}
+		ents, err := head.ReadDir(p)
 		if err != nil {
 			return nil, err
 		}
@@ -343,6 +411,13 @@ func (v *fileView) list(p string) ([]api.ListEntry, error) {
 		return out, nil
 	}
 	f, err := v.rt.open(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOTDIR) {
+		// p itself, or one of its parents?
+		if pf, perr := v.rt.open(p, unix.O_PATH|unix.O_NOFOLLOW, 0); perr == nil {
+			pf.Close()
+			return nil, errNotDirectory
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -455,6 +530,19 @@ func (d *Daemon) fileMove(ctx context.Context, rid string, a api.FileMoveArgs) (
 		return nil, fileError(a.To, err)
 	}
 	defer dd.Close()
+	var sst, dst unix.Stat_t
+	if err := unix.Fstatat(int(sd.Fd()), sname, &sst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fileError(a.From, err)
+	}
+	if unix.Fstatat(int(dd.Fd()), dname, &dst, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		if !a.Overwrite {
+			return nil, errMoveExists(a)
+		}
+		toDir := dst.Mode&unix.S_IFMT == unix.S_IFDIR
+		if err := replaceRefusal(a, sst.Mode&unix.S_IFMT == unix.S_IFDIR, toDir, toDir && emptyDirAt(int(dd.Fd()), dname)); err != nil {
+			return nil, err
+		}
+	}
 	flags := uint(unix.RENAME_NOREPLACE)
 	if a.Overwrite {
 		flags = 0
@@ -463,27 +551,92 @@ func (d *Daemon) fileMove(ctx context.Context, rid string, a api.FileMoveArgs) (
 	if errors.Is(err, unix.EXDEV) {
 		// A directory from a lower layer (overlay without redirect_dir):
 		// copy it up by hand, by descriptors (the session's processes run
-		// on and may swap what is being copied), then delete the original.
-		var st unix.Stat_t
-		existed := unix.Fstatat(int(dd.Fd()), dname, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
-		if err = copyTreeAt(int(sd.Fd()), sname, int(dd.Fd()), dname); err != nil && !existed {
-			// Nothing half-copied stays behind (special files refuse the move).
-			_ = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", dd.Fd(), dname))
-		} else if err == nil {
+		// on and may swap what is being copied), beside the destination
+		// under a name of its own, rename that into place (over nothing
+		// or, with overwrite, an empty directory, as checked), then delete
+		// the original. Until the rename nothing at to changes.
+		err = copyIntoPlace(int(sd.Fd()), sname, int(dd.Fd()), dname, flags)
+		if err == nil {
 			// The parent is pinned by its fd; RemoveAll never follows symlinks.
 			err = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", sd.Fd(), sname))
 		}
 	}
-	if errors.Is(err, unix.EEXIST) {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
-	}
-	if errors.Is(err, layerstack.ErrNotRegular) {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"from": a.From}, "%s holds a FIFO, socket or device, which cannot be moved", a.From)
-	}
 	if err != nil {
-		return nil, fileError(a.From, err)
+		return nil, moveError(a, err)
 	}
 	return map[string]any{"from": a.From, "to": a.To, "moved": true}, nil
+}
+
+// copyIntoPlace copies the tree name in the directory src to a new name
+// in the directory dst and renames it to dname there (renameat2 flags).
+// Whatever fails, the copy is removed: nothing half-copied stays behind.
+func copyIntoPlace(src int, name string, dst int, dname string, flags uint) error {
+	if len(dname) > 200 { // the suffix must fit in NAME_MAX
+		dname = dname[:200]
+	}
+	tmp := fmt.Sprintf(".%s.eos-move-%s", dname, rand.Text()[:16])
+	err := copyTreeAt(src, name, dst, tmp)
+	if err == nil {
+		err = unix.Renameat2(dst, tmp, dst, dname, flags)
+	}
+	if err != nil {
+		// The parent is pinned by its fd; RemoveAll never follows symlinks.
+		_ = os.RemoveAll(fmt.Sprintf("/proc/self/fd/%d/%s", dst, tmp))
+	}
+	return err
+}
+
+// emptyDirAt reports whether name in the directory dfd is a directory
+// without entries (as the overlay shows it: whiteouts are not entries).
+func emptyDirAt(dfd int, name string) bool {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return errors.Is(err, io.EOF)
+}
+
+func errMoveExists(a api.FileMoveArgs) error {
+	return api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
+}
+
+// replaceRefusal is file_move's rule, rename(2)'s, for a destination that
+// exists when overwrite is passed: a directory replaces only an empty
+// directory, anything else only a non-directory. nil: the move may
+// replace it.
+func replaceRefusal(a api.FileMoveArgs, fromDir, toDir, toEmpty bool) error {
+	d := map[string]any{"from": a.From, "to": a.To}
+	switch {
+	case fromDir && !toDir:
+		return api.Errorf(api.KindInvalidRequest, d, "%s is not a directory: the directory %s cannot replace it", a.To, a.From)
+	case !fromDir && toDir:
+		return api.Errorf(api.KindInvalidRequest, d, "%s is a directory: only a directory can replace it", a.To)
+	case toDir && !toEmpty:
+		return api.Errorf(api.KindInvalidRequest, d, "%s is a directory that is not empty: a directory replaces only an empty one (delete it first)", a.To)
+	}
+	return nil
+}
+
+// moveError maps a failed rename or copy of file_move in a session to the
+// wire, naming the path at fault. The destination was checked before, so
+// these are races with the session's processes.
+func moveError(a api.FileMoveArgs, err error) error {
+	switch {
+	case errors.Is(err, unix.EEXIST) && !a.Overwrite:
+		return errMoveExists(a)
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST): // rename(2) says either for a directory that is not empty
+		return replaceRefusal(a, true, true, false)
+	case errors.Is(err, unix.EISDIR):
+		return replaceRefusal(a, false, true, false)
+	case errors.Is(err, unix.ENOTDIR):
+		return replaceRefusal(a, true, false, false)
+	case errors.Is(err, layerstack.ErrNotRegular):
+		return api.Errorf(api.KindInvalidRequest, map[string]any{"from": a.From}, "%s holds a FIFO, socket or device, which cannot be moved", a.From)
+	}
+	return fileError(a.From, err)
 }
 
 func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs, from, to string) (map[string]any, error) {
@@ -492,8 +645,23 @@ func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs,
 	if err != nil {
 		return nil, fileError(a.From, err)
 	}
-	if _, err := head.Stat(to); err == nil && !a.Overwrite {
-		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"to": a.To}, "%s exists: pass overwrite to replace it", a.To)
+	if te, err := head.Stat(to); err == nil {
+		if !a.Overwrite {
+			return nil, errMoveExists(a)
+		}
+		toDir, toEmpty := te.Kind == layerstack.KindDirectory, false
+		if toDir {
+			ents, err := head.ReadDir(to)
+			if err != nil {
+				return nil, fileError(a.To, err)
+			}
+			toEmpty = len(ents) == 0
+		}
+		if err := replaceRefusal(a, e.Kind == layerstack.KindDirectory, toDir, toEmpty); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fileError(a.To, err)
 	}
 	changes := []layerstack.Change{{Path: from, Kind: layerstack.ChangeDelete}}
 	add := func(e layerstack.Entry, dst string) error {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
-	"github.com/ephemeral-sandbox/sandbox/sandboxinit/runtime"
 )
 
 // forkSession is create_workspace_session with from: a new session whose
@@ -26,6 +25,10 @@ import (
 // session dir without a record (archived at the next start) and at most a
 // lease no session owns (released then, sweepSessionLeases).
 func (d *Daemon) forkSession(ctx context.Context, a api.CreateSessionArgs) (_ *session, retErr error) {
+	asked, err := limitsOf(a.Limits)
+	if err != nil {
+		return nil, err
+	}
 	src, err := d.lockLive(a.From)
 	if err != nil {
 		return nil, err
@@ -66,8 +69,8 @@ func (d *Daemon) forkSession(ctx context.Context, a api.CreateSessionArgs) (_ *s
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "agent label is longer than 256 bytes")
 	}
 	limits := src.rec.Limits
-	if a.Limits != nil {
-		limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
+	if asked != nil {
+		limits = *asked
 	}
 	ctx, sp := d.span(ctx, "workspace_session.fork", map[string]any{"from": a.From, "network_profile": a.NetworkProfile, "agent": a.Agent})
 	defer func() { sp.End(retErr) }()

@@ -142,6 +142,12 @@ func fileError(p string, err error) error {
 	if errors.As(err, &tl) {
 		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "size": tl.Size, "limit": tl.Max}, "file is too large: %s has %d bytes (limit %d)", p, tl.Size, tl.Max)
 	}
+	var et *layerstack.EditTooLargeError
+	if errors.As(err, &et) {
+		// A budget, as an upload's: the same request always fails again.
+		return api.Errorf(api.KindResourceExhausted, map[string]any{"path": p, "edit_index": et.Index, "limit": "max_edit_bytes", "max": et.Max, "size": et.Size},
+			"edit %d would leave %s with %d bytes, more than max_edit_bytes (%d); nothing was written", et.Index, p, et.Size, et.Max)
+	}
 	var ee *layerstack.EditError
 	if errors.As(err, &ee) {
 		return api.Errorf(api.KindInvalidRequest, map[string]any{"path": p, "edit_index": ee.Index, "reason": ee.Reason}, "%s", ee.Error())

@@ -205,6 +205,10 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	if len(a.Agent) > 256 {
 		return nil, api.Errorf(api.KindInvalidRequest, nil, "agent label is longer than 256 bytes")
 	}
+	limits, err := limitsOf(a.Limits)
+	if err != nil {
+		return nil, err
+	}
 	ctx, sp := d.span(ctx, "workspace_session.create", map[string]any{"network_profile": a.NetworkProfile, "implicit": implicit, "agent": a.Agent, "warm": warm})
 	defer func() { sp.End(retErr) }()
 	if !warm && d.warmEligible(a, implicit) {
@@ -223,8 +227,8 @@ func (d *Daemon) createSessionAs(ctx context.Context, a api.CreateSessionArgs, i
 	s := &session{state: StateActive, rec: sessionRecord{ID: newSessionID(), NetworkProfile: a.NetworkProfile,
 		Agent: a.Agent, Implicit: implicit, Upper: "upper-0", Egress: a.Egress, Created: time.Now().UTC(), CreatedBy: a.RequestID, Warm: warm,
 		Anchored: true}}
-	if a.Limits != nil {
-		s.rec.Limits = runtime.Limits{PidsMax: a.Limits.PidsMax, MemoryBytes: a.Limits.MemoryBytes, CPUs: a.Limits.CPUs}
+	if limits != nil {
+		s.rec.Limits = *limits
 	}
 	s.dir = filepath.Join(d.cfg.StateDir, "sessions", s.rec.ID)
 	sp.Set("workspace_session_id", s.rec.ID)
@@ -354,6 +358,23 @@ func egressOf(e *api.Egress) (runtime.Egress, error) {
 		out.None = true // an empty allow-list allows nothing
 	}
 	return out, nil
+}
+
+// limitsOf is a session's limits as asked on the wire (nil: none asked),
+// refused as invalid_request naming the field before anything is made for
+// the session.
+func limitsOf(l *api.SessionLimits) (*runtime.Limits, error) {
+	if l == nil {
+		return nil, nil
+	}
+	out := runtime.Limits{PidsMax: l.PidsMax, MemoryBytes: l.MemoryBytes, CPUs: l.CPUs}
+	var le *runtime.LimitError
+	if err := out.Check(); errors.As(err, &le) {
+		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "limits." + le.Field}, "limits.%s", le.Error())
+	} else if err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // stop ends the runtime session and unmounts the workspace (the upper dir

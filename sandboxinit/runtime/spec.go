@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -28,11 +29,58 @@ var (
 // Go session init alone uses about six of them (its threads count).
 const DefaultPidsMax = 1024
 
+// Bounds of Limits. MaxPidsMax is the kernel's PID_MAX_LIMIT (pids.max
+// takes nothing larger); MinMemoryBytes leaves room for the session's init;
+// MaxCPUs is a fixed bound, not this machine's core count, so that every
+// door checks the same value whatever the sandbox runs on (a quota above
+// the cores there is no limit, as 0 is).
+const (
+	MaxPidsMax     = 4 << 20
+	MinMemoryBytes = 8 << 20
+	MaxCPUs        = 1024
+)
+
 // Limits are a session's cgroup limits.
 type Limits struct {
-	PidsMax     int64   // 0 = DefaultPidsMax
-	MemoryBytes int64   // 0 = no limit; swap is limited to the same value where the kernel accounts swap
-	CPUs        float64 // 0 = no limit; 1.5 = one and a half cores (cfs quota over a 100 ms period)
+	PidsMax     int64   // 0 = DefaultPidsMax; at most MaxPidsMax
+	MemoryBytes int64   // 0 = no limit, else at least MinMemoryBytes; swap is limited to the same value where the kernel accounts swap
+	CPUs        float64 // 0 = no limit, else finite, above 0, at most MaxCPUs; 1.5 = one and a half cores (cfs quota over a 100 ms period; at least 1 ms of it)
+}
+
+// LimitError refuses one field of a Limits (named as on the wire:
+// pids_max, memory_bytes, cpus). It matches ErrInvalidSpec.
+type LimitError struct {
+	Field  string
+	Reason string
+}
+
+func (e *LimitError) Error() string { return fmt.Sprintf("%s %s", e.Field, e.Reason) }
+
+func (e *LimitError) Unwrap() error { return ErrInvalidSpec }
+
+// Check refuses limits the runtime cannot apply as asked (a *LimitError):
+// callers check them before they make anything for the session.
+func (l Limits) Check() error {
+	bad := func(field, format string, args ...any) error {
+		return &LimitError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case l.PidsMax < 0:
+		return bad("pids_max", "must not be negative (0: the default, %d), not %d", DefaultPidsMax, l.PidsMax)
+	case l.PidsMax > MaxPidsMax:
+		return bad("pids_max", "must be at most %d (the kernel's PID_MAX_LIMIT), not %d", MaxPidsMax, l.PidsMax)
+	case l.MemoryBytes < 0:
+		return bad("memory_bytes", "must not be negative (0: no limit), not %d", l.MemoryBytes)
+	case l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryBytes:
+		return bad("memory_bytes", "%d is below 8 MiB (%d; 0: no limit)", l.MemoryBytes, MinMemoryBytes)
+	case math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0):
+		return bad("cpus", "must be a finite number, not %v", l.CPUs)
+	case l.CPUs < 0:
+		return bad("cpus", "must not be negative (0: no limit), not %v", l.CPUs)
+	case l.CPUs > MaxCPUs:
+		return bad("cpus", "must be at most %d, not %v", MaxCPUs, l.CPUs)
+	}
+	return nil
 }
 
 // SessionSpec describes one session. The caller keeps it and passes the same
@@ -84,11 +132,8 @@ func (s *SessionSpec) validate() error {
 			return bad("init path %q is under hidden path %q", s.InitPath, h)
 		}
 	}
-	if s.Limits.PidsMax < 0 || s.Limits.MemoryBytes < 0 || s.Limits.CPUs < 0 {
-		return bad("limits must not be negative: %+v", s.Limits)
-	}
-	if s.Limits.MemoryBytes != 0 && s.Limits.MemoryBytes < 8<<20 {
-		return bad("memory limit %d is below 8 MiB", s.Limits.MemoryBytes)
+	if err := s.Limits.Check(); err != nil {
+		return fmt.Errorf("limits: %w", err)
 	}
 	if s.Addr != "" {
 		if !s.Isolated {

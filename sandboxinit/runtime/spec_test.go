@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -37,6 +38,14 @@ func TestSessionSpecValidate(t *testing.T) {
 		{"init under hidden", func(s *SessionSpec) { s.InitPath = "/eos/bin/daemon" }, "under hidden"},
 		{"negative limit", func(s *SessionSpec) { s.Limits.CPUs = -1 }, "negative"},
 		{"tiny memory", func(s *SessionSpec) { s.Limits.MemoryBytes = 1 << 20 }, "below 8 MiB"},
+		{"negative pids", func(s *SessionSpec) { s.Limits.PidsMax = -1 }, "pids_max must not be negative"},
+		{"pids above the kernel's", func(s *SessionSpec) { s.Limits.PidsMax = MaxPidsMax + 1 }, "pids_max must be at most 4194304"},
+		{"huge cpus", func(s *SessionSpec) { s.Limits.CPUs = 1e300 }, "cpus must be at most 1024"},
+		{"infinite cpus", func(s *SessionSpec) { s.Limits.CPUs = math.Inf(1) }, "cpus must be a finite number"},
+		{"nan cpus", func(s *SessionSpec) { s.Limits.CPUs = math.NaN() }, "cpus must be a finite number"},
+		{"the largest limits", func(s *SessionSpec) {
+			s.Limits = Limits{PidsMax: MaxPidsMax, MemoryBytes: math.MaxInt64, CPUs: MaxCPUs}
+		}, ""},
 		{"addr without isolation", func(s *SessionSpec) { s.Addr = "10.200.0.6" }, "shared-network"},
 		{"addr outside pool", func(s *SessionSpec) { s.Isolated, s.Addr = true, "10.201.0.6" }, "not in"},
 		{"addr is a gateway", func(s *SessionSpec) { s.Isolated, s.Addr = true, "10.200.0.5" }, "session address"},
@@ -80,6 +89,7 @@ func TestLimits(t *testing.T) {
 		{Limits{}, DefaultPidsMax, 0, 0},
 		{Limits{PidsMax: 64, CPUs: 1.5}, 64, 150000, 100000},
 		{Limits{CPUs: 0.001}, DefaultPidsMax, 1000, 100000},
+		{Limits{CPUs: MaxCPUs}, DefaultPidsMax, MaxCPUs * 100000, 100000},
 	}
 	for _, tt := range tests {
 		q, p := tt.lim.cfsQuota()
