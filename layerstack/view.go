@@ -155,6 +155,13 @@ func (v *View) withFile(p string, max int64, fn func(full string) error) (Entry,
 	return e, err
 }
 
+// CopyTo is a change that writes the file e at dst, with e's mode and
+// content: the content is read from e's layer file when the change is
+// published (layer files are never written in place), not held in memory.
+func (e Entry) CopyTo(dst string) Change {
+	return Change{Path: dst, Kind: ChangeWrite, Mode: e.Mode, Size: e.Size, Source: e.full}
+}
+
 // TooLargeError refuses a file above a size limit.
 type TooLargeError struct {
 	Path      string

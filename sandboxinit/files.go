@@ -639,7 +639,27 @@ func moveError(a api.FileMoveArgs, err error) error {
 	return fileError(a.From, err)
 }
 
+// moveOnHead is file_move without a session: one publish that deletes from
+// and writes its tree at to. The files' content is read from their layer
+// files when the publish captures it, never held in memory; if a squash
+// removed such a layer in between, the move is planned again on the new
+// head, once.
 func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs, from, to string) (map[string]any, error) {
+	res, err := d.moveOnHeadOnce(ctx, rid, a, from, to)
+	if errors.Is(err, errMoveSourceGone) {
+		res, err = d.moveOnHeadOnce(ctx, rid, a, from, to)
+	}
+	if errors.Is(err, errMoveSourceGone) {
+		return nil, api.Errorf(api.KindOperationConflict, map[string]any{"from": a.From}, "%s changed (the layer stack was squashed) while it was moved, twice; send the move again", a.From)
+	}
+	return res, err
+}
+
+// errMoveSourceGone: a layer file a sessionless move read from was removed
+// before the publish captured it.
+var errMoveSourceGone = errors.New("a moved file's layer was removed")
+
+func (d *Daemon) moveOnHeadOnce(ctx context.Context, rid string, a api.FileMoveArgs, from, to string) (map[string]any, error) {
 	head := d.store.Head()
 	e, err := head.Stat(from)
 	if err != nil {
@@ -671,11 +691,7 @@ func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs,
 		case layerstack.KindSymlink:
 			changes = append(changes, layerstack.Change{Path: dst, Kind: layerstack.ChangeSymlink, Target: e.Target})
 		default:
-			b, _, err := head.ReadFile(e.Path, 0)
-			if err != nil {
-				return err
-			}
-			changes = append(changes, layerstack.Change{Path: dst, Kind: layerstack.ChangeWrite, Mode: e.Mode, Data: b})
+			changes = append(changes, e.CopyTo(dst))
 		}
 		return nil
 	}
@@ -690,9 +706,16 @@ func (d *Daemon) moveOnHead(ctx context.Context, rid string, a api.FileMoveArgs,
 		}
 	}
 	err = d.sessionless(ctx, "file_move:"+rid, "operation:"+rid, []string{from, to}, func(ctx context.Context) (*layerstack.PublishResult, error) {
-		return d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_move:" + rid, Owner: "operation:" + rid,
+		res, err := d.store.CommitOnHead(ctx, layerstack.PublishRequest{TxID: "file_move:" + rid, Owner: "operation:" + rid,
 			Changes: &layerstack.ChangeSet{Changes: changes}})
+		if errors.Is(err, fs.ErrNotExist) { // only the sources are read: a layer went
+			err = errMoveSourceGone
+		}
+		return res, err
 	})
+	if errors.Is(err, errMoveSourceGone) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fileError(a.From, amendError(err))
 	}

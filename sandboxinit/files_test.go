@@ -3,16 +3,18 @@ package sandboxinit
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
-	"golang.org/x/sys/unix"
 )
 
 // TestFileEditBoundsTheResult: an edit whose result would exceed
@@ -214,4 +216,26 @@ func TestExecRefusesNUL(t *testing.T) {
 		require.Equal(t, "cmd", e.Details["arg"])
 	}
 	require.Len(t, d.listSessions(), 1, "no implicit session made")
+}
+
+// TestFileMoveWithoutSessionStreams: a sessionless move of a published
+// tree publishes its files' content read from their layer files, not held
+// in memory: a 16 MiB file costs far less than its size in allocations,
+// and every byte, mode and link arrives.
+func TestFileMoveWithoutSessionStreams(t *testing.T) {
+	big := strings.Repeat("0123456789abcdef", 1<<20)
+	d := publishDaemon(t, t.TempDir(), map[string]string{"src/big.bin": big, "src/sub/s.txt": "s\n", "keep.txt": "k\n"})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := d.fileMove(context.Background(), "r", api.FileMoveArgs{From: "src", To: "dst"})
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(len(big)/2), "allocated %d bytes to move a %d-byte file", after.TotalAlloc-before.TotalAlloc, len(big))
+	got, _, err := d.store.Head().ReadFile("dst/big.bin", 0)
+	require.NoError(t, err)
+	require.True(t, string(got) == big, "dst/big.bin has %d bytes, not the %d moved", len(got), len(big))
+	require.Equal(t, "s\n", headFile(t, d, "dst/sub/s.txt"))
+	_, err = d.store.Head().Stat("src")
+	require.ErrorIs(t, err, fs.ErrNotExist)
 }
