@@ -23,6 +23,9 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 	if strings.ContainsRune(a.Cmd, 0) { // no argv can carry it: the start would fail as the daemon's own error
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "cmd"}, "cmd contains a NUL byte")
 	}
+	if err := command.CheckEnv(a.Env); err != nil { // before an implicit session is made for it
+		return nil, err
+	}
 	// command.exec lasts until the command ends (OnExit), not just this
 	// request; it ends here only if the command never started.
 	ctx, sp := d.span(ctx, "command.exec", map[string]any{"cmd": observe.CapCommand(a.Cmd), "workspace_session_id": a.WorkspaceSessionID, "tty": a.TTY})

@@ -214,6 +214,11 @@ func TestExecRefusesNUL(t *testing.T) {
 		_, err := d.exec(context.Background(), api.ExecCommandArgs{Cmd: "echo a\x00b", WorkspaceSessionID: ws})
 		e := requireKind(t, err, api.KindInvalidRequest)
 		require.Equal(t, "cmd", e.Details["arg"])
+		for _, env := range []map[string]string{{"": "x"}, {"A=B": "x"}, {"A\x00": "x"}, {"A": "x\x00y"}} {
+			_, err = d.exec(context.Background(), api.ExecCommandArgs{Cmd: "true", Env: env, WorkspaceSessionID: ws})
+			e = requireKind(t, err, api.KindInvalidRequest)
+			require.Equal(t, "env", e.Details["arg"], "%q", env)
+		}
 	}
 	require.Len(t, d.listSessions(), 1, "no implicit session made")
 }

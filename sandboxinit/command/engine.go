@@ -354,11 +354,19 @@ func clampMS(v *int64, def, lo, hi int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// CheckEnv refuses an environment no command can be started with (an
+// empty name, "=" or NUL in a name, NUL in a value), as a start would:
+// callers check it before they make anything for the command.
+func CheckEnv(env map[string]string) error {
+	_, err := envList(env)
+	return err
+}
+
 func envList(env map[string]string) ([]string, error) {
 	list := make([]string, 0, len(env))
 	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"env": k}, "invalid environment variable %q", k)
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "env", "env": k}, "invalid environment variable %q: a name is not empty and holds no \"=\" or NUL, a value holds no NUL", k)
 		}
 		list = append(list, k+"="+v)
 	}
