@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +19,12 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/archive"
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -165,10 +168,23 @@ func (a *Activities) exportOnce(ctx context.Context, spec workflows.ExportSpec, 
 	stream := &exportStream{ctx: ctx, a: a, resp: resp, sandboxID: spec.SandboxID, version: m.Version, n: streamed}
 
 	if format == FormatDir {
-		rep, err := archive.ApplyTar(ctx, stream, dest, archive.ApplyOptions{Mode: archive.ApplyChanges})
+		openDest := func(create bool) (int, error) {
+			f, err := hostpath.OpenDir("dest", dest, create)
+			if err != nil {
+				return -1, err
+			}
+			fd, err := unix.Dup(int(f.Fd()))
+			f.Close()
+			return fd, err
+		}
+		rep, err := archive.ApplyTar(ctx, stream, dest, archive.ApplyOptions{Mode: archive.ApplyChanges, OpenDest: openDest})
 		if err != nil {
 			if errors.Is(err, errStackMoved) {
 				return nil, errStackMoved
+			}
+			var he *hostpath.Error
+			if errors.As(err, &he) {
+				return nil, hostPathError(err) // dest changed since it was checked
 			}
 			if stream.err != nil && !errors.Is(stream.err, errStackMoved) {
 				return nil, stream.err // the daemon's own failure, or a lost connection
@@ -210,20 +226,29 @@ func (a *Activities) liveSessions(ctx context.Context, spec workflows.ExportSpec
 }
 
 // writeExportFile writes the stream to a temp file next to dest, counting
-// entries as it goes, and links it into place only when complete.
+// entries as it goes, and links it into place only when complete. Dest's
+// directory is opened (made) once, refusing a symlink anywhere in it
+// (hostpath.OpenDir), and the temp file, its link and its removal all go
+// through that descriptor: a directory swapped for a symlink after the
+// check is never written through.
 func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (*api.ExportResult, error) {
-	dir := filepath.Dir(dest)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d, err := hostpath.OpenDir("dest", filepath.Dir(dest), true)
+	if err != nil {
+		var he *hostpath.Error
+		if errors.As(err, &he) && he.Rule != hostpath.RuleMissing {
+			return nil, hostPathError(err)
+		}
 		return nil, fmt.Errorf("export destination: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(dest)+".eos-export-*")
+	defer d.Close()
+	dfd, base := int(d.Fd()), filepath.Base(dest)
+	f, tmp, err := createTempAt(dfd, "."+base+".eos-export-")
 	if err != nil {
 		return nil, fmt.Errorf("export destination: %w", err)
 	}
-	tmp := f.Name()
 	defer func() {
 		f.Close()
-		os.Remove(tmp)
+		_ = unix.Unlinkat(dfd, tmp, 0)
 	}()
 
 	pr, pw := io.Pipe()
@@ -256,24 +281,34 @@ func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (*ap
 	if err := f.Chmod(0o644); err != nil {
 		return nil, fmt.Errorf("write export %s: %w", dest, err)
 	}
-	if err := os.Link(tmp, dest); err != nil {
-		if errors.Is(err, fs.ErrExist) {
+	if err := unix.Linkat(dfd, tmp, dfd, base, 0); err != nil {
+		if errors.Is(err, unix.EEXIST) {
 			return nil, conflict("export destination %s already exists; refusing to overwrite it", dest)
 		}
 		return nil, fmt.Errorf("write export %s: %w", dest, err)
 	}
-	syncDir(dir)
+	_ = d.Sync()
 	if format == FormatPatch {
 		return &api.ExportResult{FilesChanged: &c.files, BytesWritten: n}, nil
 	}
 	return &api.ExportResult{FilesWritten: &c.files, SymlinksWritten: &c.symlinks, WhiteoutsEmitted: &c.whiteouts, BytesWritten: n}, nil
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+// createTempAt creates a new file (0600) named prefix plus random
+// characters in the directory dfd, never through a symlink.
+func createTempAt(dfd int, prefix string) (*os.File, string, error) {
+	for range 16 {
+		name := prefix + rand.Text()[:16]
+		fd, err := unix.Openat(dfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return os.NewFile(uintptr(fd), name), name, nil
 	}
+	return nil, "", fmt.Errorf("create a temporary file beside %s: every name tried exists", prefix)
 }
 
 type exportCounts struct {

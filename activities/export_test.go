@@ -59,6 +59,7 @@ type exportFixture struct {
 	exports  atomic.Int64
 	failWith string // X-Export-Error trailer
 	daemon   *fakeDaemon
+	onExport func() // called as an export starts streaming
 }
 
 func newExportFixture(t *testing.T) *exportFixture {
@@ -81,6 +82,9 @@ func newExportFixture(t *testing.T) *exportFixture {
 		}
 		require.Equal(t, "/rpc/export_layerstack", r.URL.Path)
 		fx.exports.Add(1)
+		if fx.onExport != nil {
+			fx.onExport()
+		}
 		var args struct{ Format string }
 		require.NoError(t, json.Unmarshal(*fx.daemon.body.Load(), &args))
 		body := layer

@@ -4,11 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
@@ -17,8 +20,11 @@ import (
 const maxListedDirectories = 500
 
 // ListDirectories lists the directories under an absolute path of this
-// host, for choosing a workspace root; "" lists the home directory. It
-// reads names only, never contents.
+// host, for choosing a workspace root; "" lists the allowed roots. It reads
+// names only, never contents, and only of a path a workspace_root may be
+// (the host path policy, checked here as if a stranger sent it): neither
+// the state dir nor a system directory nor anything outside the allowed
+// roots is listed, nor shown as a parent or an entry.
 func (a *Activities) ListDirectories(ctx context.Context, p string) (workflows.DirectoryListing, error) {
 	if p == "" {
 		// The allowed roots: the only places a workspace_root may be.
@@ -28,26 +34,45 @@ func (a *Activities) ListDirectories(ctx context.Context, p string) (workflows.D
 		}
 		return out, nil
 	}
-	if !filepath.IsAbs(p) {
-		return workflows.DirectoryListing{}, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "path must be absolute")
-	}
-	ents, err := os.ReadDir(p)
+	clean, err := a.cfg.HostPaths.Browse("path", p)
 	if err != nil {
-		return workflows.DirectoryListing{}, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "cannot list %s: %v", p, err)
+		return workflows.DirectoryListing{}, hostPathError(err)
 	}
-	parent := filepath.Dir(p)
-	out := workflows.DirectoryListing{Path: p, Parent: &parent, Directories: []workflows.DirectoryEntry{}}
+	d, err := hostpath.OpenDir("path", clean, false) // the directory checked, not a symlink put there since
+	if err != nil {
+		return workflows.DirectoryListing{}, hostPathError(err)
+	}
+	defer d.Close()
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return workflows.DirectoryListing{}, apperr.Newf(api.KindInvalidRequest, map[string]any{"arg": "path"}, "cannot list %s: %v", clean, err)
+	}
+	slices.SortFunc(ents, func(x, y os.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
+	out := workflows.DirectoryListing{Path: clean, Directories: []workflows.DirectoryEntry{}}
+	if parent := filepath.Dir(clean); a.listable(parent) {
+		out.Parent = &parent
+	}
 	for _, e := range ents {
-		if !e.IsDir() {
+		if !e.IsDir() { // symlinks included: never followed
+			continue
+		}
+		child := filepath.Join(clean, e.Name())
+		if !a.listable(child) {
 			continue
 		}
 		if len(out.Directories) == maxListedDirectories {
 			out.Truncated = true
 			break
 		}
-		out.Directories = append(out.Directories, workflows.DirectoryEntry{Name: e.Name(), Path: filepath.Join(p, e.Name())})
+		out.Directories = append(out.Directories, workflows.DirectoryEntry{Name: e.Name(), Path: child})
 	}
 	return out, nil
+}
+
+// listable: p may be listed (the host path policy's Browse).
+func (a *Activities) listable(p string) bool {
+	_, err := a.cfg.HostPaths.Browse("path", p)
+	return err == nil
 }
 
 // LocalDaemon is where the daemon of a sandbox of this host and this

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
+	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -96,4 +97,70 @@ func TestVolumesMustBeOurs(t *testing.T) {
 	follower.SharedBase = &workflows.SharedBase{Volume: workflows.BaseVolumeName("lead2")}
 	_, err = acts.CreateContainer(ctx, follower)
 	require.NoError(t, err, "the group's own base volume is mounted")
+}
+
+// TestExportNeverWritesThroughALateSymlink: a dest (or its directory) that
+// did not exist when it was checked and is a symlink by the time the
+// export writes (another export, or any process of the host, put it there
+// while the stream was read) is refused, and nothing is written where it
+// points.
+func TestExportNeverWritesThroughALateSymlink(t *testing.T) {
+	allowed, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	victim := t.TempDir()
+	pol, err := hostpath.New([]string{allowed})
+	require.NoError(t, err)
+	fx := newExportFixture(t)
+	fx.acts.cfg.HostPaths = pol
+	ctx := context.Background()
+	for _, tc := range []struct{ format, dest, link string }{
+		{"dir", "out/new", "out/new"},         // the dest itself
+		{"dir", "out2/a/new", "out2/a"},       // a directory above it
+		{"tar", "out3/sub/x.tar", "out3/sub"}, // a file export's directory
+		{"patch", "out4/x.patch", "out4"},
+	} {
+		dest := filepath.Join(allowed, tc.dest)
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(allowed, tc.link)), 0o755))
+		fx.onExport = func() { require.NoError(t, os.Symlink(victim, filepath.Join(allowed, tc.link))) }
+		_, err := fx.acts.ExportChanges(ctx, workflows.ExportSpec{SandboxID: "sbx1", Daemon: fx.ep, Dest: dest, Format: tc.format})
+		requireAppError(t, err, api.KindInvalidRequest, true)
+		e, ok := apperr.From(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, hostpath.RuleSymlink, e.Details["rule"], "%s: %v", tc.dest, e)
+		left, err := os.ReadDir(victim)
+		require.NoError(t, err)
+		require.Empty(t, left, "%s: nothing was written through the symlink", tc.dest)
+	}
+}
+
+// TestListDirectoriesKeepsToThePolicy: list_workspace_directories lists
+// only what may be a workspace_root: nothing outside the allowed roots, no
+// system or state dir, no symlink, and no parent above a root.
+func TestListDirectoriesKeepsToThePolicy(t *testing.T) {
+	allowed, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	outside := t.TempDir()
+	state := filepath.Join(allowed, ".ephemeral-sandbox")
+	for _, d := range []string{"b", "a/deep", ".ephemeral-sandbox/temporal"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(allowed, d), 0o755))
+	}
+	require.NoError(t, os.Symlink(outside, filepath.Join(allowed, "link")))
+	pol, err := hostpath.New([]string{allowed}, state)
+	require.NoError(t, err)
+	acts := newTestActivities(t, newFakeDocker())
+	acts.cfg.HostPaths = pol
+	ctx := context.Background()
+
+	out, err := acts.ListDirectories(ctx, allowed)
+	require.NoError(t, err)
+	require.Nil(t, out.Parent, "the root's parent is not listable")
+	require.Equal(t, []workflows.DirectoryEntry{{Name: "a", Path: filepath.Join(allowed, "a")}, {Name: "b", Path: filepath.Join(allowed, "b")}}, out.Directories)
+	out, err = acts.ListDirectories(ctx, filepath.Join(allowed, "a"))
+	require.NoError(t, err)
+	require.Equal(t, allowed, *out.Parent)
+
+	for _, p := range []string{outside, "/etc", "/proc", state, filepath.Join(allowed, "link"), filepath.Join(allowed, "a", "..", ".ephemeral-sandbox"), "relative"} {
+		_, err := acts.ListDirectories(ctx, p)
+		requireAppError(t, err, api.KindInvalidRequest, true)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
@@ -68,6 +69,14 @@ const (
 type ApplyOptions struct {
 	Mode   ApplyMode
 	Limits ApplyLimits
+	// OpenDest, when set, opens dest (a directory descriptor the apply then
+	// owns) in place of opening it by path: create false before the
+	// stream is read (an error wrapping fs.ErrNotExist: dest is made after
+	// the stream is checked), create true to make it. A host's export
+	// passes one that refuses a symlink anywhere in dest at the moment it
+	// is opened (hostpath.OpenDir): dest was checked by path before, and
+	// what did not exist then may be a symlink by now.
+	OpenDest func(create bool) (int, error)
 }
 
 // ApplyReport counts what was applied; JSON names match the product's
@@ -192,7 +201,7 @@ func applyValidateErr(name, reason string, err error) *ApplyError {
 // errors are always *ApplyError.
 func ApplyTar(ctx context.Context, r io.Reader, dest string, opts ApplyOptions) (ApplyReport, error) {
 	limits := opts.Limits.withDefaults()
-	root, err := applyOpenDest(dest, opts.Mode)
+	root, err := applyOpenDest(dest, opts)
 	if err != nil {
 		return ApplyReport{}, err
 	}
@@ -210,7 +219,7 @@ func ApplyTar(ctx context.Context, r io.Reader, dest string, opts ApplyOptions) 
 	}
 
 	if root < 0 {
-		if root, err = applyCreateDest(dest); err != nil {
+		if root, err = applyCreateDest(dest, opts); err != nil {
 			return ApplyReport{}, err
 		}
 	}
@@ -221,15 +230,27 @@ func ApplyTar(ctx context.Context, r io.Reader, dest string, opts ApplyOptions) 
 }
 
 // applyOpenDest opens dest for validation; -1 means dest does not exist yet.
-func applyOpenDest(dest string, mode ApplyMode) (int, error) {
-	fd, err := unix.Open(dest, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return -1, nil
+func applyOpenDest(dest string, opts ApplyOptions) (int, error) {
+	var fd int
+	var err error
+	if opts.OpenDest != nil {
+		fd, err = opts.OpenDest(false)
+		if errors.Is(err, fs.ErrNotExist) {
+			return -1, nil
+		}
+		if err != nil {
+			return -1, applyValidateErr("", ReasonIO, fmt.Errorf("open dest %s: %w", dest, err))
+		}
+	} else {
+		fd, err = unix.Open(dest, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			return -1, nil
+		}
+		if err != nil {
+			return -1, applyValidateErr("", ReasonIO, fmt.Errorf("open dest %s: %w", dest, err))
+		}
 	}
-	if err != nil {
-		return -1, applyValidateErr("", ReasonIO, fmt.Errorf("open dest %s: %w", dest, err))
-	}
-	if mode == ApplyImport {
+	if opts.Mode == ApplyImport {
 		empty, err := applyDirIsEmpty(fd)
 		if err == nil && !empty {
 			err = applyValidateErr("", ReasonDestNotEmpty, fmt.Errorf("import into non-empty %s", dest))
@@ -244,7 +265,14 @@ func applyOpenDest(dest string, mode ApplyMode) (int, error) {
 	return fd, nil
 }
 
-func applyCreateDest(dest string) (int, error) {
+func applyCreateDest(dest string, opts ApplyOptions) (int, error) {
+	if opts.OpenDest != nil {
+		fd, err := opts.OpenDest(true)
+		if err != nil {
+			return -1, newApplyError(PhaseApply, "", ReasonIO, fmt.Errorf("create dest %s: %w", dest, err))
+		}
+		return fd, nil
+	}
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return -1, newApplyError(PhaseApply, "", ReasonIO, fmt.Errorf("create dest: %w", err))
 	}

@@ -101,10 +101,26 @@ func (p *Policy) Roots() []string { return slices.Clone(p.roots) }
 // Workspace checks a directory to copy from: it must exist and be a
 // directory. It returns the cleaned path.
 func (p *Policy) Workspace(arg, path string) (string, error) {
-	clean, err := p.check(arg, path)
+	clean, err := p.check(arg, path, false)
 	if err != nil {
 		return "", err
 	}
+	return existingDir(arg, path, clean)
+}
+
+// Browse checks a directory to list when choosing a workspace: a
+// Workspace, or a directory above a protected one (a home that holds the
+// state dir is listed, to reach the projects in it; it is not a
+// workspace).
+func (p *Policy) Browse(arg, path string) (string, error) {
+	clean, err := p.check(arg, path, true)
+	if err != nil {
+		return "", err
+	}
+	return existingDir(arg, path, clean)
+}
+
+func existingDir(arg, path, clean string) (string, error) {
 	fi, err := os.Lstat(clean)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", &Error{arg, path, RuleMissing, "does not exist"}
@@ -122,7 +138,7 @@ func (p *Policy) Workspace(arg, path string) (string, error) {
 // create. It may not exist yet; what exists of it must be a directory
 // (dir) or absent (a file destination refuses to overwrite separately).
 func (p *Policy) Dest(arg, path string, dir bool) (string, error) {
-	clean, err := p.check(arg, path)
+	clean, err := p.check(arg, path, false)
 	if err != nil {
 		return "", err
 	}
@@ -132,7 +148,9 @@ func (p *Policy) Dest(arg, path string, dir bool) (string, error) {
 	return clean, nil
 }
 
-func (p *Policy) check(arg, path string) (string, error) {
+// check applies the rules to path; above lets it be above a protected
+// directory (not at or below one).
+func (p *Policy) check(arg, path string, above bool) (string, error) {
 	if !filepath.IsAbs(path) {
 		return "", &Error{arg, path, RuleAbsolute, "must be an absolute host path"}
 	}
@@ -154,7 +172,7 @@ func (p *Policy) check(arg, path string) (string, error) {
 		return "", err
 	}
 	for _, d := range p.protected {
-		if within(clean, d) || within(d, clean) {
+		if within(clean, d) || (!above && within(d, clean)) {
 			return "", &Error{arg, path, RuleProtected, "is at, below or above the protected directory " + d + " (the gateway's state)"}
 		}
 	}
