@@ -24,6 +24,11 @@ const (
 	DefaultReadLimit   = 200
 	MaxReadLimit       = 1000
 	MaxStdinBytes      = 1 << 20
+	// MaxCommandBytes bounds cmd, and the env's names and values together
+	// ("k=v" each): Linux takes no argument or variable longer than 128
+	// KiB (MAX_ARG_STRLEN), and the session init takes no start request
+	// over 256 KiB.
+	MaxCommandBytes = 96 << 10
 	// RetainedCommands is how many finished commands stay readable.
 	RetainedCommands = 512
 )

@@ -1,9 +1,12 @@
 package layerstack
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"strings"
 )
 
@@ -64,18 +67,76 @@ func (s *Store) Blame(p string) ([]BlameRange, error) {
 			out = w
 			return nil
 		}
-		b, err := readFull(e.full)
+		n, err := countLines(e.full)
 		if err != nil {
 			return err
 		}
-		owners, err := s.lineOwners(m, e, len(splitLines(b)))
-		if err != nil {
-			return err
-		}
-		out = compressOwners(owners)
-		return nil
+		out, err = s.ownerRanges(m, e, n)
+		return err
 	})
 	return out, err
+}
+
+// countLines counts the lines of the file at name as splitLines would
+// (a final line without "\n" counts), reading it in chunks: a blame of a
+// file of any size holds a chunk, not the file.
+func countLines(name string) (int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	n, last := 0, byte('\n')
+	for {
+		k, err := f.Read(buf)
+		if k > 0 {
+			n += bytes.Count(buf[:k], []byte{'\n'})
+			last = buf[k-1]
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if last != '\n' {
+		n++
+	}
+	return n, nil
+}
+
+// ownerRanges is lineOwners as ranges, for the n lines of the file entry
+// e of manifest m, without a value per line.
+func (s *Store) ownerRanges(m *Manifest, e Entry, n int) ([]BlameRange, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	meta, err := s.meta(m.Layers[e.Layer].ID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	whole := func(o string) []BlameRange { return []BlameRange{{Start: 1, Count: n, Owner: o}} }
+	switch {
+	case meta == nil:
+		return whole(OwnerUnknown), nil
+	case meta.Kind == LayerBase:
+		return whole(OwnerOriginal), nil
+	}
+	ranges, ok := meta.Blame[e.Path]
+	if !ok || rangesLen(ranges) != n {
+		return whole(OwnerUnknown), nil
+	}
+	var out []BlameRange
+	for _, r := range ranges {
+		if k := len(out); k > 0 && out[k-1].Owner == r.Owner {
+			out[k-1].Count += r.Count
+			continue
+		}
+		out = append(out, BlameRange{Start: r.Start, Count: r.Count, Owner: r.Owner})
+	}
+	return out, nil
 }
 
 // lastRecord is the blame of a path the head does not have: the ranges of

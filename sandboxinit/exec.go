@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ephemeral-sandbox/sandbox/api"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/command"
 	"github.com/ephemeral-sandbox/sandbox/sandboxinit/observe"
@@ -24,6 +26,9 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 		return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "cmd"}, "cmd contains a NUL byte")
 	}
 	if err := command.CheckEnv(a.Env); err != nil { // before an implicit session is made for it
+		return nil, err
+	}
+	if err := checkCommandSize(a); err != nil {
 		return nil, err
 	}
 	// command.exec lasts until the command ends (OnExit), not just this
@@ -126,11 +131,35 @@ func (d *Daemon) exec(ctx context.Context, a api.ExecCommandArgs) (_ *api.Comman
 		if implicit {
 			_, _ = d.teardown(context.WithoutCancel(ctx), s, true)
 		}
+		if errors.Is(err, runtime.ErrInvalidSpec) || errors.Is(err, unix.E2BIG) {
+			// What checkCommandSize cannot see: the request as the session
+			// init gets it (JSON-escaped, with the session's own env).
+			return nil, api.Errorf(api.KindInvalidRequest, map[string]any{"arg": "cmd"}, "the command cannot be started as given: %v", err)
+		}
 		return nil, err
 	}
 	started = true
 	d.obs.Running.SetID(x, out.CommandSessionID)
 	return out, nil
+}
+
+// checkCommandSize refuses a cmd, or an env, over api.MaxCommandBytes
+// (invalid_request, details.arg, size, max), before anything is made for it.
+func checkCommandSize(a api.ExecCommandArgs) error {
+	envBytes := 0
+	for k, v := range a.Env {
+		envBytes += len(k) + len(v) + 2
+	}
+	for _, c := range []struct {
+		arg string
+		n   int
+	}{{"cmd", len(a.Cmd)}, {"env", envBytes}} {
+		if c.n > api.MaxCommandBytes {
+			return api.Errorf(api.KindInvalidRequest, map[string]any{"arg": c.arg, "size": c.n, "max": api.MaxCommandBytes},
+				"%s has %d bytes, more than %d: a command takes at most that much %s (write a script into the workspace and run it)", c.arg, c.n, api.MaxCommandBytes, c.arg)
+		}
+	}
+	return nil
 }
 
 // finishImplicit publishes an implicit session once its command ended, then

@@ -214,11 +214,15 @@ func TestExecRefusesNUL(t *testing.T) {
 		_, err := d.exec(context.Background(), api.ExecCommandArgs{Cmd: "echo a\x00b", WorkspaceSessionID: ws})
 		e := requireKind(t, err, api.KindInvalidRequest)
 		require.Equal(t, "cmd", e.Details["arg"])
-		for _, env := range []map[string]string{{"": "x"}, {"A=B": "x"}, {"A\x00": "x"}, {"A": "x\x00y"}} {
+		for _, env := range []map[string]string{{"": "x"}, {"A=B": "x"}, {"A\x00": "x"}, {"A": "x\x00y"}, {"BIG": strings.Repeat("x", 200<<10)}} {
 			_, err = d.exec(context.Background(), api.ExecCommandArgs{Cmd: "true", Env: env, WorkspaceSessionID: ws})
 			e = requireKind(t, err, api.KindInvalidRequest)
-			require.Equal(t, "env", e.Details["arg"], "%q", env)
+			require.Equal(t, "env", e.Details["arg"], "%.40q", env)
 		}
+		// Too long for a command line: refused up front, not a failed start.
+		_, err = d.exec(context.Background(), api.ExecCommandArgs{Cmd: "echo " + strings.Repeat("x", api.MaxCommandBytes), WorkspaceSessionID: ws})
+		e = requireKind(t, err, api.KindInvalidRequest)
+		require.Equal(t, "cmd", e.Details["arg"])
 	}
 	require.Len(t, d.listSessions(), 1, "no implicit session made")
 }
