@@ -46,9 +46,15 @@
 //     commands, max_publish_bytes (1 GiB) of files in one change set, each
 //     refused with resource_exhausted (HTTP 429) naming the limit in
 //     details.limit and its value in details.max; a publish is refused
-//     before anything is frozen. Commands keep at most
-//     output_budget_bytes (256 MiB) of output together; past it the oldest
-//     finished ones lose theirs first and reads say output_dropped.
+//     before anything is frozen. The output of all commands, running and
+//     finished, holds at most output_budget_bytes (256 MiB) of memory
+//     together (counted by what is allocated for it); past it the oldest
+//     finished ones lose theirs first (reads say output_dropped), then the
+//     running ones keep less, the largest cut first, down to their newest
+//     lines (reads say truncated); no command is refused for it (command/
+//     doc.go states the one floor). Output pipes that background children
+//     hold after their command ended are drained, at most 256 of them: past
+//     that the oldest is closed (its child gets EPIPE if it writes again).
 //   - An isolated session's egress policy (default, none, or "cidr:port"
 //     entries) is validated here, kept in its record and shown in its info
 //     and the snapshot; the runtime enforces it. A shared session cannot

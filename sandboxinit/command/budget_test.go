@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,9 @@ func TestOutputBudgetDropsOldestFinishedOutput(t *testing.T) {
 	require.Greater(t, retained, int64(2*100_000))
 }
 
-func TestOutputBudgetNeverDropsRunningOutput(t *testing.T) {
+// The budget cuts a running command's output down, but never its newest
+// line (as MaxBytes does not).
+func TestOutputBudgetKeepsRunningCommandsNewestLine(t *testing.T) {
 	e, h := newTestEngine(t, Options{OutputBudget: 1000})
 	ctx := context.Background()
 	out := run(t, e, h, api.ExecCommandArgs{Cmd: "printf '%02000d\\n' 1; sleep 30", YieldTimeMS: ms(0)})
@@ -87,7 +90,7 @@ func TestOutputBudgetNeverDropsRunningOutput(t *testing.T) {
 	got, err := e.Read(ctx, api.ReadCommandLinesArgs{CommandSessionID: id})
 	require.NoError(t, err)
 	require.Equal(t, api.StatusRunning, got.Status)
-	require.Len(t, got.Lines, 1, "a running command keeps its output whatever the budget")
+	require.Len(t, got.Lines, 1, "a running command keeps its newest line whatever the budget")
 	require.Empty(t, got.OutputDropped)
 }
 
@@ -118,4 +121,62 @@ func TestOutputBudgetCountsRunningOutput(t *testing.T) {
 	require.Equal(t, api.StatusRunning, out.Status)
 	require.Len(t, out.Lines, 10)
 	require.LessOrEqual(t, e.total.Load(), int64(budget))
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// The budget holds for running commands too, by the memory their output
+// holds: commands that printed a lot and keep running are cut down to
+// their newest output (as MaxBytes cuts one), and the heap grows by about
+// the budget, not by what the commands printed. (The review's case: 20
+// commands printing 50 MB of long lines each, then sleeping, held 352 MiB
+// after GC with a budget of 256 MiB, and up to MaxRunning × MaxBytes could.)
+func TestOutputBudgetHoldsForRunningCommands(t *testing.T) {
+	const budget = 16 << 20
+	const n = 8
+	// Each prints twice what it may keep, as in the review.
+	e, h := newTestEngine(t, Options{OutputBudget: budget, MaxBytes: 4 << 20})
+	base := heapInUse()
+	// 8 MB each, in lines of 10 kB, then the line "end": 64 MB in all.
+	print := `yes "$(head -c 9999 /dev/zero | tr '\0' a)" | head -n 800; echo end; sleep 30`
+	var ids []string
+	for range n {
+		ids = append(ids, run(t, e, h, api.ExecCommandArgs{Cmd: print, YieldTimeMS: ms(0)}).CommandSessionID)
+	}
+	for _, id := range ids {
+		require.Eventually(t, func() bool {
+			out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: 800})
+			return err == nil && out.TotalLines == 801
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+	held := heapInUse() - base
+	total := e.total.Load()
+	t.Logf("output counted %d MiB, heap grew %d MiB, budget %d MiB", total>>20, held>>20, budget>>20)
+	require.LessOrEqual(t, total, int64(budget))
+	require.LessOrEqual(t, held, int64(budget+budget/4), "what the budget counts is what the output holds")
+
+	var sum int64
+	e.mu.Lock()
+	for _, c := range e.cmds {
+		sum += c.keptBytes()
+	}
+	e.mu.Unlock()
+	require.Equal(t, sum, total, "the budget counts what each command holds")
+
+	for _, id := range ids {
+		out, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id})
+		require.NoError(t, err)
+		require.Equal(t, api.StatusRunning, out.Status)
+		require.True(t, out.Truncated, "the oldest lines went")
+		end, err := e.Read(context.Background(), api.ReadCommandLinesArgs{CommandSessionID: id, StartOffset: 790})
+		require.NoError(t, err)
+		require.Equal(t, "end", end.Lines[len(end.Lines)-1].Text, "the newest lines stay")
+	}
 }

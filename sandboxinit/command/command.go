@@ -161,7 +161,8 @@ func (c *command) supervise(caughtUp []chan struct{}) {
 
 // read collects one output pipe until EOF or until the drain deadline; after
 // the deadline it discards what background children still write, so they do
-// not get SIGPIPE, until they close the pipe or the engine shuts down.
+// not get SIGPIPE, until they close the pipe, the engine closes it to stay
+// within MaxLingering (Engine.linger), or the engine shuts down.
 func (c *command) read(r *os.File, st stream, caughtUp chan struct{}) {
 	err := c.collect(r, st)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -236,12 +237,14 @@ func (c *command) collectBuffered(r *os.File, st stream) {
 	})
 }
 
-// record adds p, read from stream st, to the output.
+// record adds p, read from stream st, to the output, keeping at most what
+// the engine lets a running command keep now.
 func (c *command) record(st stream, p []byte) {
 	c.mu.Lock()
-	before := c.out.lines.used()
+	before := c.out.held()
+	c.out.lines.max = c.e.runMax.Load()
 	c.out.write(st, p)
-	delta := c.out.lines.used() - before
+	delta := c.out.held() - before
 	c.mu.Unlock()
 	if delta != 0 {
 		c.e.account(delta)
@@ -251,9 +254,8 @@ func (c *command) record(st stream, p []byte) {
 // finish records the terminal state, retires the command and calls OnExit.
 func (c *command) finish(code int, waitErr error) {
 	c.mu.Lock()
-	before := c.out.lines.used()
+	before := c.out.held()
 	c.out.flush()
-	flushed := c.out.lines.used() - before
 	c.ended = c.e.opts.Now()
 	switch {
 	case c.reason == api.StatusCancelled:
@@ -277,7 +279,7 @@ func (c *command) finish(code int, waitErr error) {
 		}
 	}
 	results := append([]func(*api.CommandOutput){}, c.results...)
-	kept := c.out.lines.used()
+	kept := c.out.held()
 	c.mu.Unlock()
 
 	if waitErr != nil {
@@ -285,7 +287,7 @@ func (c *command) finish(code int, waitErr error) {
 	}
 	c.closeStdin()
 	_ = c.stdinR.Close()
-	c.e.account(flushed)
+	c.e.account(kept - before)
 	c.e.retire(c, kept)
 	if c.meta.OnExit != nil {
 		for _, f := range results {
@@ -338,11 +340,12 @@ func (c *command) settle(ctx context.Context) bool {
 	}
 }
 
-// keptBytes is what the finished command's output costs in the budget.
+// keptBytes is what the command's output costs in the budget: the memory
+// it holds.
 func (c *command) keptBytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.out.lines.used()
+	return c.out.held()
 }
 
 // dropOutput discards the finished command's retained lines (offsets and
@@ -351,12 +354,27 @@ func (c *command) keptBytes() int64 {
 func (c *command) dropOutput(budget int64) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.out.lines.used()
+	n := c.out.held()
 	if n > 0 {
 		c.out.lines.dropAll()
 		c.dropped = budget
 	}
 	return n
+}
+
+// limitOutput makes the running command keep at most max bytes of output
+// from now on (see Engine.limitRunningLocked), dropping its oldest lines as
+// MaxBytes does, and returns the change in what it holds (zero or less). A
+// command that ended meanwhile is left alone.
+func (c *command) limitOutput(max int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status != api.StatusRunning {
+		return 0
+	}
+	before := c.out.held()
+	c.out.lines.limit(max)
+	return c.out.held() - before
 }
 
 func (c *command) running() bool {

@@ -23,7 +23,11 @@
 //     background child still holds one: background children never pin a
 //     command (the seed's did). What such a child writes afterwards is read
 //     and discarded, so it does not die of SIGPIPE, until it closes the pipe
-//     or the engine shuts down.
+//     or the engine shuts down, or until MaxLingering (256) such pipes are
+//     drained: then the oldest is closed, and its child gets EPIPE (SIGPIPE)
+//     if it writes again. So background children cost the daemon at most
+//     MaxLingering descriptors and goroutines, outside MaxRunning; a
+//     destroyed session's children are killed, which closes theirs.
 //   - Output is split into lines at "\n" ("\r\n" counts as "\n"; a lone "\r"
 //     stays in the text). Offsets are 0-based and global per command, in
 //     arrival order across stdout and stderr (the two pipes are read
@@ -39,17 +43,27 @@
 //   - Memory: a command keeps at most MaxBytes of output (line text plus 8
 //     bytes per line); beyond that the oldest lines are dropped, offsets keep
 //     counting, and a response whose window would have started among dropped
-//     lines says truncated. Array growth makes the real footprint up to about
-//     twice that while a command runs; spare capacity is released when it
-//     ends. At most Retained finished commands are kept; the oldest finished
-//     one is evicted first and running ones never are. All commands
-//     together, running ones included, keep at most OutputBudget of output:
-//     when a command's output takes them past it (as it is read, not only
-//     when it ends) the oldest finished ones lose their lines first
-//     (status, exit code and counts stay; reads say truncated and
-//     output_dropped, naming the budget). A running command's output is
-//     never dropped by the budget, so running output alone (at most
-//     MaxRunning × MaxBytes) may exceed it.
+//     lines says truncated. Its arrays hold about 1.25 × what it keeps
+//     while it runs (at most 1.5 × when its lines' lengths change: room is
+//     released when the arrays are moved); spare capacity is released when
+//     it ends. At most Retained finished commands are kept; the oldest
+//     finished one is evicted first and running ones never are.
+//   - Budget: the memory all commands' output holds together, running ones
+//     included, is at most OutputBudget, counted by what it holds (the
+//     arrays' capacity and the unterminated tails), as it is read, not only
+//     when a command ends. Past it, first the oldest finished commands lose
+//     their lines (status, exit code and counts stay; reads say truncated
+//     and output_dropped, naming the budget); then the output a running
+//     command may keep is lowered below MaxBytes to what is left, shared by
+//     water level (commands holding less keep all of theirs, the largest
+//     are cut to one level, an eighth below the budget), and they drop
+//     their oldest lines as MaxBytes makes them (reads say truncated). New
+//     commands are not refused for it. The limit rises again, towards
+//     MaxBytes, as commands end. The one exception: a running command
+//     always keeps its newest line and unterminated tails and is not cut
+//     below 64 KiB, so it holds up to about 350 KiB whatever the budget:
+//     more than OutputBudget is held only if MaxRunning commands at that
+//     floor pass it (with the defaults, 512 × 350 KiB, they do not).
 //   - At most MaxRunning commands run at once; Start refuses one more with
 //     resource_exhausted (details.limit "max_running_commands"). A start
 //     that fails gives its slot back.

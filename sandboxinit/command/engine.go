@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ const (
 	DefaultCols             = 80
 	DefaultMaxRunning       = 512
 	DefaultOutputBudget     = 256 << 20
+	DefaultMaxLingering     = 256
 )
 
 // yieldLines caps the lines one yield returns (the tail; the rest is paged
@@ -52,12 +54,19 @@ type Options struct {
 	// MaxRunning caps the commands running at once (default 512); one more
 	// is refused with resource_exhausted.
 	MaxRunning int
-	// OutputBudget caps the output all commands keep together (default
-	// 256 MiB, counted like MaxBytes, running commands included). Past it
-	// the oldest finished commands lose their output first; reading one
-	// says output_dropped. Running commands never lose output to it (each
-	// keeps up to MaxBytes), so running output alone may exceed it.
+	// OutputBudget caps the memory all commands' output holds together
+	// (default 256 MiB, running commands included, counted by the arrays'
+	// capacity). Past it the oldest finished commands lose their output
+	// first (reading one says output_dropped); then the running commands
+	// keep less than MaxBytes, the largest cut first, down to their newest
+	// lines (reads say truncated). See doc.go for the one exception.
 	OutputBudget int64
+	// MaxLingering caps the output pipes still drained for background
+	// children after their command ended (default 256; a command has up to
+	// two). Past it the oldest is closed: a child that writes to it again
+	// gets EPIPE (SIGPIPE). Each costs a descriptor and a goroutine, and
+	// none counts against MaxRunning.
+	MaxLingering int
 	Log          *slog.Logger
 }
 
@@ -86,12 +95,13 @@ type Engine struct {
 	cmds      map[string]*command
 	finished  []string     // terminal commands, oldest first
 	running   int          // admitted and not yet retired
-	finBytes  int64        // output bytes the finished commands keep (part of total)
-	total     atomic.Int64 // output bytes all commands keep, running ones too
+	finBytes  int64        // output memory the finished commands hold (part of total)
+	total     atomic.Int64 // output memory all commands hold, running ones too
+	runMax    atomic.Int64 // output a running command may keep now: MaxBytes, less while the budget is short
 	closed    bool
-	lingering map[*os.File]struct{} // output pipes still held by background children
-	wg        sync.WaitGroup        // commands not yet finalized
-	bufs      sync.Pool             // *[readBufBytes]byte
+	lingering []*os.File     // output pipes still held by background children, oldest first
+	wg        sync.WaitGroup // commands not yet finalized
+	bufs      sync.Pool      // *[readBufBytes]byte
 }
 
 // New returns an Engine.
@@ -123,11 +133,16 @@ func New(opts Options) *Engine {
 	if opts.OutputBudget <= 0 {
 		opts.OutputBudget = DefaultOutputBudget
 	}
+	if opts.MaxLingering <= 0 {
+		opts.MaxLingering = DefaultMaxLingering
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{opts: opts, cmds: map[string]*command{}, lingering: map[*os.File]struct{}{},
+	e := &Engine{opts: opts, cmds: map[string]*command{},
 		bufs: sync.Pool{New: func() any { return new([readBufBytes]byte) }}}
+	e.runMax.Store(opts.MaxBytes)
+	return e
 }
 
 // Start runs a command and waits up to its yield time for it to finish; it
@@ -249,9 +264,10 @@ func (e *Engine) Shutdown(ctx context.Context, grace time.Duration) {
 	case <-ctx.Done():
 	}
 	e.mu.Lock()
-	for f := range e.lingering {
+	for _, f := range e.lingering {
 		_ = f.Close()
 	}
+	e.lingering = nil
 	e.mu.Unlock()
 }
 
@@ -272,9 +288,10 @@ func (e *Engine) unadmit() {
 	e.wg.Done()
 }
 
-// retire records that c reached its terminal state keeping bytes of
+// retire records that c reached its terminal state holding bytes of
 // output (already in total), evicts the oldest finished commands beyond the
-// retention limit, and trims to the output budget.
+// retention limit, and trims to the output budget. What the budget has
+// spare now is shared out again among the running commands.
 func (e *Engine) retire(c *command, bytes int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -291,10 +308,16 @@ func (e *Engine) retire(c *command, bytes int64) {
 		e.finished = e.finished[1:]
 	}
 	e.trimLocked()
+	if m := e.runMax.Load(); m < e.opts.MaxBytes {
+		if spare := e.opts.OutputBudget - e.total.Load(); spare > 0 {
+			e.runMax.Store(min(e.opts.MaxBytes, m+spare/int64(e.running+1)))
+		}
+	}
 }
 
-// account adds delta bytes of output a command now keeps, and trims when
-// that takes the engine past its output budget. No command lock is held.
+// account adds delta bytes of output memory a command now holds, and trims
+// when that takes the engine past its output budget. No command lock is
+// held.
 func (e *Engine) account(delta int64) {
 	if e.total.Add(delta) <= e.opts.OutputBudget {
 		return
@@ -304,12 +327,13 @@ func (e *Engine) account(delta int64) {
 	e.mu.Unlock()
 }
 
-// trimLocked drops the output of the oldest finished commands while all
-// commands keep more than the output budget. e.mu is held.
+// trimLocked brings the output all commands hold back within the budget:
+// first the oldest finished commands lose theirs, then the running ones
+// keep less (limitRunningLocked). e.mu is held.
 func (e *Engine) trimLocked() {
 	for _, id := range e.finished {
 		if e.finBytes == 0 || e.total.Load() <= e.opts.OutputBudget {
-			return
+			break
 		}
 		if old := e.cmds[id]; old != nil {
 			n := old.dropOutput(e.opts.OutputBudget)
@@ -317,21 +341,97 @@ func (e *Engine) trimLocked() {
 			e.total.Add(-n)
 		}
 	}
+	if e.total.Load() > e.opts.OutputBudget {
+		e.limitRunningLocked()
+	}
+}
+
+// minRunMax is the least output limitRunningLocked lets a running command
+// keep: a long line's worth. (A command always keeps its newest line and
+// its unterminated tails, whatever its limit.)
+const minRunMax = maxLineBytes
+
+// limitRunningLocked lowers the output a running command may keep (runMax)
+// to what the budget leaves after the finished commands, shared out by
+// water level: commands holding less keep all of it, the largest are cut
+// to the same level, their oldest lines dropped as MaxBytes drops them. It
+// aims an eighth below the budget, so the next cut is that much output
+// away; a command keeps runMax from then on, without the engine. Before,
+// running output was not limited by the budget at all: 20 commands
+// printing 50 MB each and sleeping held 352 MiB after GC with a budget of
+// 256 MiB. e.mu is held.
+func (e *Engine) limitRunningLocked() {
+	if e.runMax.Load() <= minRunMax {
+		return // as low as it goes: a command keeps its newest line anyway
+	}
+	var run []*command
+	var held []int64
+	for _, c := range e.cmds {
+		if c.running() {
+			run = append(run, c)
+			held = append(held, c.keptBytes())
+		}
+	}
+	if len(run) == 0 {
+		return
+	}
+	target := e.opts.OutputBudget - e.opts.OutputBudget/8 - e.finBytes
+	level := waterLevel(held, target)
+	// A store holds up to about 1.25 × what it keeps.
+	max := max(minRunMax, min(e.runMax.Load(), level-level/5))
+	e.runMax.Store(max)
+	e.opts.Log.Info("output budget short: running commands keep less", "output_budget", e.opts.OutputBudget, "running_max_bytes", max)
+	for i, c := range run {
+		if held[i] > level || held[i] > max+max/2 {
+			e.total.Add(c.limitOutput(max))
+		}
+	}
+}
+
+// waterLevel is the level at which cutting every amount in held down to it
+// makes them sum to at most target (0 when target is 0 or less).
+func waterLevel(held []int64, target int64) int64 {
+	if target <= 0 {
+		return 0
+	}
+	sorted := slices.Clone(held)
+	slices.Sort(sorted)
+	left := target
+	for i, h := range sorted {
+		share := left / int64(len(sorted)-i)
+		if h > share {
+			return share
+		}
+		left -= h
+	}
+	return sorted[len(sorted)-1] + left
 }
 
 // linger tracks an output pipe a background child still holds; false means
-// the engine is shut down and f must be closed now.
+// the engine is shut down and f must be closed now. Past MaxLingering it
+// closes the oldest tracked pipe: the drain reading it ends, and its child
+// gets EPIPE if it writes again. Without a cap every `sleep 3000 &` kept
+// two descriptors and two goroutines until the child ended.
 func (e *Engine) linger(f *os.File, on bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !on {
-		delete(e.lingering, f)
+		if i := slices.Index(e.lingering, f); i >= 0 {
+			e.lingering = slices.Delete(e.lingering, i, i+1)
+		}
 		return true
 	}
 	if e.closed {
 		return false
 	}
-	e.lingering[f] = struct{}{}
+	e.lingering = append(e.lingering, f)
+	if n := len(e.lingering) - e.opts.MaxLingering; n > 0 {
+		for _, old := range e.lingering[:n] {
+			e.opts.Log.Info("closing a lingering output pipe", "max_lingering", e.opts.MaxLingering)
+			_ = old.Close()
+		}
+		e.lingering = slices.Delete(e.lingering, 0, n)
+	}
 	return true
 }
 

@@ -71,17 +71,39 @@ func (s *lineStore) used() int64 {
 	return end - s.first + lineCost*int64(len(s.ends)-s.head)
 }
 
+// held is the memory the store holds: its arrays' capacity, which the
+// engine's output budget counts.
+func (s *lineStore) held() int64 {
+	return int64(cap(s.text)) + lineCost*int64(cap(s.ends))
+}
+
 func (s *lineStore) add(b []byte, st stream) {
-	s.compact()
+	if len(s.text)+len(b) > cap(s.text) || len(s.ends) == cap(s.ends) {
+		s.resize(len(b), 1, false)
+	}
 	s.text = append(s.text, b...)
 	end := s.base + int64(len(s.text))
 	s.ends = append(s.ends, uint64(end)<<1|uint64(st))
 	s.runes += int64(utf8.RuneCount(b))
+	s.drop()
+}
+
+// drop drops the oldest lines while the store keeps more than max, but
+// never the newest line.
+func (s *lineStore) drop() {
 	for s.used() > s.max && len(s.ends)-s.head > 1 {
 		s.first = int64(s.ends[s.head] >> 1)
 		s.head++
 		s.dropped++
 	}
+}
+
+// limit lowers (or raises) max, drops the oldest lines beyond it and
+// releases the room they held.
+func (s *lineStore) limit(max int64) {
+	s.max = max
+	s.drop()
+	s.resize(0, 0, true)
 }
 
 // dropAll drops every retained line; offsets and counts stay.
@@ -92,30 +114,59 @@ func (s *lineStore) dropAll() {
 	s.text, s.ends, s.head = nil, nil, 0
 }
 
-// compact moves the retained part to the front of the arrays once the
-// dropped part is at least as large, so dropping is amortized O(1) and the
-// arrays never grow past twice the budget.
-func (s *lineStore) compact() {
-	if off := s.first - s.base; off > 0 && off >= int64(len(s.text))/2 {
-		n := copy(s.text, s.text[off:])
-		s.text = s.text[:n]
-		s.base = s.first
-	}
-	if s.head > 0 && s.head >= len(s.ends)/2 {
-		n := copy(s.ends, s.ends[s.head:])
-		s.ends = s.ends[:n]
-		s.head = 0
-	}
+// resize makes room for n more bytes and lines more lines. An array that
+// lacks room (or every array, when tight) gets its retained part moved to
+// its front, in place when that frees an eighth of it, else into a new
+// array with a quarter more room; the other array is left alone unless it
+// holds more than half again what it keeps. So dropping is amortized O(1)
+// (an array moves only when what was dropped since is a good part of it)
+// and a store holds about 1.25 × what it keeps, at most 1.5 × (plus the
+// newest line). It used to grow to twice that before it compacted, with
+// append's growth on top, and kept the room after dropping.
+func (s *lineStore) resize(n, lines int, tight bool) {
+	var off int
+	s.text, off = fit(s.text, int(s.first-s.base), n, tight)
+	s.base = s.first - int64(off)
+	s.ends, s.head = fit(s.ends, s.head, lines, tight)
 }
+
+// fit returns a with room for n more elements after it, per resize's rule,
+// and where a[from] is in it now.
+func fit[T any](a []T, from, n int, tight bool) ([]T, int) {
+	live := len(a) - from
+	need := live + n
+	if need == 0 {
+		return nil, 0
+	}
+	c := cap(a)
+	if short := len(a)+n > c; !short {
+		bound := spare(need)
+		if !tight {
+			bound += need / 4
+		}
+		if c <= bound {
+			return a, from
+		}
+	} else if c >= need && c <= spare(need) && c-need >= need/8 {
+		return a[:copy(a, a[from:])], 0
+	}
+	b := make([]T, live, spare(need))
+	copy(b, a[from:])
+	return b, 0
+}
+
+// spare is the capacity for n elements: a quarter more, and a few more so
+// that a small store does not move on every line.
+func spare(n int) int { return n + n/4 + 16 }
 
 // shrink releases the arrays' spare capacity (the command ended: nothing is
 // added any more).
 func (s *lineStore) shrink() {
-	if off := s.first - s.base; off > 0 || len(s.text) < cap(s.text)*3/4 {
+	if off := s.first - s.base; off > 0 || len(s.text) < cap(s.text) {
 		s.text = append([]byte(nil), s.text[off:]...)
 		s.base = s.first
 	}
-	if s.head > 0 || len(s.ends) < cap(s.ends)*3/4 {
+	if s.head > 0 || len(s.ends) < cap(s.ends) {
 		s.ends = append([]uint64(nil), s.ends[s.head:]...)
 		s.head = 0
 	}
@@ -125,6 +176,15 @@ func (s *lineStore) shrink() {
 type output struct {
 	lines   lineStore
 	partial [2][]byte // per stream, the bytes after its last newline
+}
+
+// maxIdleTail is the most room a stream's tail keeps once its line is
+// complete: the room a long line needed is released.
+const maxIdleTail = 4 << 10
+
+// held is the memory the output holds: the lines' arrays and the tails.
+func (o *output) held() int64 {
+	return o.lines.held() + int64(cap(o.partial[0])+cap(o.partial[1]))
 }
 
 // write appends bytes read from stream st. Lines end at "\n" (a "\r" before
@@ -150,6 +210,9 @@ func (o *output) write(st stream, p []byte) {
 		}
 		o.addLine(bytes.TrimSuffix(line, []byte{'\r'}), st)
 		*tail = (*tail)[:0]
+		if cap(*tail) > maxIdleTail {
+			*tail = nil
+		}
 	}
 }
 

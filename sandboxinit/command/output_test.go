@@ -114,3 +114,41 @@ func TestLineStoreKeepsNewestLineOverBudget(t *testing.T) {
 	require.Equal(t, 1, ls.firstOffset())
 	require.Equal(t, 100, ls.lineLen(1))
 }
+
+// A store holds little more than it keeps, whatever its lines: about 1.25 ×
+// once it is at its cap, at most 1.5 × (plus the newest line) when the
+// lines' lengths change. It used to hold up to about 2.5 ×.
+func TestLineStoreHoldsLittleMoreThanItKeeps(t *testing.T) {
+	const limit = 1 << 20
+	phases := []struct {
+		name  string
+		line  int
+		lines int
+	}{
+		{"long lines", 10_000, 2000},
+		{"short lines", 10, 300_000},
+		{"empty lines", 0, 300_000},
+		{"longest lines", maxLineBytes, 100},
+		{"long lines again", 10_000, 2000},
+	}
+	ls := lineStore{max: limit}
+	for _, ph := range phases {
+		line := []byte(strings.Repeat("a", ph.line))
+		worst := int64(0)
+		for range ph.lines {
+			ls.add(line, streamStdout)
+			held := int64(cap(ls.text)) + lineCost*int64(cap(ls.ends))
+			worst = max(worst, held)
+			require.LessOrEqual(t, held, int64(limit+limit/2+2*maxLineBytes), ph.name)
+		}
+		held := int64(cap(ls.text)) + lineCost*int64(cap(ls.ends))
+		t.Logf("%s: holds %d KiB at the end, %d KiB at worst, for %d KiB kept", ph.name, held>>10, worst>>10, ls.used()>>10)
+		require.LessOrEqual(t, held, int64(limit+limit/4+maxLineBytes), ph.name)
+	}
+
+	// A lower limit releases the room at once.
+	ls.limit(limit / 4)
+	require.LessOrEqual(t, ls.used(), int64(limit/4))
+	require.LessOrEqual(t, ls.held(), int64(limit/4+limit/16+64), "lowered")
+	require.Equal(t, "a", string(ls.text[len(ls.text)-1:]))
+}
