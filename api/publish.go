@@ -82,7 +82,17 @@ type Conflict struct {
 	Head    *Fingerprint   `json:"head"`
 	Ours    *Fingerprint   `json:"ours"`
 	Hunks   []ConflictHunk `json:"hunks,omitempty"`
+	// HunksOmitted counts the hunks past those listed (a report is bounded:
+	// MaxConflictReportBytes).
+	HunksOmitted int `json:"hunks_omitted,omitempty"`
 }
+
+// MaxConflictReportBytes bounds the conflicts a rejection lists (paths,
+// messages and hunks, about as JSON): it travels back through the sandbox
+// workflow, whose payloads Temporal caps at 2 MiB. Rejection.ConflictsOmitted
+// and Conflict.HunksOmitted count what did not fit (the first ones are
+// listed).
+const MaxConflictReportBytes = 1 << 20
 
 // SourceConflict is the seed's detail of a path changed on both sides.
 type SourceConflict struct {
@@ -110,7 +120,9 @@ type PublishRejection struct {
 // Rejection is a conflict report: every conflicting path, the head it was
 // checked against, and the seed's summary.
 type Rejection struct {
-	Conflicts        []Conflict        `json:"conflicts"`
+	Conflicts []Conflict `json:"conflicts"`
+	// ConflictsOmitted counts the conflicts past those listed.
+	ConflictsOmitted int               `json:"conflicts_omitted,omitempty"`
 	HeadRevision     Revision          `json:"head_revision"`
 	PublishRejection *PublishRejection `json:"publish_rejection,omitempty"`
 }
@@ -119,6 +131,9 @@ type Rejection struct {
 // client needs to act on it.
 func (r *Rejection) Details(extra map[string]any) map[string]any {
 	d := map[string]any{"conflicts": r.Conflicts, "head_revision": r.HeadRevision}
+	if r.ConflictsOmitted > 0 {
+		d["conflicts_omitted"] = r.ConflictsOmitted
+	}
 	if r.PublishRejection != nil {
 		d["publish_rejection"] = r.PublishRejection
 	}

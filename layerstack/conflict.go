@@ -38,9 +38,16 @@ type Conflict struct {
 	Head    string `json:"head_fingerprint,omitempty"`
 	Ours    string `json:"ours_fingerprint,omitempty"`
 	Message string `json:"message"`
-	// Hunks are the conflicting line ranges of each side (text conflicts).
-	Hunks []MergeConflict `json:"hunks,omitempty"`
+	// Hunks are the conflicting line ranges of each side (text conflicts),
+	// the first MaxConflictHunks of HunksTotal.
+	Hunks      []MergeConflict `json:"hunks,omitempty"`
+	HunksTotal int             `json:"hunks_total,omitempty"`
 }
+
+// MaxConflictHunks is the most hunks a conflict keeps: two sides that
+// changed every other line of a large file differ in millions of places,
+// and the report is for reading.
+const MaxConflictHunks = 1000
 
 // ConflictError rejects a publish (or refresh) as a whole: nothing was
 // committed. It lists every path that could not be resolved.

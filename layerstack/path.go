@@ -11,6 +11,11 @@ import (
 // MaxPathBytes bounds a workspace path; Linux's PATH_MAX.
 const MaxPathBytes = 4096
 
+// MaxPublishPathBytes bounds a path a publish writes: a layer is built
+// under the store's directories, whose names come first and must leave
+// the whole within PATH_MAX.
+const MaxPublishPathBytes = MaxPathBytes - 512
+
 // protectedTop are store-internal names that may not be published at the
 // workspace root. They are the seed's names, kept so a change set that the seed
 // refused is refused here too.
@@ -78,6 +83,10 @@ func CleanPath(p string) (string, error) {
 func CheckPublishable(p string) error {
 	if p == "" {
 		return &PathError{Path: p, Reason: ReasonInvalidPath, Detail: "the workspace root itself cannot be changed"}
+	}
+	if len(p) > MaxPublishPathBytes {
+		return &PathError{Path: p, Reason: ReasonInvalidPath,
+			Detail: fmt.Sprintf("path of %d bytes is longer than a layer can hold (%d): the layer's own directory comes before it, within Linux's PATH_MAX", len(p), MaxPublishPathBytes)}
 	}
 	parts := strings.Split(p, "/")
 	if protectedTop[parts[0]] {

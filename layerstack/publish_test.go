@@ -2,6 +2,7 @@ package layerstack
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"io/fs"
 	"os"
@@ -186,6 +187,7 @@ func TestConflictTable(t *testing.T) {
 		{name: "protected path", ours: []Change{w("manifest.json", "{}")}, wantKind: ConflictProtected, path: "manifest.json"},
 		{name: "whiteout namespace", ours: []Change{w("d/.wh.inner.txt", "")}, wantKind: ConflictProtected, path: "d/.wh.inner.txt"},
 		{name: "escape", ours: []Change{w("../etc/passwd", "x")}, wantKind: ConflictInvalid, path: "../etc/passwd"},
+		{name: "longer than a layer holds", ours: []Change{w(longPath, "x")}, wantKind: ConflictInvalid, path: longPath},
 		{name: "parent replaced by a file", head: []Change{{Path: "e", Kind: ChangeDelete}, w("e", "file now")}, ours: []Change{w("e/new.txt", "n")},
 			wantKind: ConflictParent, path: "e/new.txt"},
 		{name: "both changed mode differently", head: []Change{{Path: "f.txt", Kind: ChangeWrite, Mode: 0o755, Data: []byte("1\n2\n3\n4\n5\n")}},
@@ -235,6 +237,34 @@ func TestConflictReportCarriesLineRangesAndFingerprints(t *testing.T) {
 	require.Equal(t, LineRange{Start: 3, Count: 2}, c.Hunks[0].Ours)
 	_, err = s.Head().Stat("other.txt")
 	require.ErrorIs(t, err, os.ErrNotExist, "all or nothing: the clean path did not land either")
+}
+
+// Two sides that changed every other line of a file conflict in thousands
+// of places: the conflict keeps the first MaxConflictHunks and their total.
+// longPath is a legal workspace path (components of 2 bytes, under
+// PATH_MAX) too long for a layer to hold below the store's directories.
+var longPath = strings.Repeat("d/", (MaxPublishPathBytes+2)/2) + "f"
+
+func TestConflictHunksAreCapped(t *testing.T) {
+	const n = 3 * MaxConflictHunks
+	base := lines(2*n, func(int) string { return "x" })
+	s := newTestStore(t, tree{"f.txt": base})
+	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)
+	side := func(w string) string {
+		return lines(2*n, func(i int) string {
+			if i%2 == 0 {
+				return w
+			}
+			return "x"
+		})
+	}
+	_, err := publishOn(t, s, l1, sess1, writes("f.txt", side("a")))
+	require.NoError(t, err)
+	_, err = publishOn(t, s, l2, sess2, writes("f.txt", side("b")))
+	c := requireConflict(t, err, "f.txt", ConflictContent).Conflicts[0]
+	require.Len(t, c.Hunks, MaxConflictHunks)
+	require.Equal(t, n, c.HunksTotal)
+	require.Contains(t, c.Message, fmt.Sprint(n))
 }
 
 func TestTenConcurrentPublishersOfOneFile(t *testing.T) {

@@ -278,7 +278,8 @@ func (r *resolver) merge(pl planned, be, he Entry, bfp, hfp, ofp string) (planne
 	}
 	res := Merge3(base, head, ours)
 	if len(res.Conflicts) > 0 {
-		c.Kind, c.Hunks = ConflictContent, res.Conflicts
+		c.Kind, c.HunksTotal = ConflictContent, len(res.Conflicts)
+		c.Hunks = append([]MergeConflict(nil), res.Conflicts[:min(len(res.Conflicts), MaxConflictHunks)]...)
 		c.Message = fmt.Sprintf("%d overlapping edit(s): the head changed the same lines differently", len(res.Conflicts))
 		return pl, c, nil
 	}

@@ -523,13 +523,25 @@ func revisionJSON(r layerstack.Revision) api.Revision {
 // rejection renders a conflict report: every path, and the seed's single
 // publish_rejection (the first path).
 func rejection(ce *layerstack.ConflictError) *api.Rejection {
-	r := &api.Rejection{Conflicts: make([]api.Conflict, 0, len(ce.Conflicts)), HeadRevision: revisionJSON(ce.Head)}
-	for _, c := range ce.Conflicts {
+	r := &api.Rejection{Conflicts: make([]api.Conflict, 0, min(len(ce.Conflicts), 1024)), HeadRevision: revisionJSON(ce.Head)}
+	// About what each takes as JSON, against api.MaxConflictReportBytes.
+	const conflictBytes, hunkBytes = 600, 120
+	left := api.MaxConflictReportBytes
+	for i, c := range ce.Conflicts {
+		left -= conflictBytes + len(c.Path) + len(c.Message)
+		if left < 0 && i > 0 {
+			r.ConflictsOmitted = len(ce.Conflicts) - i
+			break
+		}
 		ac := api.Conflict{Path: c.Path, Reason: c.Reason, Kind: c.Kind, Message: c.Message,
 			Base: fingerprintJSON(c.Base), Head: fingerprintJSON(c.Head), Ours: fingerprintJSON(c.Ours)}
 		for _, h := range c.Hunks {
+			if left -= hunkBytes; left < 0 {
+				break
+			}
 			ac.Hunks = append(ac.Hunks, api.ConflictHunk{Base: api.LineRange(h.Base), Head: api.LineRange(h.Head), Ours: api.LineRange(h.Ours)})
 		}
+		ac.HunksOmitted = max(len(c.Hunks), c.HunksTotal) - len(ac.Hunks)
 		r.Conflicts = append(r.Conflicts, ac)
 	}
 	if len(ce.Conflicts) > 0 {
