@@ -2,8 +2,8 @@ package layerstack
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
