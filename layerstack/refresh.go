@@ -35,13 +35,24 @@ func (s *Store) Refresh(ctx context.Context, leaseID string, cs *ChangeSet, newU
 	if _, err := os.Lstat(newUpper); err == nil {
 		return nil, fmt.Errorf("%w: refresh target %s already exists", ErrBadRequest, newUpper)
 	}
+	if head := s.head.Load(); head.Version == lease.ManifestVersion {
+		return &RefreshResult{LeaseID: leaseID, Revision: head.Revision(), UpToDate: true}, nil
+	}
+	// The change set is frozen (copied) before the commit lock, as a
+	// publish's is: a session refreshing gigabytes does not hold up every
+	// publish of the sandbox while it copies.
+	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.cleanup()
 	s.commitMu.Lock()
 	head := s.head.Load()
 	if head.Version == lease.ManifestVersion {
 		s.commitMu.Unlock()
 		return &RefreshResult{LeaseID: leaseID, Revision: head.Revision(), UpToDate: true}, nil
 	}
-	res, err := s.refreshLocked(ctx, lease, head, cs, newUpper, lease.ID)
+	res, err := s.refreshLocked(ctx, tx, lease, head, newUpper, lease.ID)
 	s.commitMu.Unlock()
 	if err != nil {
 		_ = removeAll(newUpper)
@@ -72,8 +83,13 @@ func (s *Store) StageOnHead(ctx context.Context, leaseID string, cs *ChangeSet, 
 	}
 	l := *lease
 	l.Owner = owner
+	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + l.ID, Changes: cs, Owner: l.Owner})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.cleanup()
 	s.commitMu.Lock()
-	res, err := s.refreshLocked(ctx, &l, s.head.Load(), cs, newUpper, "")
+	res, err := s.refreshLocked(ctx, tx, &l, s.head.Load(), newUpper, "")
 	s.commitMu.Unlock()
 	if err != nil {
 		_ = removeAll(newUpper)
@@ -82,14 +98,10 @@ func (s *Store) StageOnHead(ctx context.Context, leaseID string, cs *ChangeSet, 
 	return res, nil
 }
 
-// refreshLocked stages cs over lease onto head in newUpper and takes the
-// lease for it, which replaces the lease named replaces ("": none).
-func (s *Store) refreshLocked(ctx context.Context, lease *Lease, head *Manifest, cs *ChangeSet, newUpper, replaces string) (*RefreshResult, error) {
-	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.cleanup()
+// refreshLocked stages tx (a change set over lease, frozen) onto head in
+// newUpper and takes the lease for it, which replaces the lease named
+// replaces ("": none). commitMu is held.
+func (s *Store) refreshLocked(ctx context.Context, tx *txn, lease *Lease, head *Manifest, newUpper, replaces string) (*RefreshResult, error) {
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
 	plan, _, err := tx.plan(lease.Layers, head)

@@ -429,6 +429,9 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return nil, err
 	}
 	defer release()
+	if err := d.checkPublishSize(s, cs); err != nil { // what a publish of it could not take, a refresh does not copy
+		return nil, err
+	}
 	staged := filepath.Join(s.dir, "refresh-upper")
 	_ = os.RemoveAll(staged)
 	res, err := d.store.Refresh(ctx, s.rec.LeaseID, cs, staged)
