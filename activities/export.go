@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/ephemeral-sandbox/sandbox/daemonclient"
 	"github.com/ephemeral-sandbox/sandbox/hostpath"
 	"github.com/ephemeral-sandbox/sandbox/internal/apperr"
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 	"github.com/ephemeral-sandbox/sandbox/workflows"
 )
 
@@ -242,7 +242,7 @@ func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (*ap
 	}
 	defer d.Close()
 	dfd, base := int(d.Fd()), filepath.Base(dest)
-	f, tmp, err := createTempAt(dfd, "."+base+".eos-export-")
+	f, tmp, err := atomicfile.CreateTempAt(dfd, "."+base+".eos-export-", 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("export destination: %w", err)
 	}
@@ -292,23 +292,6 @@ func (a *Activities) writeExportFile(stream io.Reader, format, dest string) (*ap
 		return &api.ExportResult{FilesChanged: &c.files, BytesWritten: n}, nil
 	}
 	return &api.ExportResult{FilesWritten: &c.files, SymlinksWritten: &c.symlinks, WhiteoutsEmitted: &c.whiteouts, BytesWritten: n}, nil
-}
-
-// createTempAt creates a new file (0600) named prefix plus random
-// characters in the directory dfd, never through a symlink.
-func createTempAt(dfd int, prefix string) (*os.File, string, error) {
-	for range 16 {
-		name := prefix + rand.Text()[:16]
-		fd, err := unix.Openat(dfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if errors.Is(err, unix.EEXIST) {
-			continue
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		return os.NewFile(uintptr(fd), name), name, nil
-	}
-	return nil, "", fmt.Errorf("create a temporary file beside %s: every name tried exists", prefix)
 }
 
 type exportCounts struct {

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/ephemeral-sandbox/sandbox/api"
+	"github.com/ephemeral-sandbox/sandbox/internal/atomicfile"
 	"github.com/ephemeral-sandbox/sandbox/layerstack"
 	"golang.org/x/sys/unix"
 )
@@ -251,7 +252,7 @@ func (v *fileView) writeFile(p string, data []byte, mode fs.FileMode) (bool, err
 			return false, api.Errorf(api.KindInvalidRequest, map[string]any{"path": p}, "%s is not a regular file", p)
 		}
 	}
-	f, tmp, err := createTemp(dfd, name, mode)
+	f, tmp, err := atomicfile.CreateTempAt(dfd, "."+name+".eos-write-", mode)
 	if err != nil {
 		return false, err
 	}
@@ -270,28 +271,6 @@ func (v *fileView) writeFile(p string, data []byte, mode fs.FileMode) (bool, err
 		return false, err
 	}
 	return created, nil
-}
-
-// createTemp creates a new file beside name in the directory dfd under a
-// random name. Concurrent writes of one path each get their own, and a
-// process in the session cannot block a write by creating the name first:
-// a name taken is skipped, never opened or removed.
-func createTemp(dfd int, name string, mode fs.FileMode) (*os.File, string, error) {
-	if len(name) > 200 { // the suffix must fit in NAME_MAX
-		name = name[:200]
-	}
-	for range 16 {
-		tmp := fmt.Sprintf(".%s.eos-write-%s", name, rand.Text()[:16])
-		fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
-		if errors.Is(err, unix.EEXIST) {
-			continue
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		return os.NewFile(uintptr(fd), tmp), tmp, nil
-	}
-	return nil, "", fmt.Errorf("create a temporary file beside %s: every name tried exists", name)
 }
 
 func (d *Daemon) fileEdit(ctx context.Context, rid string, a api.FileEditArgs) (map[string]any, error) {
