@@ -322,6 +322,41 @@ func TestKeepContinuesOnNewHead(t *testing.T) {
 	require.Equal(t, "1\ntwo\nthree\n", headFile(t, s, "f.txt"))
 }
 
+// A refresh copies its change set before it takes the commit lock: a
+// publish of another session commits while it does, and the refresh then
+// lands on the head that publish made.
+func TestRefreshFreezesOutsideTheCommitLock(t *testing.T) {
+	s := newTestStore(t, tree{"f.txt": "f\n"})
+	l1, l2, l3 := mustLease(t, s, sess1), mustLease(t, s, sess2), mustLease(t, s, "workspace_session:s3")
+	_, err := publishOn(t, s, l2, sess2, writes("g.txt", "g\n"))
+	require.NoError(t, err)
+	s.refreshFrozen = func() {
+		done := make(chan error, 1)
+		go func() {
+			_, err := publishOn(t, s, l3, "workspace_session:s3", writes("h.txt", "h\n"))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("a publish waited for a refresh that was copying its change set")
+		}
+	}
+	upper := filepath.Join(t.TempDir(), "upper")
+	rr, err := s.Refresh(context.Background(), l1.ID, writes("mine.txt", "m\n"), upper)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), rr.Revision.ManifestVersion, "the refresh is on the head the publish made")
+	nl, err := s.Lease(rr.LeaseID)
+	require.NoError(t, err)
+	v := NewView(append([]string{upper}, s.LowerDirs(nl)...)...)
+	for p, want := range map[string]string{"g.txt": "g\n", "h.txt": "h\n", "mine.txt": "m\n"} {
+		b, _, err := v.ReadFile(p, 0)
+		require.NoError(t, err)
+		require.Equal(t, want, string(b))
+	}
+}
+
 func TestRefreshMergesHeadUnderSessionChanges(t *testing.T) {
 	s := newTestStore(t, tree{"f.txt": "1\n2\n3\n4\n"})
 	l1, l2 := mustLease(t, s, sess1), mustLease(t, s, sess2)

@@ -41,7 +41,7 @@ func (s *Store) Refresh(ctx context.Context, leaseID string, cs *ChangeSet, newU
 	// The change set is frozen (copied) before the commit lock, as a
 	// publish's is: a session refreshing gigabytes does not hold up every
 	// publish of the sandbox while it copies.
-	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner})
+	tx, err := s.newTxn(ctx, PublishRequest{TxID: "refresh-" + lease.ID, Changes: cs, Owner: lease.Owner, SourcesRead: s.refreshFrozen})
 	if err != nil {
 		return nil, err
 	}

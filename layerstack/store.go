@@ -78,6 +78,9 @@ type Store struct {
 	// afterBuild, set by tests only, runs when a publish has built its
 	// layer outside the commit lock, before it takes the lock.
 	afterBuild func()
+	// refreshFrozen, set by tests only, runs when a refresh has frozen its
+	// change set, before it takes the commit lock.
+	refreshFrozen func()
 }
 
 // Store directory layout.

@@ -63,6 +63,19 @@ func TestHugeFileKeepsTheDaemonBounded(t *testing.T) {
 		require.Equal(t, api.KindResourceExhausted, ae.Kind)
 	}
 	track()
+	// Up to date, a refresh copies nothing and says so; once the head
+	// moved, it is held to the same cap as a publish.
+	rr, err := d.refreshSession(ctx, api.SessionArgs{WorkspaceSessionID: "ws-big"})
+	require.NoError(t, err)
+	require.True(t, rr.UpToDate, "%+v", rr)
+	_, err = d.fileWrite(ctx, "r-head", api.FileWriteArgs{Path: "moved.txt", Content: "head moved\n"})
+	require.NoError(t, err)
+	_, err = d.refreshSession(ctx, api.SessionArgs{WorkspaceSessionID: "ws-big"})
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, api.KindResourceExhausted, ae.Kind, "%+v", ae)
+	require.Equal(t, "max_publish_bytes", ae.Details["limit"])
+	require.Equal(t, StateActive, s.state, "a refused refresh leaves the session active")
+	track()
 	require.Less(t, peak-before, uint64(64<<20), "the daemon's heap grew by %d MiB over a 3 GiB file", (peak-before)>>20)
 
 	require.NoError(t, os.Remove(big))

@@ -429,8 +429,11 @@ func (d *Daemon) refreshSession(ctx context.Context, a api.SessionArgs) (_ *api.
 		return nil, err
 	}
 	defer release()
-	if err := d.checkPublishSize(s, cs); err != nil { // what a publish of it could not take, a refresh does not copy
-		return nil, err
+	if d.refreshCopies(s) {
+		// What a publish of it could not take, a refresh does not copy.
+		if err := d.checkPublishSize(s, cs); err != nil {
+			return nil, err
+		}
 	}
 	staged := filepath.Join(s.dir, "refresh-upper")
 	_ = os.RemoveAll(staged)
@@ -562,6 +565,17 @@ func rejection(ce *layerstack.ConflictError) *api.Rejection {
 
 // rejectionDetails is a conflict report as error details.
 func rejectionDetails(ce *layerstack.ConflictError) map[string]any { return rejection(ce).Details(nil) }
+
+// refreshCopies: a refresh of s would copy its change set (its lease is
+// not on the head; one that is answers up to date and copies nothing).
+func (d *Daemon) refreshCopies(s *session) bool {
+	l, err := d.store.Lease(s.rec.LeaseID)
+	if err != nil {
+		return true
+	}
+	m, err := d.store.Manifest()
+	return err != nil || m.Version != l.ManifestVersion
+}
 
 // fingerprintJSON turns "file:0755:<sha>" into the seed's
 // {kind:"file", digest, executable} (and symlink, directory, absent).
