@@ -26,9 +26,10 @@ const (
 	MaxStdinBytes      = 1 << 20
 	// MaxCommandBytes bounds cmd, and the env's names and values together
 	// ("k=v" each): Linux takes no argument or variable longer than 128
-	// KiB (MAX_ARG_STRLEN), and the session init takes no start request
-	// over 256 KiB.
-	MaxCommandBytes = 96 << 10
+	// KiB with its NUL (MAX_ARG_STRLEN), so a longer cmd never started.
+	// (Both near the cap together can pass the session init's 256 KiB start
+	// request; that start is refused as invalid_request too.)
+	MaxCommandBytes = 128<<10 - 1
 	// RetainedCommands is how many finished commands stay readable.
 	RetainedCommands = 512
 )

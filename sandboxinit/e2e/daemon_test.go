@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ephemeral-sandbox/sandbox/api"
 )
 
 func numbered(n int) string {
@@ -160,6 +162,17 @@ func TestCommandSemantics(t *testing.T) {
 		out := sb.exec(ws, "sleep 100 & echo started")
 		require.Equal(t, "ok", out["status"])
 		require.Less(t, time.Since(start), 20*time.Second)
+	})
+	t.Run("a command up to the cap runs, one past it is refused", func(t *testing.T) {
+		// A comment fills the command to exactly api.MaxCommandBytes.
+		head := "echo ran #"
+		out := sb.exec(ws, head+strings.Repeat("x", api.MaxCommandBytes-len(head)))
+		require.Equal(t, "ok", out["status"], "%v", out)
+		require.Equal(t, "ran", strings.TrimSpace(out["stdout"].(string)))
+		e := sb.fail("exec_command", map[string]any{"cmd": head + strings.Repeat("x", api.MaxCommandBytes+1-len(head)), "workspace_session_id": ws}, "invalid_request")
+		require.Equal(t, "cmd", e["details"].(map[string]any)["arg"])
+		e = sb.fail("exec_command", map[string]any{"cmd": "true", "env": map[string]any{"BIG": strings.Repeat("x", api.MaxCommandBytes)}}, "invalid_request")
+		require.Equal(t, "env", e["details"].(map[string]any)["arg"])
 	})
 	t.Run("destroy refused while a command runs", func(t *testing.T) {
 		out := sb.ok("exec_command", map[string]any{"cmd": "sleep 60", "workspace_session_id": ws, "yield_time_ms": 100})
